@@ -1,0 +1,222 @@
+//! The seam between the engine-neutral healer and a database.
+//!
+//! An [`Engine`] knows one store's SQL dialect. It answers narrow questions
+//! (where is the head, which positions are missing after X, which of these
+//! positions exist) and performs one kind of write: a fill of one range of
+//! positions with tombstones, in one transaction. Everything about time,
+//! tracking and retrying lives in the core ([`crate::healer`]).
+//!
+//! Architecture invariant: an engine writes nothing but tombstone rows and the
+//! tombstone stream's Streams row, and only inside [`Engine::fill`].
+
+pub mod mssql;
+pub mod postgres;
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::gaps::PosRange;
+use crate::secret::ConnectionString;
+
+/// What an engine needs to know about the store it serves.
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    pub connection_string: ConnectionString,
+    /// A plain identifier (validated by the config layer): it is spliced into SQL.
+    pub schema: String,
+    /// Bound as a parameter, never spliced.
+    pub tombstone_stream: String,
+    /// Bound as a parameter, never spliced.
+    pub tombstone_type: String,
+    /// How long to wait for a new connection before calling the database unreachable.
+    pub connect_timeout: Duration,
+}
+
+/// One page of a forward scan of committed positions above `after`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanPage {
+    /// Missing ranges inside `(after, high)`, ascending, never touching `high`.
+    pub holes: Vec<PosRange>,
+    /// Highest committed position read in this page; `after` when the page is empty.
+    pub high: i64,
+    /// Rows read. A page with `rows < limit` reached the head.
+    pub rows: u64,
+}
+
+/// What a probe of tracked ranges found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Probe {
+    /// Positions inside the ranges whose rows are committed (events or tombstones).
+    pub committed: Vec<i64>,
+    /// Positions inside the ranges that an open transaction has inserted but not
+    /// committed. Only engines that can see uncommitted rows without waiting
+    /// (SQL Server, `NOLOCK`) fill this; PostgreSQL leaves it empty and lets the
+    /// fill's lock timeout find such positions.
+    pub in_flight: Vec<i64>,
+}
+
+/// The result of one fill transaction over one range. Every variant but
+/// `Filled` means the transaction rolled back and wrote nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillOutcome {
+    /// Every position of the range now holds a committed tombstone.
+    Filled { rows: u64 },
+    /// A position of the range is committed (duplicate key: 23505, 2627, 2601).
+    Committed,
+    /// A position of the range is locked by an open transaction past the lock
+    /// timeout (55P03, 1222).
+    Held,
+    /// Another filler held the tombstone stream past the lock timeout.
+    Busy,
+}
+
+impl FillOutcome {
+    /// The `outcome` label of `gap_healer_fill_attempts_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            FillOutcome::Filled { .. } => "filled",
+            FillOutcome::Committed => "committed",
+            FillOutcome::Held | FillOutcome::Busy => "held",
+        }
+    }
+}
+
+/// A row of the store's Checkpoints table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub id: String,
+    /// `None`: the subscription has handled nothing yet.
+    pub position: Option<i64>,
+}
+
+/// One line of `gap-healer check`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub ok: bool,
+    pub what: String,
+    pub detail: String,
+}
+
+impl Finding {
+    pub fn pass(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        Finding { ok: true, what: what.into(), detail: detail.into() }
+    }
+    pub fn fail(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        Finding { ok: false, what: what.into(), detail: detail.into() }
+    }
+}
+
+/// Whether retrying can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbErrorKind {
+    /// Connection lost or refused, deadlock victim, serialization failure,
+    /// server shutting down, pool timeout: retry with backoff.
+    Transient,
+    /// Missing table, missing rights, wrong shape: retrying will not help until
+    /// someone changes the database. The daemon still retries (slowly) rather than
+    /// crash-looping; one-shot commands exit 3.
+    Permanent,
+}
+
+/// A database failure, already classified and already free of secrets.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DbError {
+    pub kind: DbErrorKind,
+    /// Server error code when there was one (SQLSTATE or SQL Server error number).
+    pub code: Option<String>,
+    /// Human-readable; must never contain a password.
+    pub message: String,
+}
+
+impl DbError {
+    pub fn transient(message: impl Into<String>) -> Self {
+        DbError { kind: DbErrorKind::Transient, code: None, message: message.into() }
+    }
+    pub fn permanent(message: impl Into<String>) -> Self {
+        DbError { kind: DbErrorKind::Permanent, code: None, message: message.into() }
+    }
+    pub fn is_transient(&self) -> bool {
+        self.kind == DbErrorKind::Transient
+    }
+}
+
+pub type DbResult<T> = Result<T, DbError>;
+
+/// A database engine gap-healer can heal.
+///
+/// Methods return `Send` futures so the healer can run on a multi-threaded runtime.
+pub trait Engine: Send + Sync + 'static {
+    /// `"postgres"` or `"mssql"`, for logs.
+    fn kind(&self) -> EngineKind;
+
+    /// Rows per fill statement. SQL Server keeps this below lock escalation
+    /// (about 5,000 locks); PostgreSQL can take more.
+    fn max_fill_rows(&self) -> u64;
+
+    /// Lowest position the identity column can produce (its seed): positions
+    /// below it are never holes.
+    fn identity_floor(&self) -> impl Future<Output = DbResult<i64>> + Send;
+
+    /// Highest committed position, `None` for an empty table.
+    fn head(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
+
+    /// Rows of the Checkpoints table; empty when the table does not exist.
+    fn checkpoints(&self) -> impl Future<Output = DbResult<Vec<Checkpoint>>> + Send;
+
+    /// Reads at most `limit` committed positions above `after`, in order, and
+    /// returns the missing ranges among them. Must use an index on the position
+    /// so the cost is proportional to the rows read, not the table size, and must
+    /// never wait on an open append.
+    fn scan(&self, after: i64, limit: u32) -> impl Future<Output = DbResult<ScanPage>> + Send;
+
+    /// Which positions inside `ranges` exist now. Never waits on an open append.
+    fn probe(&self, ranges: &[PosRange]) -> impl Future<Output = DbResult<Probe>> + Send;
+
+    /// Fills every position of `range` with a tombstone in one transaction, or
+    /// nothing. `lock_timeout` bounds the wait on each key held by an open append.
+    /// The range must lie below the head (the caller guarantees it).
+    fn fill(
+        &self,
+        range: PosRange,
+        lock_timeout: Duration,
+    ) -> impl Future<Output = DbResult<FillOutcome>> + Send;
+
+    /// Preflight for `gap-healer check`: connectivity, shape, rights.
+    /// Database errors become failed findings; `Err` only when nothing could be checked.
+    fn preflight(&self) -> impl Future<Output = DbResult<Vec<Finding>>> + Send;
+}
+
+/// Which engine a configuration names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Mssql,
+    Postgres,
+}
+
+impl EngineKind {
+    pub const NAMES: [&'static str; 2] = ["mssql", "postgres"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "mssql" | "sqlserver" => Some(EngineKind::Mssql),
+            "postgres" | "postgresql" => Some(EngineKind::Postgres),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EngineKind::Mssql => "mssql",
+            EngineKind::Postgres => "postgres",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,1 @@
+//! SQL Server engine (placeholder: replaced by the SQL Server work, issue 3).

@@ -1,0 +1,354 @@
+//! Holes, tracked as ranges.
+//!
+//! A [`Tracker`] remembers every hole the healer has seen and not yet seen
+//! filled, as `(start, end, first_seen)` ranges: a 10,000-wide identity jump is
+//! one entry, so memory is bounded by the number of ranges, never by positions.
+//!
+//! Architecture invariant: a range enters only from a scan (positions between
+//! two committed rows), keeps the `first_seen` of the scan that found it
+//! through every split, and leaves only when the database says its positions
+//! are committed or filled.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// An inclusive range of positions, `start <= end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct PosRange {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl PosRange {
+    /// `None` when `start > end`.
+    pub fn new(start: i64, end: i64) -> Option<Self> {
+        (start <= end).then_some(PosRange { start, end })
+    }
+
+    pub fn single(p: i64) -> Self {
+        PosRange { start: p, end: p }
+    }
+
+    /// Number of positions.
+    pub fn width(&self) -> u64 {
+        (self.end - self.start) as u64 + 1
+    }
+
+    pub fn contains(&self, p: i64) -> bool {
+        self.start <= p && p <= self.end
+    }
+
+    pub fn overlaps(&self, other: &PosRange) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// The two halves of a range of two or more positions.
+    pub fn halves(&self) -> Option<(PosRange, PosRange)> {
+        (self.start < self.end).then(|| {
+            let mid = self.start + (self.end - self.start) / 2;
+            (PosRange { start: self.start, end: mid }, PosRange { start: mid + 1, end: self.end })
+        })
+    }
+
+    /// This range without the given positions (any order, duplicates allowed).
+    pub fn without(&self, positions: &[i64]) -> Vec<PosRange> {
+        let mut inside: Vec<i64> = positions.iter().copied().filter(|p| self.contains(*p)).collect();
+        inside.sort_unstable();
+        inside.dedup();
+        let mut out = Vec::with_capacity(inside.len() + 1);
+        let mut next = self.start;
+        for p in inside {
+            if let Some(r) = PosRange::new(next, p - 1) {
+                out.push(r);
+            }
+            next = p + 1;
+        }
+        if let Some(r) = PosRange::new(next, self.end) {
+            out.push(r);
+        }
+        out
+    }
+
+    /// Consecutive runs of sorted, deduplicated positions.
+    pub fn runs(sorted: &[i64]) -> Vec<PosRange> {
+        let mut out: Vec<PosRange> = Vec::new();
+        for &p in sorted {
+            match out.last_mut() {
+                Some(last) if last.end + 1 == p => last.end = p,
+                Some(last) if last.end >= p => {}
+                _ => out.push(PosRange::single(p)),
+            }
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for PosRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.start == self.end {
+            write!(f, "{}", self.start)
+        } else {
+            write!(f, "{}..={}", self.start, self.end)
+        }
+    }
+}
+
+/// A tracked hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hole {
+    pub range: PosRange,
+    /// When a scan first saw it missing: the age that `gap_timeout` is measured on.
+    pub first_seen: Instant,
+    /// Earliest moment a fill may be tried: `first_seen + gap_timeout`, pushed
+    /// later after a held or failed attempt.
+    pub not_before: Instant,
+    /// Fill attempts that found a position held or failed, for retry backoff.
+    pub retries: u32,
+}
+
+/// Summary figures for metrics and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub holes: usize,
+    pub positions: u64,
+    pub lowest: Option<i64>,
+    pub oldest_first_seen: Option<Instant>,
+}
+
+/// Every hole seen and not yet known to be filled, keyed by start.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    holes: BTreeMap<i64, Hole>,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Tracker::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.holes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.holes.is_empty()
+    }
+
+    pub fn holes(&self) -> impl Iterator<Item = &Hole> {
+        self.holes.values()
+    }
+
+    pub fn ranges(&self) -> Vec<PosRange> {
+        self.holes.values().map(|h| h.range).collect()
+    }
+
+    /// Records a hole a scan just found. A range overlapping one already
+    /// tracked keeps the older `first_seen` for the overlap (a rescan must not
+    /// make a hole younger).
+    pub fn observe(&mut self, range: PosRange, now: Instant, gap_timeout: Duration) {
+        let mut pieces = vec![range];
+        for h in self.overlapping(range) {
+            pieces = pieces.iter().flat_map(|p| p.without_range(h.range)).collect();
+        }
+        for r in pieces {
+            self.holes.insert(
+                r.start,
+                Hole { range: r, first_seen: now, not_before: now + gap_timeout, retries: 0 },
+            );
+        }
+    }
+
+    /// Forgets the given positions (committed by an append, or filled).
+    pub fn remove_positions(&mut self, positions: &[i64]) {
+        let mut sorted = positions.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        for r in PosRange::runs(&sorted) {
+            self.remove(r);
+        }
+    }
+
+    /// Forgets a range of positions, splitting the holes it cuts.
+    pub fn remove(&mut self, range: PosRange) {
+        for h in self.overlapping(range) {
+            self.holes.remove(&h.range.start);
+            for rest in h.range.without_range(range) {
+                self.holes.insert(rest.start, Hole { range: rest, ..h });
+            }
+        }
+    }
+
+    /// Pushes the next attempt on the positions of `range` to `at`, counting a
+    /// retry. Splits holes so only `range` is deferred.
+    pub fn defer(&mut self, range: PosRange, at: Instant) {
+        for h in self.overlapping(range) {
+            self.holes.remove(&h.range.start);
+            for rest in h.range.without_range(range) {
+                self.holes.insert(rest.start, Hole { range: rest, ..h });
+            }
+            let start = h.range.start.max(range.start);
+            let end = h.range.end.min(range.end);
+            let r = PosRange { start, end };
+            self.holes.insert(
+                start,
+                Hole { range: r, not_before: at.max(h.not_before), retries: h.retries + 1, ..h },
+            );
+        }
+    }
+
+    /// Holes whose fill may be tried at `now`, lowest first.
+    pub fn due(&self, now: Instant) -> Vec<Hole> {
+        self.holes.values().filter(|h| h.not_before <= now).copied().collect()
+    }
+
+    /// The earliest moment any tracked hole comes due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.holes.values().map(|h| h.not_before).min()
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            holes: self.holes.len(),
+            positions: self.holes.values().map(|h| h.range.width()).sum(),
+            lowest: self.holes.keys().next().copied(),
+            oldest_first_seen: self.holes.values().map(|h| h.first_seen).min(),
+        }
+    }
+
+    fn overlapping(&self, range: PosRange) -> Vec<Hole> {
+        // A hole overlapping `range` starts at or before range.end; walk back
+        // from there while holes still reach into the range. Holes never
+        // overlap each other, so the walk stops at the first one that ends
+        // before range.start.
+        let mut found: Vec<Hole> = self
+            .holes
+            .range(..=range.end)
+            .rev()
+            .take_while(|(_, h)| h.range.end >= range.start)
+            .map(|(_, h)| *h)
+            .collect();
+        found.reverse();
+        found
+    }
+}
+
+impl PosRange {
+    /// This range without the positions of `other`: zero, one or two pieces.
+    pub fn without_range(&self, other: PosRange) -> Vec<PosRange> {
+        if !self.overlaps(&other) {
+            return vec![*self];
+        }
+        [PosRange::new(self.start, other.start - 1), PosRange::new(other.end + 1, self.end)]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    const T: Duration = Duration::from_secs(5);
+
+    fn r(a: i64, b: i64) -> PosRange {
+        PosRange::new(a, b).unwrap()
+    }
+
+    fn positions(t: &Tracker) -> BTreeSet<i64> {
+        t.holes().flat_map(|h| h.range.start..=h.range.end).collect()
+    }
+
+    #[test]
+    fn wide_hole_is_one_entry() {
+        let mut t = Tracker::new();
+        let now = Instant::now();
+        t.observe(r(1_000, 10_999), now, T);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.stats().positions, 10_000);
+    }
+
+    #[test]
+    fn remove_splits_and_keeps_first_seen() {
+        let mut t = Tracker::new();
+        let now = Instant::now();
+        t.observe(r(10, 20), now, T);
+        t.remove_positions(&[15, 10, 16]);
+        assert_eq!(t.ranges(), vec![r(11, 14), r(17, 20)]);
+        assert!(t.holes().all(|h| h.first_seen == now && h.not_before == now + T));
+    }
+
+    #[test]
+    fn rescan_does_not_make_a_hole_younger() {
+        let mut t = Tracker::new();
+        let early = Instant::now();
+        t.observe(r(10, 20), early, T);
+        let later = early + Duration::from_secs(3);
+        t.observe(r(5, 25), later, T);
+        let by_start: Vec<(PosRange, Instant)> = t.holes().map(|h| (h.range, h.first_seen)).collect();
+        assert_eq!(by_start, vec![(r(5, 9), later), (r(10, 20), early), (r(21, 25), later)]);
+    }
+
+    #[test]
+    fn due_respects_gap_timeout_and_defer() {
+        let mut t = Tracker::new();
+        let now = Instant::now();
+        t.observe(r(1, 3), now, T);
+        assert!(t.due(now + T - Duration::from_millis(1)).is_empty());
+        assert_eq!(t.due(now + T).len(), 1);
+        t.defer(r(2, 2), now + T * 2);
+        assert_eq!(t.due(now + T).iter().map(|h| h.range).collect::<Vec<_>>(), vec![r(1, 1), r(3, 3)]);
+        assert_eq!(t.next_due(), Some(now + T));
+        assert_eq!(t.due(now + T * 2).len(), 3);
+        assert_eq!(t.holes().find(|h| h.range == r(2, 2)).unwrap().retries, 1);
+    }
+
+    #[test]
+    fn runs_and_without() {
+        assert_eq!(PosRange::runs(&[1, 2, 3, 5, 7, 8]), vec![r(1, 3), r(5, 5), r(7, 8)]);
+        assert_eq!(r(1, 10).without(&[1, 5, 10, 42]), vec![r(2, 4), r(6, 9)]);
+        assert_eq!(r(1, 1).without(&[1]), vec![]);
+        assert_eq!(r(1, 10).halves(), Some((r(1, 5), r(6, 10))));
+        assert_eq!(r(4, 4).halves(), None);
+    }
+
+    proptest! {
+        /// Whatever sequence of observe/remove/defer, the tracked positions are
+        /// exactly the model set, holes never overlap, and memory is one entry
+        /// per maximal run at most.
+        #[test]
+        fn tracker_matches_a_set_model(ops in proptest::collection::vec((0u8..3, 0i64..200, 0i64..40), 1..60)) {
+            let mut t = Tracker::new();
+            let mut model = BTreeSet::new();
+            let now = Instant::now();
+            for (op, a, w) in ops {
+                let range = r(a, a + w);
+                match op {
+                    0 => { t.observe(range, now, T); model.extend(a..=a + w); }
+                    1 => { t.remove(range); for p in a..=a + w { model.remove(&p); } }
+                    _ => t.defer(range, now + T),
+                }
+                prop_assert_eq!(positions(&t), model.clone());
+                let ranges = t.ranges();
+                for pair in ranges.windows(2) {
+                    prop_assert!(pair[0].end < pair[1].start);
+                }
+                prop_assert_eq!(t.stats().positions as usize, model.len());
+            }
+        }
+
+        #[test]
+        fn without_partitions(a in -50i64..50, w in 0i64..100, ps in proptest::collection::vec(-60i64..160, 0..20)) {
+            let range = r(a, a + w);
+            let pieces = range.without(&ps);
+            let got: BTreeSet<i64> = pieces.iter().flat_map(|p| p.start..=p.end).collect();
+            let want: BTreeSet<i64> = (a..=a + w).filter(|p| !ps.contains(p)).collect();
+            prop_assert_eq!(got, want);
+            for pair in pieces.windows(2) { prop_assert!(pair[0].end + 1 < pair[1].start); }
+        }
+    }
+}

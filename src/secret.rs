@@ -1,0 +1,288 @@
+//! Connection strings carry passwords; this type keeps them out of every
+//! `Debug`, `Display`, log line, metric and error message.
+//!
+//! Architecture invariant: the only way to read the raw string is
+//! [`ConnectionString::expose`], and its callers hand the result straight to a
+//! database driver.
+
+use std::fmt;
+
+/// Keys whose values are secret in ADO.NET (`Password=`, `Pwd=`) and libpq
+/// (`password=`) key/value connection strings.
+const SECRET_KEYS: [&str; 2] = ["password", "pwd"];
+const MASK: &str = "***";
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectionString(String);
+
+impl ConnectionString {
+    pub fn new(raw: impl Into<String>) -> Self {
+        ConnectionString(raw.into())
+    }
+
+    /// The raw string, password included. Only for handing to a driver.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+
+    /// The string with every password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        redact(&self.0)
+    }
+
+    /// Removes every occurrence of the password (and the whole raw string) from
+    /// a message that a driver produced, for the rare driver error that echoes
+    /// what it was given.
+    pub fn scrub(&self, message: &str) -> String {
+        let mut out = message.replace(&self.0, &self.redacted());
+        for secret in secrets(&self.0) {
+            if secret.len() >= 2 {
+                out = out.replace(&secret, MASK);
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Debug for ConnectionString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ConnectionString({:?})", self.redacted())
+    }
+}
+
+impl fmt::Display for ConnectionString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// Redacts a URL (`postgres://user:pass@host/db`) or a key/value string
+/// (`Server=..;Password=..` or `host=.. password=..`). When the shape is not
+/// recognised and the text mentions a password at all, the whole string is
+/// masked: better an unhelpful log line than a leaked secret.
+pub fn redact(raw: &str) -> String {
+    if let Some(redacted) = redact_url(raw) {
+        return redacted;
+    }
+    let lower = raw.to_ascii_lowercase();
+    if !SECRET_KEYS.iter().any(|k| lower.contains(k)) {
+        return raw.to_string();
+    }
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let lower_rest = rest.to_ascii_lowercase();
+        let next = SECRET_KEYS
+            .iter()
+            .filter_map(|k| find_key(&lower_rest, k).map(|(at, eq)| (at, eq)))
+            .min();
+        let Some((_, eq)) = next else {
+            out.push_str(rest);
+            break;
+        };
+        out.push_str(&rest[..=eq]);
+        let value_end = value_end(&rest[eq + 1..]);
+        out.push_str(MASK);
+        rest = &rest[eq + 1 + value_end..];
+    }
+    out
+}
+
+/// Every password value in the string, unquoted, for scrubbing driver messages.
+fn secrets(raw: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some(at) = url_userinfo(raw) {
+        if let Some((_, pass)) = raw[at.0..at.1].split_once(':') {
+            found.push(pass.to_string());
+        }
+    }
+    let lower = raw.to_ascii_lowercase();
+    for key in SECRET_KEYS {
+        let mut from = 0;
+        while let Some((_, eq)) = find_key(&lower[from..], key) {
+            let start = from + eq + 1;
+            let len = value_end(&raw[start..]);
+            let value = raw[start..start + len].trim();
+            let unquoted = value
+                .strip_prefix(['\'', '"', '{'])
+                .and_then(|v| v.strip_suffix(['\'', '"', '}']))
+                .unwrap_or(value);
+            found.push(unquoted.to_string());
+            found.push(value.to_string());
+            from = start + len;
+        }
+    }
+    found
+}
+
+/// Finds `key` as a whole key (start of string or after `;`/whitespace,
+/// followed by optional spaces and `=`). Returns (key start, index of `=`).
+fn find_key(lower: &str, key: &str) -> Option<(usize, usize)> {
+    let bytes = lower.as_bytes();
+    let mut from = 0;
+    while let Some(rel) = lower[from..].find(key) {
+        let at = from + rel;
+        let before_ok = at == 0 || matches!(bytes[at - 1], b';' | b' ' | b'\t' | b'\n' | b'\r');
+        let after = &lower[at + key.len()..];
+        let spaces = after.len() - after.trim_start().len();
+        if before_ok && after.trim_start().starts_with('=') {
+            return Some((at, at + key.len() + spaces));
+        }
+        from = at + key.len();
+    }
+    None
+}
+
+/// Length of a value: up to the next `;` (ADO.NET) or whitespace (libpq), with
+/// `'...'`, `"..."` and `{...}` quoting (doubled quotes inside).
+fn value_end(s: &str) -> usize {
+    let trimmed = s.trim_start();
+    let lead = s.len() - trimmed.len();
+    let mut chars = trimmed.char_indices().peekable();
+    match chars.peek().map(|&(_, c)| c) {
+        Some(q @ ('\'' | '"' | '{')) => {
+            let close = if q == '{' { '}' } else { q };
+            chars.next();
+            while let Some((i, c)) = chars.next() {
+                if c == close {
+                    if chars.peek().map(|&(_, n)| n) == Some(close) {
+                        chars.next();
+                        continue;
+                    }
+                    return lead + i + c.len_utf8();
+                }
+                if c == '\\' && close != '}' {
+                    chars.next();
+                }
+            }
+            s.len()
+        }
+        _ => {
+            let semi = trimmed.contains(';');
+            let end = trimmed
+                .find(|c: char| c == ';' || (!semi && c.is_whitespace()))
+                .unwrap_or(trimmed.len());
+            lead + end
+        }
+    }
+}
+
+/// Byte range of `user:pass` in a `scheme://user:pass@host` URL.
+fn url_userinfo(raw: &str) -> Option<(usize, usize)> {
+    let scheme_end = raw.find("://")?;
+    if !raw[..scheme_end].chars().all(|c| c.is_ascii_alphanumeric() || c == '+') {
+        return None;
+    }
+    let start = scheme_end + 3;
+    let authority_end = raw[start..].find(['/', '?', '#']).map_or(raw.len(), |i| start + i);
+    let at = raw[start..authority_end].rfind('@')? + start;
+    Some((start, at))
+}
+
+fn redact_url(raw: &str) -> Option<String> {
+    let scheme_end = raw.find("://")?;
+    if !raw[..scheme_end].chars().all(|c| c.is_ascii_alphanumeric() || c == '+') {
+        return None;
+    }
+    let mut out = match url_userinfo(raw) {
+        Some((start, at)) => {
+            let userinfo = &raw[start..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') { format!("{user}:{MASK}") } else { user.to_string() };
+            format!("{}{}{}", &raw[..start], masked, &raw[at..])
+        }
+        None => raw.to_string(),
+    };
+    // Query parameters may carry `password=` too.
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if SECRET_KEYS.contains(&k.to_ascii_lowercase().as_str()) => format!("{k}={MASK}"),
+                _ => kv.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        out = format!("{head}{query}");
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn redacts_ado_net() {
+        let cs = ConnectionString::new(
+            "Server=tcp:db,1433;Database=es;User Id=app;Password=s3cr3t;Encrypt=true",
+        );
+        assert_eq!(cs.redacted(), "Server=tcp:db,1433;Database=es;User Id=app;Password=***;Encrypt=true");
+        assert!(!format!("{cs:?}").contains("s3cr3t"));
+        assert!(!format!("{cs}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn redacts_quoted_values_with_separators() {
+        for (raw, secret) in [
+            ("Server=db;Password='a;b=c''d';User Id=x", "a;b=c''d"),
+            ("Server=db;Pwd=\"x;y\";Database=z", "x;y"),
+            ("Server=db;PASSWORD = {p;w=d}}};Database=z", "p;w=d}"),
+            ("Server=db;Password=pässwörd☃;Database=z", "pässwörd☃"),
+        ] {
+            let out = redact(raw);
+            assert!(!out.contains(secret), "{raw} -> {out}");
+            assert!(out.contains("Database") || out.contains("User Id"), "{raw} -> {out}");
+        }
+    }
+
+    #[test]
+    fn redacts_libpq_and_url() {
+        assert_eq!(
+            redact("host=127.0.0.1 user=postgres password=hunter2 dbname=test"),
+            "host=127.0.0.1 user=postgres password=*** dbname=test"
+        );
+        assert_eq!(
+            redact("postgres://app:hunter2@db:5432/es?sslmode=require&password=x"),
+            "postgres://app:***@db:5432/es?sslmode=require&password=***"
+        );
+        assert_eq!(redact("postgres://app@db/es"), "postgres://app@db/es");
+        assert_eq!(redact("host=db user=app"), "host=db user=app");
+    }
+
+    #[test]
+    fn key_must_be_whole() {
+        // `NoPassword=` is not the password key; the real one still is.
+        assert_eq!(redact("NoPassword=1;Password=x"), "NoPassword=1;Password=***");
+    }
+
+    #[test]
+    fn scrub_removes_password_from_driver_messages() {
+        let cs = ConnectionString::new("Server=db;Password=hunter2;User Id=sa");
+        let msg = "login failed for sa using hunter2 on Server=db;Password=hunter2;User Id=sa";
+        let out = cs.scrub(msg);
+        assert!(!out.contains("hunter2"), "{out}");
+    }
+
+    proptest! {
+        #[test]
+        fn password_never_survives(pw in "[^\\x00]{3,24}", prefix in "(Server=db;|host=db )", quote in 0..3u8) {
+            prop_assume!(!pw.trim().is_empty());
+            let value = match quote {
+                0 if !pw.contains([';', ' ', '\'', '"', '{', '\t', '\n', '\r']) => pw.clone(),
+                1 => format!("'{}'", pw.replace('\'', "''")),
+                _ => format!("{{{}}}", pw.replace('}', "}}")),
+            };
+            let raw = format!("{prefix}Password={value};User Id=app");
+            let cs = ConnectionString::new(raw.clone());
+            let shown = format!("{cs} {cs:?} {}", cs.scrub(&raw));
+            prop_assert!(!shown.contains(&value), "{} -> {}", raw, shown);
+        }
+    }
+}
