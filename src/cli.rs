@@ -1,1 +1,387 @@
-//! (being written)
+//! The command line: each subcommand is a function that `main` calls and the
+//! tests call through the real binary.
+//!
+//! Exit codes: 0 success; 1 `scan` found holes; 2 bad usage or configuration;
+//! 3 could not complete (database unreachable, missing table, missing rights).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::{self, ConfigArgs, Need, Settings};
+use crate::engine::{self, DbError, Engine, EngineKind};
+use crate::healer::{Healer, Options};
+use crate::leader::Leader;
+use crate::telemetry::{self, Health};
+
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_HOLES_FOUND: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_INCOMPLETE: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gap-healer",
+    version,
+    about = "Fills holes in the global position of identity-positioned event stores with tombstones, so all-stream subscriptions never stall."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Run the daemon: scan, fill holes older than gap_timeout, serve metrics.
+    Run,
+    /// Report the current holes without writing; exit 1 when there is at least one.
+    Scan {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// One detect-and-fill pass, then exit (for Jobs and cron).
+    Heal {
+        /// Required: one pass, then exit.
+        #[arg(long, required = true)]
+        once: bool,
+    },
+    /// Preflight: connection, table shapes, rights; one line per finding.
+    Check {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Print the SQL objects and grants the healer needs, for a DBA.
+    Sql,
+    /// Print the effective configuration (secrets redacted) and where each value came from.
+    Config,
+    /// Create the fill procedure in the store's schema (SQL Server procedure mode).
+    Install,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Why a command stopped short, and the exit code that says so.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error("{0}")]
+    Config(#[from] config::ConfigError),
+    #[error("{0}")]
+    Db(#[from] DbError),
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Config(_) => EXIT_USAGE,
+            Failure::Db(_) | Failure::Other(_) => EXIT_INCOMPLETE,
+        }
+    }
+}
+
+/// Parses the command line and runs the command; what `main` calls.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("gap-healer: {failure}");
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> Result<u8, Failure> {
+    let need = match cli.command {
+        Command::Sql => Need::EngineOnly,
+        _ => Need::Connection,
+    };
+    let settings = config::load(&cli.config, std::env::vars(), need)?;
+    match cli.command {
+        Command::Config => {
+            print!("{}", settings.to_toml());
+            return Ok(EXIT_OK);
+        }
+        Command::Sql => {
+            print!(
+                "{}",
+                engine::setup_sql(settings.engine, &settings.store.schema)
+            );
+            return Ok(EXIT_OK);
+        }
+        _ => {}
+    }
+    telemetry::init_logging(settings.log_format, &settings.log_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        match settings.engine {
+            EngineKind::Postgres => {
+                let engine = Arc::new(engine::postgres::PostgresEngine::new(&settings.store)?);
+                dispatch(engine, &settings, cli.command).await
+            }
+            EngineKind::Mssql => Err(Failure::Db(DbError::permanent(
+                "the SQL Server engine is not in this build yet",
+            ))),
+        }
+    })
+}
+
+async fn dispatch<E: Engine>(
+    engine: Arc<E>,
+    settings: &Settings,
+    command: Command,
+) -> Result<u8, Failure> {
+    match command {
+        Command::Run => run_daemon(engine, settings).await,
+        Command::Scan { format } => scan(engine, settings, format).await,
+        Command::Heal { .. } => heal_once(engine, settings).await,
+        Command::Check { format } => check(engine, settings, format).await,
+        Command::Install => install(engine, settings).await,
+        Command::Sql | Command::Config => unreachable!("handled before connecting"),
+    }
+}
+
+async fn run_daemon<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, Failure> {
+    let stop = crate::shutdown::on_signal()
+        .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
+    let metrics = telemetry::install_metrics()?;
+    let health = Health::new(settings.poll_interval, settings.lock_timeout);
+    let (addr, server) =
+        telemetry::bind(settings.metrics_addr, metrics, health.clone(), stop.clone()).await?;
+    info!(
+        addr = %addr,
+        engine = %settings.engine,
+        schema = %settings.store.schema,
+        gap_timeout = %humantime::format_duration(settings.gap_timeout),
+        poll_interval = %humantime::format_duration(settings.poll_interval),
+        dry_run = settings.dry_run,
+        "gap-healer listening on {addr}"
+    );
+    let server = tokio::spawn(server);
+    let leader = Leader::always();
+    if settings.leader_election {
+        info!("leader election is not available in this build: filling as the only healer of this store");
+    }
+    Healer::new(engine, Options::from(settings), leader, health)
+        .run(stop.clone())
+        .await;
+    stop.cancel();
+    match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),
+        Err(_) => tracing::warn!("metrics server did not stop in time"),
+        _ => {}
+    }
+    Ok(EXIT_OK)
+}
+
+/// A progress bar on stderr when it is a terminal, hidden otherwise.
+fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {pos}/{len} positions ({per_sec}, eta {eta})",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    bar.set_message(what.to_string());
+    bar
+}
+
+async fn scan_all<E: Engine>(
+    healer: &mut Healer<E>,
+    stop: &CancellationToken,
+) -> Result<crate::healer::Start, Failure> {
+    let start = healer.begin().await?;
+    let bar = progress((start.head - start.after).max(0) as u64, "scanning");
+    healer
+        .scan_to_head(stop, |examined| {
+            bar.set_position((examined - start.after).max(0) as u64)
+        })
+        .await?;
+    bar.finish_and_clear();
+    Ok(start)
+}
+
+fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Settings) -> Healer<E> {
+    let health = Health::new(settings.poll_interval, settings.lock_timeout);
+    Healer::new(engine, Options::from(settings), Leader::always(), health)
+}
+
+async fn scan<E: Engine>(
+    engine: Arc<E>,
+    settings: &Settings,
+    format: Format,
+) -> Result<u8, Failure> {
+    let stop = CancellationToken::new();
+    let mut healer = one_shot_healer(engine, settings);
+    let start = scan_all(&mut healer, &stop).await?;
+    let holes: Vec<_> = healer.tracker().ranges();
+    let positions: u64 = holes.iter().map(|r| r.width()).sum();
+    let head = healer.examined().unwrap_or(start.head);
+    match format {
+        Format::Json => {
+            let report = serde_json::json!({
+                "from": start.after + 1,
+                "head": head,
+                "holes": holes.iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
+                "hole_count": holes.len(),
+                "positions": positions,
+            });
+            println!("{report}");
+        }
+        Format::Text => {
+            println!(
+                "{} hole{} ({} missing position{}) between {} and the head {}",
+                holes.len(),
+                if holes.len() == 1 { "" } else { "s" },
+                positions,
+                if positions == 1 { "" } else { "s" },
+                start.after + 1,
+                head
+            );
+            for r in &holes {
+                println!(
+                    "  {r:<24} {:>10} position{}",
+                    r.width(),
+                    if r.width() == 1 { "" } else { "s" }
+                );
+            }
+        }
+    }
+    Ok(if holes.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_HOLES_FOUND
+    })
+}
+
+async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, Failure> {
+    let stop = crate::shutdown::on_signal()
+        .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
+    let mut healer = one_shot_healer(engine, settings);
+    scan_all(&mut healer, &stop).await?;
+    let stats = healer.tracker().stats();
+    if stats.holes == 0 {
+        println!("no holes: nothing to fill");
+        return Ok(EXIT_OK);
+    }
+    if let Some(due) = healer.tracker().next_due() {
+        let wait = due.saturating_duration_since(tokio::time::Instant::now());
+        eprintln!(
+            "found {} hole(s), {} position(s); waiting {} (gap_timeout) before filling",
+            stats.holes,
+            stats.positions,
+            humantime::format_duration(std::time::Duration::from_millis(wait.as_millis() as u64))
+        );
+        tokio::select! {
+            _ = tokio::time::sleep_until(due) => {}
+            _ = stop.cancelled() => return Ok(EXIT_OK),
+        }
+    }
+    let bar = progress(stats.positions, "filling");
+    let report = healer.fill_due(&stop).await;
+    bar.finish_and_clear();
+    let left = healer.tracker().stats();
+    let verb = if settings.dry_run {
+        "dry run: would have filled"
+    } else {
+        "filled"
+    };
+    let filled = if settings.dry_run {
+        stats.positions
+    } else {
+        report.tombstones
+    };
+    println!(
+        "{verb} {filled} position(s) in {} statement(s); {} refused because an append committed, {} because an open transaction holds a position, {} error(s); {} position(s) in {} hole(s) left",
+        report.statements, report.committed, report.held, report.errors, left.positions, left.holes
+    );
+    Ok(if report.errors > 0 {
+        EXIT_INCOMPLETE
+    } else {
+        EXIT_OK
+    })
+}
+
+async fn check<E: Engine>(
+    engine: Arc<E>,
+    settings: &Settings,
+    format: Format,
+) -> Result<u8, Failure> {
+    let mut findings = vec![engine::Finding::pass(
+        "configuration",
+        format!(
+            "engine {}, schema {}, gap_timeout {}, lock_timeout {}, connection {}",
+            settings.engine,
+            settings.store.schema,
+            humantime::format_duration(settings.gap_timeout),
+            humantime::format_duration(settings.lock_timeout),
+            settings.store.connection_string.redacted()
+        ),
+    )];
+    match engine.preflight().await {
+        Ok(more) => findings.extend(more),
+        Err(e) => findings.push(engine::Finding::fail("connect", e.message)),
+    }
+    let failed = findings.iter().filter(|f| !f.ok).count();
+    match format {
+        Format::Json => println!(
+            "{}",
+            serde_json::json!({ "ok": failed == 0, "findings": findings })
+        ),
+        Format::Text => {
+            for f in &findings {
+                println!(
+                    "{} {:<26} {}",
+                    if f.ok { "ok  " } else { "FAIL" },
+                    f.what,
+                    f.detail
+                );
+            }
+            println!(
+                "{}",
+                if failed == 0 {
+                    "all checks passed".to_string()
+                } else {
+                    format!("{failed} check(s) failed")
+                }
+            );
+        }
+    }
+    Ok(if failed == 0 {
+        EXIT_OK
+    } else {
+        EXIT_INCOMPLETE
+    })
+}
+
+async fn install<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, Failure> {
+    let done = engine.install().await?;
+    println!("{done}");
+    let _ = settings;
+    Ok(EXIT_OK)
+}

@@ -48,13 +48,26 @@ impl PosRange {
     pub fn halves(&self) -> Option<(PosRange, PosRange)> {
         (self.start < self.end).then(|| {
             let mid = self.start + (self.end - self.start) / 2;
-            (PosRange { start: self.start, end: mid }, PosRange { start: mid + 1, end: self.end })
+            (
+                PosRange {
+                    start: self.start,
+                    end: mid,
+                },
+                PosRange {
+                    start: mid + 1,
+                    end: self.end,
+                },
+            )
         })
     }
 
     /// This range without the given positions (any order, duplicates allowed).
     pub fn without(&self, positions: &[i64]) -> Vec<PosRange> {
-        let mut inside: Vec<i64> = positions.iter().copied().filter(|p| self.contains(*p)).collect();
+        let mut inside: Vec<i64> = positions
+            .iter()
+            .copied()
+            .filter(|p| self.contains(*p))
+            .collect();
         inside.sort_unstable();
         inside.dedup();
         let mut out = Vec::with_capacity(inside.len() + 1);
@@ -150,12 +163,20 @@ impl Tracker {
     pub fn observe(&mut self, range: PosRange, now: Instant, gap_timeout: Duration) {
         let mut pieces = vec![range];
         for h in self.overlapping(range) {
-            pieces = pieces.iter().flat_map(|p| p.without_range(h.range)).collect();
+            pieces = pieces
+                .iter()
+                .flat_map(|p| p.without_range(h.range))
+                .collect();
         }
         for r in pieces {
             self.holes.insert(
                 r.start,
-                Hole { range: r, first_seen: now, not_before: now + gap_timeout, retries: 0 },
+                Hole {
+                    range: r,
+                    first_seen: now,
+                    not_before: now + gap_timeout,
+                    retries: 0,
+                },
             );
         }
     }
@@ -193,14 +214,23 @@ impl Tracker {
             let r = PosRange { start, end };
             self.holes.insert(
                 start,
-                Hole { range: r, not_before: at.max(h.not_before), retries: h.retries + 1, ..h },
+                Hole {
+                    range: r,
+                    not_before: at.max(h.not_before),
+                    retries: h.retries + 1,
+                    ..h
+                },
             );
         }
     }
 
     /// Holes whose fill may be tried at `now`, lowest first.
     pub fn due(&self, now: Instant) -> Vec<Hole> {
-        self.holes.values().filter(|h| h.not_before <= now).copied().collect()
+        self.holes
+            .values()
+            .filter(|h| h.not_before <= now)
+            .copied()
+            .collect()
     }
 
     /// The earliest moment any tracked hole comes due.
@@ -240,10 +270,13 @@ impl PosRange {
         if !self.overlaps(&other) {
             return vec![*self];
         }
-        [PosRange::new(self.start, other.start - 1), PosRange::new(other.end + 1, self.end)]
-            .into_iter()
-            .flatten()
-            .collect()
+        [
+            PosRange::new(self.start, other.start - 1),
+            PosRange::new(other.end + 1, self.end),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
@@ -260,7 +293,9 @@ mod tests {
     }
 
     fn positions(t: &Tracker) -> BTreeSet<i64> {
-        t.holes().flat_map(|h| h.range.start..=h.range.end).collect()
+        t.holes()
+            .flat_map(|h| h.range.start..=h.range.end)
+            .collect()
     }
 
     #[test]
@@ -279,7 +314,9 @@ mod tests {
         t.observe(r(10, 20), now, T);
         t.remove_positions(&[15, 10, 16]);
         assert_eq!(t.ranges(), vec![r(11, 14), r(17, 20)]);
-        assert!(t.holes().all(|h| h.first_seen == now && h.not_before == now + T));
+        assert!(t
+            .holes()
+            .all(|h| h.first_seen == now && h.not_before == now + T));
     }
 
     #[test]
@@ -289,8 +326,12 @@ mod tests {
         t.observe(r(10, 20), early, T);
         let later = early + Duration::from_secs(3);
         t.observe(r(5, 25), later, T);
-        let by_start: Vec<(PosRange, Instant)> = t.holes().map(|h| (h.range, h.first_seen)).collect();
-        assert_eq!(by_start, vec![(r(5, 9), later), (r(10, 20), early), (r(21, 25), later)]);
+        let by_start: Vec<(PosRange, Instant)> =
+            t.holes().map(|h| (h.range, h.first_seen)).collect();
+        assert_eq!(
+            by_start,
+            vec![(r(5, 9), later), (r(10, 20), early), (r(21, 25), later)]
+        );
     }
 
     #[test]
@@ -301,7 +342,10 @@ mod tests {
         assert!(t.due(now + T - Duration::from_millis(1)).is_empty());
         assert_eq!(t.due(now + T).len(), 1);
         t.defer(r(2, 2), now + T * 2);
-        assert_eq!(t.due(now + T).iter().map(|h| h.range).collect::<Vec<_>>(), vec![r(1, 1), r(3, 3)]);
+        assert_eq!(
+            t.due(now + T).iter().map(|h| h.range).collect::<Vec<_>>(),
+            vec![r(1, 1), r(3, 3)]
+        );
         assert_eq!(t.next_due(), Some(now + T));
         assert_eq!(t.due(now + T * 2).len(), 3);
         assert_eq!(t.holes().find(|h| h.range == r(2, 2)).unwrap().retries, 1);
@@ -309,7 +353,10 @@ mod tests {
 
     #[test]
     fn runs_and_without() {
-        assert_eq!(PosRange::runs(&[1, 2, 3, 5, 7, 8]), vec![r(1, 3), r(5, 5), r(7, 8)]);
+        assert_eq!(
+            PosRange::runs(&[1, 2, 3, 5, 7, 8]),
+            vec![r(1, 3), r(5, 5), r(7, 8)]
+        );
         assert_eq!(r(1, 10).without(&[1, 5, 10, 42]), vec![r(2, 4), r(6, 9)]);
         assert_eq!(r(1, 1).without(&[1]), vec![]);
         assert_eq!(r(1, 10).halves(), Some((r(1, 5), r(6, 10))));

@@ -1,1 +1,737 @@
-//! (being written)
+//! The healer: scan for new rows, track holes, fill the ones that are due.
+//!
+//! One [`Healer`] serves one store. Its steps are public so `heal --once`,
+//! `scan` and the tests drive them one at a time; [`Healer::run`] is the
+//! daemon loop that strings them together until shutdown.
+//!
+//! Architecture invariants:
+//! - A scan only ever reads above `examined` (the highest committed position it
+//!   has read), so an idle poll costs one index probe whatever the table size.
+//! - A hole is tried no earlier than `gap_timeout` after it was first seen, and
+//!   only below `examined`: the tail above the head is never a hole.
+//! - Nothing is written in dry-run mode or while [`Leader::is_leader`] is false;
+//!   leadership is checked before every fill statement.
+//! - A refused fill is split, never retried whole, so every cycle makes progress.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::backoff::Backoff;
+use crate::config::{Settings, StartFrom};
+use crate::engine::{DbError, DbResult, Engine, FillOutcome};
+use crate::gaps::{Hole, PosRange, Tracker};
+use crate::leader::Leader;
+use crate::plan::{self, AfterRefusal};
+use crate::telemetry::{self as t, Health};
+
+/// Pages read per scan step before the loop lets fills and metrics run.
+const MAX_PAGES_PER_STEP: usize = 50;
+/// How long shutdown waits for a fill in flight before abandoning it (it then
+/// rolls back with its connection).
+pub const DRAIN_DEADLINE: Duration = Duration::from_millis(1500);
+/// Checkpoints are re-read at most this often (for lag metrics only).
+const CHECKPOINT_REFRESH: Duration = Duration::from_secs(5);
+
+/// The healer's knobs, taken from [`Settings`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub gap_timeout: Duration,
+    pub poll_interval: Duration,
+    pub lock_timeout: Duration,
+    pub scan_page_size: u32,
+    pub start_from: StartFrom,
+    pub lookback: u64,
+    pub dry_run: bool,
+}
+
+impl From<&Settings> for Options {
+    fn from(s: &Settings) -> Self {
+        Options {
+            gap_timeout: s.gap_timeout,
+            poll_interval: s.poll_interval,
+            lock_timeout: s.lock_timeout,
+            scan_page_size: s.scan_page_size,
+            start_from: s.start_from,
+            lookback: s.lookback,
+            dry_run: s.dry_run,
+        }
+    }
+}
+
+/// Where the scan started and how far it has to go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Start {
+    /// The first position examined is `after + 1`.
+    pub after: i64,
+    /// The head when the scan started (`after` for an empty table).
+    pub head: i64,
+}
+
+/// What one scan step read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanStep {
+    pub rows: u64,
+    pub new_holes: usize,
+    /// The step reached the head.
+    pub caught_up: bool,
+}
+
+/// What one fill step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FillReport {
+    pub statements: u64,
+    pub tombstones: u64,
+    pub committed: u64,
+    pub held: u64,
+    pub errors: u64,
+}
+
+pub struct Healer<E: Engine> {
+    engine: Arc<E>,
+    opts: Options,
+    leader: Leader,
+    health: Arc<Health>,
+    tracker: Tracker,
+    /// Highest committed position read so far; `None` before [`Healer::begin`].
+    examined: Option<i64>,
+    last_checkpoints: Option<Instant>,
+}
+
+impl<E: Engine> Healer<E> {
+    pub fn new(engine: Arc<E>, opts: Options, leader: Leader, health: Arc<Health>) -> Self {
+        Healer {
+            engine,
+            opts,
+            leader,
+            health,
+            tracker: Tracker::new(),
+            examined: None,
+            last_checkpoints: None,
+        }
+    }
+
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    pub fn examined(&self) -> Option<i64> {
+        self.examined
+    }
+
+    /// Resolves `start_from` against the store. Idempotent.
+    pub async fn begin(&mut self) -> DbResult<Start> {
+        let floor = self.engine.identity_floor().await?;
+        let head = self.engine.head().await?;
+        let head_or_floor = head.unwrap_or(floor - 1);
+        let after = match self.opts.start_from {
+            StartFrom::Head => head_or_floor,
+            StartFrom::Position(p) => p - 1,
+            StartFrom::Checkpoints => {
+                let checkpoints = self.engine.checkpoints().await?;
+                if checkpoints.is_empty() {
+                    head_or_floor.saturating_sub(self.opts.lookback as i64)
+                } else {
+                    // A checkpoint is the last position handled: the next one may be a hole.
+                    // A checkpoint without a position has handled nothing yet.
+                    checkpoints
+                        .iter()
+                        .map(|c| c.position.unwrap_or(floor - 1))
+                        .min()
+                        .unwrap_or(head_or_floor)
+                }
+            }
+        };
+        let after = after.max(floor - 1);
+        if self.examined.is_none() {
+            self.examined = Some(after);
+            info!(
+                from = after + 1,
+                head = head_or_floor,
+                start_from = %self.opts.start_from,
+                "scan starts"
+            );
+        }
+        Ok(Start {
+            after: self.examined.unwrap_or(after),
+            head: head_or_floor.max(after),
+        })
+    }
+
+    /// Re-checks tracked holes (committed since?) and reads up to
+    /// [`MAX_PAGES_PER_STEP`] pages of new rows.
+    pub async fn scan_step(&mut self) -> DbResult<ScanStep> {
+        if self.examined.is_none() {
+            self.begin().await?;
+        }
+        let started = std::time::Instant::now();
+        if !self.tracker.is_empty() {
+            let probe = self.engine.probe(&self.tracker.ranges()).await?;
+            self.tracker.remove_positions(&probe.committed);
+        }
+        let mut step = ScanStep::default();
+        for _ in 0..MAX_PAGES_PER_STEP {
+            let after = self.examined.unwrap_or_default();
+            let page = self.engine.scan(after, self.opts.scan_page_size).await?;
+            let now = Instant::now();
+            for hole in &page.holes {
+                debug!(hole = %hole, width = hole.width(), "hole seen");
+                self.tracker.observe(*hole, now, self.opts.gap_timeout);
+            }
+            step.rows += page.rows;
+            step.new_holes += page.holes.len();
+            self.examined = Some(page.high.max(after));
+            if page.rows < u64::from(self.opts.scan_page_size) {
+                step.caught_up = true;
+                break;
+            }
+        }
+        metrics::histogram!(t::SCAN_DURATION).record(started.elapsed().as_secs_f64());
+        self.health.scan_completed();
+        Ok(step)
+    }
+
+    /// Scans until the head is reached, calling `progress(examined)` after each step.
+    pub async fn scan_to_head(
+        &mut self,
+        stop: &CancellationToken,
+        mut progress: impl FnMut(i64),
+    ) -> DbResult<()> {
+        loop {
+            let step = self.scan_step().await?;
+            progress(self.examined.unwrap_or_default());
+            if step.caught_up || stop.is_cancelled() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Tries every hole that is due, unless in dry-run mode or not the leader.
+    pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
+        let mut report = FillReport::default();
+        let now = Instant::now();
+        let due = self.tracker.due(now);
+        if due.is_empty() {
+            return report;
+        }
+        if self.opts.dry_run {
+            for hole in due {
+                info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
+                self.tracker.defer(
+                    hole.range,
+                    now + self.opts.gap_timeout.max(Duration::from_secs(60)),
+                );
+            }
+            return report;
+        }
+        if !self.leader.is_leader() {
+            return report;
+        }
+        // Fresh look at the due ranges: what committed since, and (SQL Server)
+        // which positions an open append holds right now.
+        let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
+        let probe = match self.engine.probe(&ranges).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.db_error("probe", &e);
+                for hole in &due {
+                    self.defer_after_error(hole);
+                }
+                report.errors += 1;
+                return report;
+            }
+        };
+        self.tracker.remove_positions(&probe.committed);
+        for hole in due {
+            if stop.is_cancelled() {
+                break;
+            }
+            self.fill_hole(hole, &probe.committed, &probe.in_flight, stop, &mut report)
+                .await;
+        }
+        report
+    }
+
+    async fn fill_hole(
+        &mut self,
+        hole: Hole,
+        committed: &[i64],
+        in_flight: &[i64],
+        stop: &CancellationToken,
+        report: &mut FillReport,
+    ) {
+        let head = self.examined.unwrap_or(i64::MIN);
+        let max_rows = self.engine.max_fill_rows();
+        let mut excluded: Vec<i64> = committed.to_vec();
+        excluded.extend_from_slice(in_flight);
+        for p in in_flight.iter().filter(|p| hole.range.contains(**p)) {
+            debug!(
+                position = p,
+                "an open append holds this position; not trying it"
+            );
+            self.defer_held(&hole, PosRange::single(*p));
+        }
+        let mut queue = plan::pieces(hole.range, &excluded, max_rows);
+        queue.reverse();
+        while let Some(range) = queue.pop() {
+            if stop.is_cancelled() || !self.leader.is_leader() {
+                return;
+            }
+            if range.end >= head {
+                // Unreachable by construction (holes lie between committed rows);
+                // checked anyway because filling at or above the head would
+                // move SQL Server's identity seed.
+                error!(range = %range, head, "refusing to fill at or above the head");
+                self.tracker.remove(range);
+                continue;
+            }
+            let lock_timeout = plan::lock_timeout_for(range, self.opts.lock_timeout);
+            let started = std::time::Instant::now();
+            let outcome = self.engine.fill(range, lock_timeout).await;
+            let ms = started.elapsed().as_millis() as u64;
+            report.statements += 1;
+            match outcome {
+                Ok(FillOutcome::Filled { rows }) => {
+                    info!(range = %range, rows, ms, outcome = "filled", "filled hole with tombstones");
+                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled").increment(1);
+                    metrics::counter!(t::TOMBSTONES_INSERTED).increment(rows);
+                    report.tombstones += rows;
+                    self.tracker.remove(range);
+                }
+                Ok(FillOutcome::Committed) => {
+                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "committed").increment(1);
+                    report.committed += 1;
+                    let found = match self.engine.probe(&[range]).await {
+                        Ok(p) => p.committed,
+                        Err(e) => {
+                            self.db_error("probe", &e);
+                            self.defer_after_error(&Hole { range, ..hole });
+                            continue;
+                        }
+                    };
+                    info!(range = %range, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
+                    self.tracker.remove_positions(&found);
+                    self.requeue(
+                        plan::after_committed(range, &found, max_rows),
+                        &hole,
+                        &mut queue,
+                    );
+                }
+                Ok(outcome @ (FillOutcome::Held | FillOutcome::Busy)) => {
+                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
+                    report.held += 1;
+                    if outcome == FillOutcome::Busy {
+                        info!(range = %range, ms, outcome = "busy", "another healer holds the tombstone stream; retrying later");
+                        self.tracker
+                            .defer(range, Instant::now() + self.opts.poll_interval);
+                        continue;
+                    }
+                    let level = if range.width() == 1 { "held" } else { "probe" };
+                    debug!(range = %range, ms, outcome = level, "a position is locked by an open transaction");
+                    match plan::after_held(range) {
+                        AfterRefusal::Defer(p) => {
+                            info!(
+                                position = p.start,
+                                ms,
+                                outcome = "held",
+                                "an open append holds this position; retrying later"
+                            );
+                            self.defer_held(&hole, p);
+                        }
+                        retry => self.requeue(retry, &hole, &mut queue),
+                    }
+                }
+                Err(e) => {
+                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "error").increment(1);
+                    report.errors += 1;
+                    self.db_error("fill", &e);
+                    warn!(range = %range, ms, outcome = "error", error = %e, "fill failed; retrying later");
+                    self.defer_after_error(&Hole { range, ..hole });
+                    // Whatever broke (connection, rights) will break the rest too.
+                    for rest in queue.drain(..) {
+                        self.defer_after_error(&Hole {
+                            range: rest,
+                            ..hole
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn requeue(&mut self, after: AfterRefusal, hole: &Hole, queue: &mut Vec<PosRange>) {
+        match after {
+            AfterRefusal::Retry(mut pieces) => {
+                pieces.reverse();
+                queue.extend(pieces);
+            }
+            AfterRefusal::Defer(p) => self.defer_held(hole, p),
+        }
+    }
+
+    fn defer_held(&mut self, hole: &Hole, range: PosRange) {
+        let delay = plan::retry_delay(
+            hole.retries,
+            self.opts.poll_interval,
+            self.opts.lock_timeout.max(Duration::from_secs(2)),
+        );
+        self.tracker.defer(range, Instant::now() + delay);
+    }
+
+    fn defer_after_error(&mut self, hole: &Hole) {
+        let delay = plan::retry_delay(
+            hole.retries,
+            self.opts.poll_interval.max(Duration::from_millis(500)),
+            Duration::from_secs(30),
+        );
+        self.tracker.defer(hole.range, Instant::now() + delay);
+    }
+
+    fn db_error(&self, operation: &'static str, e: &DbError) {
+        metrics::counter!(t::DB_ERRORS, "operation" => operation).increment(1);
+        if e.is_transient() {
+            self.health.db_failed();
+        }
+    }
+
+    /// Refreshes the checkpoint lag gauges, at most every few seconds.
+    async fn checkpoint_lag(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_checkpoints
+            .is_some_and(|t| now.duration_since(t) < CHECKPOINT_REFRESH)
+        {
+            return;
+        }
+        self.last_checkpoints = Some(now);
+        let Some(head) = self.examined else { return };
+        match self.engine.checkpoints().await {
+            Ok(rows) => {
+                for c in rows {
+                    let lag = c.position.map_or(head, |p| head - p);
+                    metrics::gauge!(t::CHECKPOINT_LAG, "checkpoint" => c.id).set(lag as f64);
+                }
+            }
+            Err(e) => {
+                self.db_error("checkpoints", &e);
+                debug!(error = %e, "cannot read checkpoints");
+            }
+        }
+    }
+
+    /// Publishes the tracker's figures.
+    pub fn publish(&self) {
+        let stats = self.tracker.stats();
+        let now = Instant::now();
+        metrics::gauge!(t::OPEN_GAPS).set(stats.holes as f64);
+        metrics::gauge!(t::OPEN_GAP_POSITIONS).set(stats.positions as f64);
+        let age = stats
+            .oldest_first_seen
+            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        metrics::gauge!(t::OLDEST_GAP_AGE).set(age);
+        metrics::gauge!(t::LEADER).set(if self.leader.is_leader() { 1.0 } else { 0.0 });
+        if let Some(head) = self.examined {
+            metrics::gauge!(t::HEAD_POSITION).set(head as f64);
+            let watermark = stats.lowest.map_or(head, |low| low - 1);
+            metrics::gauge!(t::WATERMARK_POSITION).set(watermark as f64);
+        }
+    }
+
+    /// The daemon loop: poll every `poll_interval`, fill each hole the moment
+    /// it comes due, back off on database errors, stop on `stop`.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut backoff = Backoff::new(
+            self.opts.poll_interval.max(Duration::from_millis(200)),
+            Duration::from_secs(30),
+        );
+        let mut next_poll = Instant::now();
+        let mut was_leader = self.leader.is_leader();
+        loop {
+            self.health.loop_turned();
+            let wake = match self.tracker.next_due() {
+                Some(due) if self.leader.is_leader() || self.opts.dry_run => due.min(next_poll),
+                _ => next_poll,
+            };
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = self.leader.changed() => {}
+            }
+            let is_leader = self.leader.is_leader();
+            if is_leader != was_leader {
+                info!(leader = is_leader, "leadership changed");
+                was_leader = is_leader;
+            }
+            if Instant::now() >= next_poll {
+                let result = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = self.scan_step() => r,
+                };
+                match result {
+                    Ok(step) => {
+                        if backoff.attempts() > 0 {
+                            info!("database reachable again");
+                        }
+                        backoff.reset();
+                        // Behind (a backfill): go on at once instead of waiting a poll.
+                        next_poll = if step.caught_up {
+                            Instant::now() + self.opts.poll_interval
+                        } else {
+                            Instant::now()
+                        };
+                        self.checkpoint_lag().await;
+                    }
+                    Err(e) => {
+                        self.db_error(
+                            if self.examined.is_none() {
+                                "start"
+                            } else {
+                                "scan"
+                            },
+                            &e,
+                        );
+                        let delay = backoff.next_delay();
+                        if e.is_transient() {
+                            warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed");
+                        } else {
+                            error!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed; this needs a change in the database (run `gap-healer check`)");
+                        }
+                        next_poll = Instant::now() + delay;
+                        self.publish();
+                        continue;
+                    }
+                }
+            }
+            let drained = {
+                let fill = self.fill_due(&stop);
+                tokio::pin!(fill);
+                tokio::select! {
+                    _ = &mut fill => true,
+                    _ = async { stop.cancelled().await; tokio::time::sleep(DRAIN_DEADLINE).await } => false,
+                }
+            };
+            if !drained {
+                warn!("shutdown deadline: abandoning the fill in flight (it rolls back)");
+                break;
+            }
+            self.publish();
+        }
+        self.publish();
+        info!("healer stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The loop's timing rules under a paused clock, against an in-memory
+    //! model of a store. This is a unit test of scheduling logic only: the
+    //! database behaviour is proven against real PostgreSQL in tests/.
+    use super::*;
+    use crate::engine::{Checkpoint, EngineKind, Finding, Probe, ScanPage};
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Model {
+        committed: BTreeSet<i64>,
+        held: BTreeSet<i64>,
+        filled: Vec<(PosRange, Instant)>,
+        scans: Vec<i64>,
+    }
+
+    struct Fake(Mutex<Model>);
+
+    impl Engine for Fake {
+        fn kind(&self) -> EngineKind {
+            EngineKind::Postgres
+        }
+        fn max_fill_rows(&self) -> u64 {
+            4_000
+        }
+        async fn identity_floor(&self) -> DbResult<i64> {
+            Ok(1)
+        }
+        async fn head(&self) -> DbResult<Option<i64>> {
+            Ok(self.0.lock().unwrap().committed.last().copied())
+        }
+        async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
+            Ok(vec![])
+        }
+        async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
+            let mut m = self.0.lock().unwrap();
+            m.scans.push(after);
+            let rows: Vec<i64> = m
+                .committed
+                .range(after + 1..)
+                .take(limit as usize)
+                .copied()
+                .collect();
+            let mut prev = after;
+            let mut holes = vec![];
+            for &p in &rows {
+                if let Some(h) = PosRange::new(prev + 1, p - 1) {
+                    holes.push(h);
+                }
+                prev = p;
+            }
+            Ok(ScanPage {
+                holes,
+                high: prev,
+                rows: rows.len() as u64,
+            })
+        }
+        async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
+            let m = self.0.lock().unwrap();
+            let committed = ranges
+                .iter()
+                .flat_map(|r| m.committed.range(r.start..=r.end).copied())
+                .collect();
+            Ok(Probe {
+                committed,
+                in_flight: vec![],
+            })
+        }
+        async fn fill(&self, range: PosRange, _lock_timeout: Duration) -> DbResult<FillOutcome> {
+            let mut m = self.0.lock().unwrap();
+            if m.committed.range(range.start..=range.end).next().is_some() {
+                return Ok(FillOutcome::Committed);
+            }
+            if m.held.range(range.start..=range.end).next().is_some() {
+                return Ok(FillOutcome::Held);
+            }
+            m.committed.extend(range.start..=range.end);
+            m.filled.push((range, Instant::now()));
+            Ok(FillOutcome::Filled {
+                rows: range.width(),
+            })
+        }
+        async fn preflight(&self) -> DbResult<Vec<Finding>> {
+            Ok(vec![])
+        }
+    }
+
+    fn opts() -> Options {
+        Options {
+            gap_timeout: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(250),
+            lock_timeout: Duration::from_secs(2),
+            scan_page_size: 100,
+            start_from: StartFrom::Position(1),
+            lookback: 0,
+            dry_run: false,
+        }
+    }
+
+    fn healer(committed: impl IntoIterator<Item = i64>, o: Options) -> (Arc<Fake>, Healer<Fake>) {
+        let fake = Arc::new(Fake(Mutex::new(Model {
+            committed: committed.into_iter().collect(),
+            ..Default::default()
+        })));
+        let h = Healer::new(
+            fake.clone(),
+            o,
+            Leader::always(),
+            Health::new(Duration::from_millis(250), Duration::from_secs(2)),
+        );
+        (fake, h)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fills_exactly_at_gap_timeout_not_before() {
+        let (fake, h) = healer([1, 2, 4, 5], opts());
+        let start = Instant::now();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(4_990)).await;
+        assert!(
+            fake.0.lock().unwrap().filled.is_empty(),
+            "filled before gap_timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let filled = fake.0.lock().unwrap().filled.clone();
+        assert_eq!(filled.len(), 1);
+        assert_eq!(filled[0].0, PosRange::single(3));
+        // Scheduled on the due time itself, not on the next poll tick.
+        assert_eq!(filled[0].1.duration_since(start), Duration::from_secs(5));
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_polls_read_only_above_the_head() {
+        let (fake, h) = healer(1..=1_000, opts());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop.cancel();
+        task.await.unwrap();
+        let scans = fake.0.lock().unwrap().scans.clone();
+        // 10 pages to reach the head, then every poll starts at the head.
+        assert!(scans.len() >= 10 + 10, "{}", scans.len());
+        assert!(scans[10..].iter().all(|&after| after == 1_000), "{scans:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_position_is_left_and_retried_until_released() {
+        let (fake, h) = healer([1, 10_002], opts());
+        fake.0.lock().unwrap().held.insert(5_000);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(5_100)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            let filled: u64 = m.filled.iter().map(|(r, _)| r.width()).sum();
+            assert_eq!(filled, 9_999);
+            assert!(!m.committed.contains(&5_000));
+        }
+        fake.0.lock().unwrap().held.clear();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            fake.0.lock().unwrap().committed.contains(&5_000),
+            "released position filled on a later cycle"
+        );
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_and_followers_never_fill() {
+        let mut o = opts();
+        o.dry_run = true;
+        let (fake, h) = healer([1, 3], o);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(fake.0.lock().unwrap().filled.is_empty());
+        stop.cancel();
+        task.await.unwrap();
+
+        let fake = Arc::new(Fake(Mutex::new(Model {
+            committed: [1, 3].into(),
+            ..Default::default()
+        })));
+        let (tx, follower) = Leader::channel();
+        let h = Healer::new(
+            fake.clone(),
+            opts(),
+            follower,
+            Health::new(Duration::from_millis(250), Duration::from_secs(2)),
+        );
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(fake.0.lock().unwrap().filled.is_empty());
+        tx.set(true);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            fake.0.lock().unwrap().filled.len(),
+            1,
+            "a new leader fills what is due at once"
+        );
+        stop.cancel();
+        task.await.unwrap();
+    }
+}

@@ -174,25 +174,37 @@ fn value_end(s: &str) -> usize {
 /// Byte range of `user:pass` in a `scheme://user:pass@host` URL.
 fn url_userinfo(raw: &str) -> Option<(usize, usize)> {
     let scheme_end = raw.find("://")?;
-    if !raw[..scheme_end].chars().all(|c| c.is_ascii_alphanumeric() || c == '+') {
+    if !raw[..scheme_end]
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    {
         return None;
     }
     let start = scheme_end + 3;
-    let authority_end = raw[start..].find(['/', '?', '#']).map_or(raw.len(), |i| start + i);
+    let authority_end = raw[start..]
+        .find(['/', '?', '#'])
+        .map_or(raw.len(), |i| start + i);
     let at = raw[start..authority_end].rfind('@')? + start;
     Some((start, at))
 }
 
 fn redact_url(raw: &str) -> Option<String> {
     let scheme_end = raw.find("://")?;
-    if !raw[..scheme_end].chars().all(|c| c.is_ascii_alphanumeric() || c == '+') {
+    if !raw[..scheme_end]
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    {
         return None;
     }
     let mut out = match url_userinfo(raw) {
         Some((start, at)) => {
             let userinfo = &raw[start..at];
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') { format!("{user}:{MASK}") } else { user.to_string() };
+            let masked = if userinfo.contains(':') {
+                format!("{user}:{MASK}")
+            } else {
+                user.to_string()
+            };
             format!("{}{}{}", &raw[..start], masked, &raw[at..])
         }
         None => raw.to_string(),
@@ -203,7 +215,9 @@ fn redact_url(raw: &str) -> Option<String> {
         let query = query
             .split('&')
             .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if SECRET_KEYS.contains(&k.to_ascii_lowercase().as_str()) => format!("{k}={MASK}"),
+                Some((k, _)) if SECRET_KEYS.contains(&k.to_ascii_lowercase().as_str()) => {
+                    format!("{k}={MASK}")
+                }
                 _ => kv.to_string(),
             })
             .collect::<Vec<_>>()
@@ -223,7 +237,10 @@ mod tests {
         let cs = ConnectionString::new(
             "Server=tcp:db,1433;Database=es;User Id=app;Password=s3cr3t;Encrypt=true",
         );
-        assert_eq!(cs.redacted(), "Server=tcp:db,1433;Database=es;User Id=app;Password=***;Encrypt=true");
+        assert_eq!(
+            cs.redacted(),
+            "Server=tcp:db,1433;Database=es;User Id=app;Password=***;Encrypt=true"
+        );
         assert!(!format!("{cs:?}").contains("s3cr3t"));
         assert!(!format!("{cs}").contains("s3cr3t"));
     }
@@ -238,7 +255,10 @@ mod tests {
         ] {
             let out = redact(raw);
             assert!(!out.contains(secret), "{raw} -> {out}");
-            assert!(out.contains("Database") || out.contains("User Id"), "{raw} -> {out}");
+            assert!(
+                out.contains("Database") || out.contains("User Id"),
+                "{raw} -> {out}"
+            );
         }
     }
 
@@ -259,7 +279,10 @@ mod tests {
     #[test]
     fn key_must_be_whole() {
         // `NoPassword=` is not the password key; the real one still is.
-        assert_eq!(redact("NoPassword=1;Password=x"), "NoPassword=1;Password=***");
+        assert_eq!(
+            redact("NoPassword=1;Password=x"),
+            "NoPassword=1;Password=***"
+        );
     }
 
     #[test]

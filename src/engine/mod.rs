@@ -100,10 +100,18 @@ pub struct Finding {
 
 impl Finding {
     pub fn pass(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        Finding { ok: true, what: what.into(), detail: detail.into() }
+        Finding {
+            ok: true,
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
     pub fn fail(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        Finding { ok: false, what: what.into(), detail: detail.into() }
+        Finding {
+            ok: false,
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
 }
 
@@ -132,10 +140,18 @@ pub struct DbError {
 
 impl DbError {
     pub fn transient(message: impl Into<String>) -> Self {
-        DbError { kind: DbErrorKind::Transient, code: None, message: message.into() }
+        DbError {
+            kind: DbErrorKind::Transient,
+            code: None,
+            message: message.into(),
+        }
     }
     pub fn permanent(message: impl Into<String>) -> Self {
-        DbError { kind: DbErrorKind::Permanent, code: None, message: message.into() }
+        DbError {
+            kind: DbErrorKind::Permanent,
+            code: None,
+            message: message.into(),
+        }
     }
     pub fn is_transient(&self) -> bool {
         self.kind == DbErrorKind::Transient
@@ -186,6 +202,26 @@ pub trait Engine: Send + Sync + 'static {
     /// Preflight for `gap-healer check`: connectivity, shape, rights.
     /// Database errors become failed findings; `Err` only when nothing could be checked.
     fn preflight(&self) -> impl Future<Output = DbResult<Vec<Finding>>> + Send;
+
+    /// `gap-healer install`: creates what this engine's least-privilege mode
+    /// needs and says what it did.
+    fn install(&self) -> impl Future<Output = DbResult<String>> + Send {
+        async {
+            Ok(format!(
+                "nothing to install for {}: grant the rights `gap-healer sql --engine {}` prints",
+                self.kind(),
+                self.kind()
+            ))
+        }
+    }
+}
+
+/// What `gap-healer sql` prints for an engine.
+pub fn setup_sql(kind: EngineKind, schema: &str) -> String {
+    match kind {
+        EngineKind::Postgres => postgres::setup_sql(schema),
+        EngineKind::Mssql => String::from("-- the SQL Server engine is not in this build yet\n"),
+    }
 }
 
 /// Which engine a configuration names.
@@ -219,4 +255,20 @@ impl fmt::Display for EngineKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Checks a connection string with the engine's own parser, before anything
+/// connects. The message is the driver's, scrubbed of the password.
+pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Result<(), String> {
+    let result = match kind {
+        EngineKind::Postgres => cs
+            .expose()
+            .parse::<tokio_postgres::Config>()
+            .map(|_| ())
+            .map_err(|e| format!("not a PostgreSQL connection string: {e}")),
+        EngineKind::Mssql => tiberius::Config::from_ado_string(cs.expose())
+            .map(|_| ())
+            .map_err(|e| format!("not an ADO.NET connection string: {e}")),
+    };
+    result.map_err(|m| cs.scrub(&m))
 }
