@@ -60,59 +60,89 @@ pub const KEYS: &[&str] = &[
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ConfigArgs {
     /// TOML configuration file (keys as in config/gap-healer.toml).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", allow_hyphen_values = true)]
     pub config: Option<PathBuf>,
     /// Database engine: mssql or postgres.
-    #[arg(long, global = true, value_name = "ENGINE")]
+    #[arg(long, global = true, value_name = "ENGINE", allow_hyphen_values = true)]
     pub engine: Option<String>,
     /// ADO.NET string (mssql) or libpq string/URL (postgres). Prefer the
     /// environment variable GAP_HEALER_CONNECTION_STRING: flags show in `ps`.
-    #[arg(long, global = true, value_name = "STRING")]
+    #[arg(long, global = true, value_name = "STRING", allow_hyphen_values = true)]
     pub connection_string: Option<String>,
     /// File holding the connection string (a mounted Secret, a systemd credential).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", allow_hyphen_values = true)]
     pub connection_string_file: Option<String>,
     /// Schema of the event store's tables [default: eventuous].
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", allow_hyphen_values = true)]
     pub schema: Option<String>,
     /// Age a hole must reach before it is filled (Eventuous' GapHandlingTimeoutMs) [default: 5s].
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub gap_timeout: Option<String>,
     /// Time between scans for new rows [default: 250ms].
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub poll_interval: Option<String>,
     /// Longest wait of a fill on a position an open append holds [default: 2s].
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub lock_timeout: Option<String>,
     /// Longest wait for a new database connection [default: 5s].
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub connect_timeout: Option<String>,
     /// Address of /metrics, /healthz, /readyz [default: 0.0.0.0:9477].
-    #[arg(long, global = true, value_name = "HOST:PORT")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        allow_hyphen_values = true
+    )]
     pub metrics_addr: Option<String>,
     /// Where the first scan starts: checkpoints, head, or a position [default: checkpoints].
-    #[arg(long, global = true, value_name = "FROM")]
+    #[arg(long, global = true, value_name = "FROM", allow_hyphen_values = true)]
     pub start_from: Option<String>,
     /// Positions below the head to start from when there are no checkpoints [default: 1000000].
-    #[arg(long, global = true, value_name = "POSITIONS")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "POSITIONS",
+        allow_hyphen_values = true
+    )]
     pub lookback: Option<String>,
     /// Rows read per scan query [default: 10000].
-    #[arg(long, global = true, value_name = "ROWS")]
+    #[arg(long, global = true, value_name = "ROWS", allow_hyphen_values = true)]
     pub scan_page_size: Option<String>,
     /// Find and report holes, never write.
     #[arg(long, global = true)]
     pub dry_run: bool,
     /// Log format: text or json [default: text].
-    #[arg(long, global = true, value_name = "FORMAT")]
+    #[arg(long, global = true, value_name = "FORMAT", allow_hyphen_values = true)]
     pub log_format: Option<String>,
     /// Log level or tracing filter; RUST_LOG overrides it [default: info].
-    #[arg(long, global = true, value_name = "LEVEL")]
+    #[arg(long, global = true, value_name = "LEVEL", allow_hyphen_values = true)]
     pub log_level: Option<String>,
     /// Stream that owns the tombstones [default: __tombstones__].
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", allow_hyphen_values = true)]
     pub tombstone_stream: Option<String>,
     /// Message type of the tombstones [default: $tombstone].
-    #[arg(long, global = true, value_name = "TYPE")]
+    #[arg(long, global = true, value_name = "TYPE", allow_hyphen_values = true)]
     pub tombstone_type: Option<String>,
     /// Fill without taking the leader lock (single-instance deployments only).
     #[arg(long, global = true)]

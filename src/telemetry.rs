@@ -37,6 +37,10 @@ pub const DB_ERRORS: &str = "gap_healer_db_errors_total";
 pub const CHECKPOINT_LAG: &str = "gap_healer_checkpoint_lag_positions";
 pub const BUILD_INFO: &str = "gap_healer_build_info";
 
+/// The `operation` label values of [`DB_ERRORS`], exported from the start so
+/// `rate()` and alerts see a series before the first error.
+pub const DB_OPERATIONS: &[&str] = &["start", "scan", "probe", "fill", "checkpoints"];
+
 const SCAN_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -101,6 +105,9 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     metrics::counter!(TOMBSTONES_INSERTED).absolute(0);
     for outcome in ["filled", "committed", "held", "error"] {
         metrics::counter!(FILL_ATTEMPTS, "outcome" => outcome).absolute(0);
+    }
+    for operation in DB_OPERATIONS {
+        metrics::counter!(DB_ERRORS, "operation" => *operation).absolute(0);
     }
     Ok(handle)
 }

@@ -44,7 +44,12 @@ fn options(gap_timeout: Duration) -> Options {
 }
 
 fn healer(store: &Store, opts: Options) -> Healer<PostgresEngine> {
-    Healer::new(engine(store), opts, Leader::always(), Health::new(Duration::from_millis(100), Duration::from_millis(500)))
+    Healer::new(
+        engine(store),
+        opts,
+        Leader::always(),
+        Health::new(Duration::from_millis(100), Duration::from_millis(500)),
+    )
 }
 
 /// Runs a healer in the background until the returned token is cancelled.
@@ -61,12 +66,20 @@ async fn seed_reproduction_stuck_without_healer() {
     let x = Uuid::new_v4();
     store.append_with_id("A", x).await;
     let mut sub = Subscriber::new(&store).await;
-    assert!(sub.poll_until(Duration::from_secs(5), |s| s.handled_stream("A")).await.is_some());
+    assert!(sub
+        .poll_until(Duration::from_secs(5), |s| s.handled_stream("A"))
+        .await
+        .is_some());
     // The same message id again: ON CONFLICT DO NOTHING burns a position.
     assert!(store.append_with_id("A", x).await.is_empty());
     store.append("B", 1, Ending::Commit).await;
-    let handled = sub.poll_until(gap_timeout * 5, |s| s.handled_stream("B")).await;
-    assert!(handled.is_none(), "without the healer the subscriber must still be stuck after 5 x gap_timeout");
+    let handled = sub
+        .poll_until(gap_timeout * 5, |s| s.handled_stream("B"))
+        .await;
+    assert!(
+        handled.is_none(),
+        "without the healer the subscriber must still be stuck after 5 x gap_timeout"
+    );
     assert_eq!(store.missing().await, vec![2]);
     store.drop_schema().await;
 }
@@ -76,22 +89,47 @@ async fn seed_reproduction_handled_within_gap_timeout_with_healer() {
     let store = Store::new("seed_with").await;
     let gap_timeout = Duration::from_secs(1);
     let poll = Duration::from_millis(250);
-    let daemon = Daemon::start(&store, &["--gap-timeout", "1s", "--poll-interval", "250ms", "--start-from", "0"]);
+    let daemon = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "1s",
+            "--poll-interval",
+            "250ms",
+            "--start-from",
+            "0",
+        ],
+    );
     let x = Uuid::new_v4();
     store.append_with_id("A", x).await;
     let mut sub = Subscriber::new(&store).await;
-    assert!(sub.poll_until(Duration::from_secs(5), |s| s.handled_stream("A")).await.is_some());
+    assert!(sub
+        .poll_until(Duration::from_secs(5), |s| s.handled_stream("A"))
+        .await
+        .is_some());
     assert!(store.append_with_id("A", x).await.is_empty());
     store.append("B", 1, Ending::Commit).await;
     let appended = Instant::now();
-    let handled = sub.poll_until(Duration::from_secs(10), |s| s.handled_stream("B")).await.expect("B handled");
+    let handled = sub
+        .poll_until(Duration::from_secs(10), |s| s.handled_stream("B"))
+        .await
+        .expect("B handled");
     let took = handled - appended;
     println!("seed reproduction: stream B handled {took:?} after its append (gap_timeout {gap_timeout:?}, poll {poll:?}); beyond gap_timeout: {:?}", took.saturating_sub(gap_timeout));
-    assert!(took <= gap_timeout + poll + Duration::from_secs(1), "took {took:?}");
+    assert!(
+        took <= gap_timeout + poll + Duration::from_secs(1),
+        "took {took:?}"
+    );
     assert!(took >= gap_timeout, "filled before gap_timeout: {took:?}");
-    assert_eq!(sub.ignored, 1, "the subscriber ignored exactly one tombstone");
+    assert_eq!(
+        sub.ignored, 1,
+        "the subscriber ignored exactly one tombstone"
+    );
     assert_eq!(store.tombstone_positions().await, vec![2]);
-    assert_eq!(daemon.metric("gap_healer_tombstones_inserted_total").await, Some(1.0));
+    assert_eq!(
+        daemon.metric("gap_healer_tombstones_inserted_total").await,
+        Some(1.0)
+    );
     store.assert_tombstone_stream_consistent().await;
     drop(daemon);
     store.drop_schema().await;
@@ -107,8 +145,13 @@ async fn slow_append_held_open_is_never_overwritten_then_commits() {
     let held = open.positions.clone();
     let (stop, task) = spawn_healer(&store, options(gap_timeout));
     tokio::time::sleep(gap_timeout * 3).await;
-    assert!(store.tombstone_positions().await.is_empty(), "a held position was filled");
-    open.commit().await.expect("the slow append commits: no tombstone took its key");
+    assert!(
+        store.tombstone_positions().await.is_empty(),
+        "a held position was filled"
+    );
+    open.commit()
+        .await
+        .expect("the slow append commits: no tombstone took its key");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rows = store.rows().await;
     for p in &held {
@@ -172,13 +215,20 @@ async fn ten_thousand_wide_hole_filled_in_one_cycle() {
     let started = Instant::now();
     let report = h.fill_due(&CancellationToken::new()).await;
     let took = started.elapsed();
-    println!("10,000-wide hole: filled in {took:?} with {} statement(s) ({:.0} tombstones/s)", report.statements, 10_000.0 / took.as_secs_f64());
+    println!(
+        "10,000-wide hole: filled in {took:?} with {} statement(s) ({:.0} tombstones/s)",
+        report.statements,
+        10_000.0 / took.as_secs_f64()
+    );
     assert_eq!(report.tombstones, 10_000);
     assert_eq!(report.statements, 1);
     assert!(h.tracker().is_empty());
     assert!(store.missing().await.is_empty());
     let tombstones = store.tombstone_positions().await;
-    assert_eq!((tombstones.len(), tombstones[0], *tombstones.last().unwrap()), (10_000, lo, hi));
+    assert_eq!(
+        (tombstones.len(), tombstones[0], *tombstones.last().unwrap()),
+        (10_000, lo, hi)
+    );
     assert_eq!(store.assert_tombstone_stream_consistent().await, 10_000);
     store.drop_schema().await;
 }
@@ -197,7 +247,10 @@ async fn ten_thousand_wide_hole_with_one_held_position() {
 
     let mut h = healer(&store, options(Duration::ZERO));
     h.scan_step().await.unwrap();
-    assert_eq!(h.tracker().ranges(), vec![PosRange::new(first + 1, last - 1).unwrap()]);
+    assert_eq!(
+        h.tracker().ranges(),
+        vec![PosRange::new(first + 1, last - 1).unwrap()]
+    );
     let started = Instant::now();
     let report = h.fill_due(&CancellationToken::new()).await;
     let took = started.elapsed();
@@ -207,9 +260,18 @@ async fn ten_thousand_wide_hole_with_one_held_position() {
     );
     assert_eq!(report.tombstones, 9_999);
     assert_eq!(store.missing().await, vec![held]);
-    assert_eq!(h.tracker().ranges(), vec![PosRange::single(held)], "the held position stays tracked");
+    assert_eq!(
+        h.tracker().ranges(),
+        vec![PosRange::single(held)],
+        "the held position stays tracked"
+    );
     open.commit().await.expect("the held append commits intact");
-    let row = store.rows().await.into_iter().find(|r| r.0 == held).unwrap();
+    let row = store
+        .rows()
+        .await
+        .into_iter()
+        .find(|r| r.0 == held)
+        .unwrap();
     assert_eq!((row.1.as_str(), row.2.as_str()), ("slow", EVENT_TYPE));
     h.scan_step().await.unwrap();
     assert!(h.tracker().is_empty(), "the re-check sees the commit");
@@ -229,7 +291,10 @@ async fn not_filled_before_gap_timeout_and_tail_never_filled() {
     let started = Instant::now();
     let (stop, task) = spawn_healer(&store, options(gap_timeout));
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(store.tombstone_positions().await.is_empty(), "filled before gap_timeout");
+    assert!(
+        store.tombstone_positions().await.is_empty(),
+        "filled before gap_timeout"
+    );
     let mut filled_at = None;
     while started.elapsed() < Duration::from_secs(6) {
         if store.tombstone_positions().await == vec![2] {
@@ -242,7 +307,9 @@ async fn not_filled_before_gap_timeout_and_tail_never_filled() {
     println!("hole filled {at:?} after the healer started (gap_timeout {gap_timeout:?})");
     assert!(at >= gap_timeout);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    tail.commit().await.expect("the tail append commits: the healer never touched it");
+    tail.commit()
+        .await
+        .expect("the tail append commits: the healer never touched it");
     assert_eq!(store.tombstone_positions().await, vec![2]);
     stop.cancel();
     task.await.unwrap();
@@ -254,22 +321,61 @@ async fn two_healers_keep_the_tombstone_stream_consistent() {
     let store = Store::new("two").await;
     for i in 0..40 {
         store.append(&format!("s{i}"), 1, Ending::Commit).await;
-        store.append("fail", 1 + i % 3, Ending::RollbackAfterInsert).await;
+        store
+            .append("fail", 1 + i % 3, Ending::RollbackAfterInsert)
+            .await;
     }
     store.append("end", 1, Ending::Commit).await;
     let missing = store.missing().await.len();
-    let a = Daemon::start(&store, &["--gap-timeout", "200ms", "--poll-interval", "50ms", "--start-from", "0", "--no-leader-election"]);
-    let b = Daemon::start(&store, &["--gap-timeout", "200ms", "--poll-interval", "50ms", "--start-from", "0", "--no-leader-election"]);
+    let a = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "200ms",
+            "--poll-interval",
+            "50ms",
+            "--start-from",
+            "0",
+            "--no-leader-election",
+        ],
+    );
+    let b = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "200ms",
+            "--poll-interval",
+            "50ms",
+            "--start-from",
+            "0",
+            "--no-leader-election",
+        ],
+    );
     let started = Instant::now();
     while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(15) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(store.missing().await.is_empty());
-    let filled_a = a.metric("gap_healer_tombstones_inserted_total").await.unwrap();
-    let filled_b = b.metric("gap_healer_tombstones_inserted_total").await.unwrap();
-    println!("two healers: {missing} positions filled, {filled_a} by one and {filled_b} by the other");
-    assert_eq!((filled_a + filled_b) as usize, missing, "every position filled exactly once");
-    assert_eq!(store.assert_tombstone_stream_consistent().await as usize, missing);
+    let filled_a = a
+        .metric("gap_healer_tombstones_inserted_total")
+        .await
+        .unwrap();
+    let filled_b = b
+        .metric("gap_healer_tombstones_inserted_total")
+        .await
+        .unwrap();
+    println!(
+        "two healers: {missing} positions filled, {filled_a} by one and {filled_b} by the other"
+    );
+    assert_eq!(
+        (filled_a + filled_b) as usize,
+        missing,
+        "every position filled exactly once"
+    );
+    assert_eq!(
+        store.assert_tombstone_stream_consistent().await as usize,
+        missing
+    );
     drop((a, b));
     store.drop_schema().await;
 }
@@ -288,12 +394,34 @@ async fn killed_mid_run_and_restarted_leaves_no_duplicate_or_missing_tombstone()
     let missing = store.missing().await.len();
     // Kill at several points of the run, including mid-fill of the wide holes.
     for delay_ms in [150u64, 400, 700] {
-        let d = Daemon::start(&store, &["--gap-timeout", "100ms", "--poll-interval", "50ms", "--start-from", "0", "--no-leader-election"]);
+        let d = Daemon::start(
+            &store,
+            &[
+                "--gap-timeout",
+                "100ms",
+                "--poll-interval",
+                "50ms",
+                "--start-from",
+                "0",
+                "--no-leader-election",
+            ],
+        );
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         d.kill9();
         store.assert_tombstone_stream_consistent().await;
     }
-    let d = Daemon::start(&store, &["--gap-timeout", "100ms", "--poll-interval", "50ms", "--start-from", "0", "--no-leader-election"]);
+    let d = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "100ms",
+            "--poll-interval",
+            "50ms",
+            "--start-from",
+            "0",
+            "--no-leader-election",
+        ],
+    );
     let started = Instant::now();
     while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -301,8 +429,15 @@ async fn killed_mid_run_and_restarted_leaves_no_duplicate_or_missing_tombstone()
     drop(d);
     assert!(store.missing().await.is_empty());
     let tombstones = store.tombstone_positions().await;
-    assert_eq!(tombstones.len(), missing, "no duplicate, no missing tombstone");
-    assert_eq!(store.assert_tombstone_stream_consistent().await as usize, missing);
+    assert_eq!(
+        tombstones.len(),
+        missing,
+        "no duplicate, no missing tombstone"
+    );
+    assert_eq!(
+        store.assert_tombstone_stream_consistent().await as usize,
+        missing
+    );
     store.drop_schema().await;
 }
 
@@ -312,17 +447,40 @@ async fn dry_run_writes_nothing() {
     store.append("A", 1, Ending::Commit).await;
     store.append("X", 3, Ending::RollbackAfterInsert).await;
     store.append("B", 1, Ending::Commit).await;
-    let d = Daemon::start(&store, &["--gap-timeout", "100ms", "--poll-interval", "50ms", "--start-from", "0", "--dry-run"]);
+    let d = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "100ms",
+            "--poll-interval",
+            "50ms",
+            "--start-from",
+            "0",
+            "--dry-run",
+        ],
+    );
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(d.metric("gap_healer_open_gap_positions").await, Some(3.0));
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0));
     assert!(log.contains("dry run: would fill"), "{log}");
-    let mut args = vec!["heal".to_string(), "--once".into(), "--dry-run".into(), "--gap-timeout".into(), "0s".into(), "--start-from".into(), "0".into()];
+    let mut args = vec![
+        "heal".to_string(),
+        "--once".into(),
+        "--dry-run".into(),
+        "--gap-timeout".into(),
+        "0s".into(),
+        "--start-from".into(),
+        "0".into(),
+    ];
     args.extend(store_args(&store));
     let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
     assert_eq!(out.code, 0, "{}", out.all());
-    assert!(out.stdout.contains("dry run: would have filled 3"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("dry run: would have filled 3"),
+        "{}",
+        out.stdout
+    );
     assert_eq!(store.missing().await, vec![2, 3, 4]);
     assert!(store.tombstone_positions().await.is_empty());
     store.drop_schema().await;
@@ -337,11 +495,23 @@ async fn engine_outcomes_committed_held_filled() {
     let e = engine(&store);
     let held = open.positions[0];
     let t = Duration::from_millis(200);
-    assert_eq!(e.fill(PosRange::single(held), t).await.unwrap(), FillOutcome::Held);
-    assert_eq!(e.fill(PosRange::single(1), t).await.unwrap(), FillOutcome::Committed);
+    assert_eq!(
+        e.fill(PosRange::single(held), t).await.unwrap(),
+        FillOutcome::Held
+    );
+    assert_eq!(
+        e.fill(PosRange::single(1), t).await.unwrap(),
+        FillOutcome::Committed
+    );
     open.rollback().await;
-    assert_eq!(e.fill(PosRange::single(held), t).await.unwrap(), FillOutcome::Filled { rows: 1 });
-    assert_eq!(e.fill(PosRange::single(held), t).await.unwrap(), FillOutcome::Committed);
+    assert_eq!(
+        e.fill(PosRange::single(held), t).await.unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+    assert_eq!(
+        e.fill(PosRange::single(held), t).await.unwrap(),
+        FillOutcome::Committed
+    );
     store.assert_tombstone_stream_consistent().await;
     // Starting points: checkpoints (lowest wins), head, lookback.
     store.set_checkpoint("projection-a", Some(2)).await;
@@ -350,10 +520,20 @@ async fn engine_outcomes_committed_held_filled() {
     o.start_from = StartFrom::Checkpoints;
     assert_eq!(healer(&store, o.clone()).begin().await.unwrap().after, 1);
     o.start_from = StartFrom::Head;
-    assert_eq!(healer(&store, o.clone()).begin().await.unwrap().after, store.head().await);
-    store.client.batch_execute(&format!("DELETE FROM {}.checkpoints", store.schema)).await.unwrap();
+    assert_eq!(
+        healer(&store, o.clone()).begin().await.unwrap().after,
+        store.head().await
+    );
+    store
+        .client
+        .batch_execute(&format!("DELETE FROM {}.checkpoints", store.schema))
+        .await
+        .unwrap();
     o.start_from = StartFrom::Checkpoints;
     o.lookback = 1;
-    assert_eq!(healer(&store, o).begin().await.unwrap().after, store.head().await - 1);
+    assert_eq!(
+        healer(&store, o).begin().await.unwrap().after,
+        store.head().await - 1
+    );
     store.drop_schema().await;
 }

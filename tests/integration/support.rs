@@ -24,13 +24,19 @@ const FIXTURE: &str = include_str!("../fixtures/eventuous_postgres.sql");
 /// The local PostgreSQL (override with GAP_HEALER_TEST_PG). A test that needs
 /// it fails, never skips, when it is not there.
 pub fn pg_url() -> String {
-    std::env::var("GAP_HEALER_TEST_PG").unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+    std::env::var("GAP_HEALER_TEST_PG")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
 }
 
 pub async fn connect() -> Client {
     let (client, conn) = tokio_postgres::connect(&pg_url(), NoTls)
         .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {} is required for these tests: {e}", pg_url()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL at {} is required for these tests: {e}",
+                pg_url()
+            )
+        });
     tokio::spawn(conn);
     client
 }
@@ -62,7 +68,10 @@ impl OpenAppend {
         self.client.batch_execute("COMMIT").await
     }
     pub async fn rollback(self) {
-        self.client.batch_execute("ROLLBACK").await.expect("rollback");
+        self.client
+            .batch_execute("ROLLBACK")
+            .await
+            .expect("rollback");
     }
 }
 
@@ -70,12 +79,18 @@ impl Store {
     pub async fn new(tag: &str) -> Store {
         let client = connect().await;
         let schema = format!("gh_{tag}_{}", &Uuid::new_v4().simple().to_string()[..8]);
-        client.batch_execute(&FIXTURE.replace("__schema__", &schema)).await.expect("create schema");
+        client
+            .batch_execute(&FIXTURE.replace("__schema__", &schema))
+            .await
+            .expect("create schema");
         Store { schema, client }
     }
 
     pub async fn drop_schema(self) {
-        self.client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema)).await.expect("drop schema");
+        self.client
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
+            .await
+            .expect("drop schema");
     }
 
     /// The connection string the healer gets.
@@ -83,12 +98,25 @@ impl Store {
         pg_url()
     }
 
-    async fn append_in(&self, client: &Client, stream: &str, count: usize, message_id: Option<Uuid>) -> Result<Vec<i64>, tokio_postgres::Error> {
+    async fn append_in(
+        &self,
+        client: &Client,
+        stream: &str,
+        count: usize,
+        message_id: Option<Uuid>,
+    ) -> Result<Vec<i64>, tokio_postgres::Error> {
         let s = &self.schema;
         client
             .execute(&format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"), &[&stream])
             .await?;
-        let row = client.query_one(&format!("SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"), &[&stream]).await?;
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"
+                ),
+                &[&stream],
+            )
+            .await?;
         let (id, version): (i32, i32) = (row.get(0), row.get(1));
         let mut positions = Vec::new();
         let mut written = 0;
@@ -111,7 +139,12 @@ impl Store {
                 written += 1;
             }
         }
-        client.execute(&format!("UPDATE {s}.streams SET version = $2 WHERE stream_id = $1"), &[&id, &(version + written)]).await?;
+        client
+            .execute(
+                &format!("UPDATE {s}.streams SET version = $2 WHERE stream_id = $1"),
+                &[&id, &(version + written)],
+            )
+            .await?;
         Ok(positions)
     }
 
@@ -119,8 +152,18 @@ impl Store {
     pub async fn append(&self, stream: &str, count: usize, ending: Ending) -> Vec<i64> {
         let client = connect().await;
         client.batch_execute("BEGIN").await.unwrap();
-        let positions = self.append_in(&client, stream, count, None).await.expect("append");
-        client.batch_execute(if ending == Ending::Commit { "COMMIT" } else { "ROLLBACK" }).await.unwrap();
+        let positions = self
+            .append_in(&client, stream, count, None)
+            .await
+            .expect("append");
+        client
+            .batch_execute(if ending == Ending::Commit {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            })
+            .await
+            .unwrap();
         positions
     }
 
@@ -128,7 +171,10 @@ impl Store {
     pub async fn append_with_id(&self, stream: &str, id: Uuid) -> Vec<i64> {
         let client = connect().await;
         client.batch_execute("BEGIN").await.unwrap();
-        let positions = self.append_in(&client, stream, 1, Some(id)).await.expect("append");
+        let positions = self
+            .append_in(&client, stream, 1, Some(id))
+            .await
+            .expect("append");
         client.batch_execute("COMMIT").await.unwrap();
         positions
     }
@@ -137,8 +183,15 @@ impl Store {
     pub async fn append_open(&self, stream: &str, count: usize) -> OpenAppend {
         let client = connect().await;
         client.batch_execute("BEGIN").await.unwrap();
-        let positions = self.append_in(&client, stream, count, None).await.expect("append");
-        OpenAppend { client, positions, stream: stream.into() }
+        let positions = self
+            .append_in(&client, stream, count, None)
+            .await
+            .expect("append");
+        OpenAppend {
+            client,
+            positions,
+            stream: stream.into(),
+        }
     }
 
     /// Moves the identity so the next append lands `gap` positions further on
@@ -173,12 +226,24 @@ impl Store {
     }
 
     pub async fn tombstone_positions(&self) -> Vec<i64> {
-        self.rows().await.into_iter().filter(|r| r.2 == "$tombstone").map(|r| r.0).collect()
+        self.rows()
+            .await
+            .into_iter()
+            .filter(|r| r.2 == "$tombstone")
+            .map(|r| r.0)
+            .collect()
     }
 
     pub async fn head(&self) -> i64 {
         let s = &self.schema;
-        self.client.query_one(&format!("SELECT COALESCE(MAX(global_position), 0) FROM {s}.messages"), &[]).await.unwrap().get(0)
+        self.client
+            .query_one(
+                &format!("SELECT COALESCE(MAX(global_position), 0) FROM {s}.messages"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
     }
 
     /// Positions missing between 1 and the head.
@@ -214,9 +279,18 @@ impl Store {
             .await
             .unwrap();
         let Some(row) = row else { return 0 };
-        let (version, count, max, distinct): (i32, i64, i32, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
-        assert_eq!(i64::from(version), count - 1, "tombstone stream version {version} but {count} rows");
-        assert_eq!(i64::from(max), count - 1, "tombstone positions end at {max} but {count} rows");
+        let (version, count, max, distinct): (i32, i64, i32, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(
+            i64::from(version),
+            count - 1,
+            "tombstone stream version {version} but {count} rows"
+        );
+        assert_eq!(
+            i64::from(max),
+            count - 1,
+            "tombstone positions end at {max} but {count} rows"
+        );
         assert_eq!(distinct, count);
         count
     }
@@ -253,7 +327,14 @@ pub struct Subscriber {
 
 impl Subscriber {
     pub async fn new(store: &Store) -> Subscriber {
-        Subscriber { schema: store.schema.clone(), client: connect().await, next: 1, gap_seen: None, handled: vec![], ignored: 0 }
+        Subscriber {
+            schema: store.schema.clone(),
+            client: connect().await,
+            next: 1,
+            gap_seen: None,
+            handled: vec![],
+            ignored: 0,
+        }
     }
 
     /// One poll: handles what it may; returns how many events it handled.
@@ -274,7 +355,8 @@ impl Subscriber {
             .unwrap();
         let before = self.handled.len();
         for r in rows {
-            let (position, stream, kind, old): (i64, String, String, bool) = (r.get(0), r.get(1), r.get(2), r.get(3));
+            let (position, stream, kind, old): (i64, String, String, bool) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
             if position > self.next {
                 if old {
                     self.next = position; // GapAgeThresholdMs: skip the hole
@@ -289,7 +371,11 @@ impl Subscriber {
             if kind == "$tombstone" {
                 self.ignored += 1;
             } else {
-                self.handled.push(Handled { position, stream, at: Instant::now() });
+                self.handled.push(Handled {
+                    position,
+                    stream,
+                    at: Instant::now(),
+                });
             }
             self.next = position + 1;
         }
@@ -297,7 +383,11 @@ impl Subscriber {
     }
 
     /// Polls every 50 ms until `pred` holds or `limit` passes; the moment it held.
-    pub async fn poll_until(&mut self, limit: Duration, mut pred: impl FnMut(&Subscriber) -> bool) -> Option<Instant> {
+    pub async fn poll_until(
+        &mut self,
+        limit: Duration,
+        mut pred: impl FnMut(&Subscriber) -> bool,
+    ) -> Option<Instant> {
         let end = Instant::now() + limit;
         loop {
             self.poll().await;
@@ -350,7 +440,14 @@ pub fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 /// The common flags for a store.
 pub fn store_args(store: &Store) -> Vec<String> {
-    vec!["--engine".into(), "postgres".into(), "--connection-string".into(), store.url(), "--schema".into(), store.schema.clone()]
+    vec![
+        "--engine".into(),
+        "postgres".into(),
+        "--connection-string".into(),
+        store.url(),
+        "--schema".into(),
+        store.schema.clone(),
+    ]
 }
 
 /// `gap-healer run` in the background, with its stderr captured.
@@ -364,7 +461,12 @@ impl Daemon {
     pub fn start(store: &Store, extra: &[&str]) -> Daemon {
         let mut args = vec!["run".to_string()];
         args.extend(store_args(store));
-        args.extend(["--metrics-addr".into(), "127.0.0.1:0".into(), "--log-format".into(), "json".into()]);
+        args.extend([
+            "--metrics-addr".into(),
+            "127.0.0.1:0".into(),
+            "--log-format".into(),
+            "json".into(),
+        ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut child = Command::new(BIN)
             .args(&args)
@@ -382,7 +484,10 @@ impl Daemon {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = line.split("listening on ").nth(1) {
                     if let Some(tx) = tx.take() {
-                        let addr: String = addr.chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+                        let addr: String = addr
+                            .chars()
+                            .take_while(|c| !c.is_whitespace() && *c != '"')
+                            .collect();
                         let _ = tx.send(addr);
                     }
                 }
@@ -394,7 +499,11 @@ impl Daemon {
         let addr = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("gap-healer did not start: {}", log.lock().unwrap()));
-        Daemon { child, addr: addr.parse().expect("listen address"), log }
+        Daemon {
+            child,
+            addr: addr.parse().expect("listen address"),
+            log,
+        }
     }
 
     pub fn pid(&self) -> i32 {
@@ -402,20 +511,32 @@ impl Daemon {
     }
 
     pub async fn get(&self, path: &str) -> (u16, String) {
-        let resp = reqwest::get(format!("http://{}{path}", self.addr)).await.expect("http get");
+        let resp = reqwest::get(format!("http://{}{path}", self.addr))
+            .await
+            .expect("http get");
         (resp.status().as_u16(), resp.text().await.unwrap())
     }
 
     /// The value of one sample of the scrape, e.g. `gap_healer_open_gaps`.
     pub async fn metric(&self, sample: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics").await;
-        body.lines().find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.trim().parse().ok())
+        body.lines().find_map(|l| {
+            l.strip_prefix(sample)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
     }
 
     /// SIGTERM, then waits; returns (exit code, time to exit).
     pub fn terminate(mut self) -> (Option<i32>, Duration, String) {
         let started = Instant::now();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;

@@ -1,0 +1,472 @@
+//! The real binary: every subcommand, exit codes, bad input, secrets, the
+//! HTTP endpoints and graceful shutdown.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+fn args<'a>(first: &[&'a str], store: &'a [String]) -> Vec<&'a str> {
+    first
+        .iter()
+        .copied()
+        .chain(store.iter().map(String::as_str))
+        .collect()
+}
+
+/// A store with holes at 2 and 4..=6.
+async fn store_with_holes(tag: &str) -> Store {
+    let store = Store::new(tag).await;
+    store.append("A", 1, Ending::Commit).await;
+    store.append("X", 1, Ending::RollbackAfterInsert).await;
+    store.append("B", 1, Ending::Commit).await;
+    store.append("Y", 3, Ending::RollbackAfterInsert).await;
+    store.append("C", 1, Ending::Commit).await;
+    store
+}
+
+#[tokio::test]
+async fn scan_reports_holes_in_text_and_json_and_exits_1() {
+    let store = store_with_holes("scan").await;
+    let sa = store_args(&store);
+    let out = cli(&args(&["scan", "--start-from", "0"], &sa), &[]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(
+        out.stdout
+            .starts_with("2 holes (4 missing positions) between 1 and the head 7"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("4..=6"), "{}", out.stdout);
+    let out = cli(
+        &args(&["scan", "--format", "json", "--start-from", "0"], &sa),
+        &[],
+    );
+    assert_eq!(out.code, 1);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    assert_eq!(v["positions"], 4);
+    assert_eq!(
+        v["holes"][1],
+        serde_json::json!({"start": 4, "end": 6, "width": 3})
+    );
+    assert!(
+        store.tombstone_positions().await.is_empty(),
+        "scan is read-only"
+    );
+
+    // heal --once fills them (after gap_timeout), then scan is clean.
+    let started = std::time::Instant::now();
+    let out = cli(
+        &args(
+            &[
+                "heal",
+                "--once",
+                "--start-from",
+                "0",
+                "--gap-timeout",
+                "300ms",
+            ],
+            &sa,
+        ),
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "heal --once waited gap_timeout"
+    );
+    assert!(
+        out.stdout.contains("filled 4 position(s)"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(store.tombstone_positions().await, vec![2, 4, 5, 6]);
+    let out = cli(&args(&["scan", "--start-from", "0"], &sa), &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.starts_with("0 holes"), "{}", out.stdout);
+    store.drop_schema().await;
+}
+
+#[tokio::test]
+async fn heal_once_backfills_a_large_table_in_chunks() {
+    let store = Store::new("backfill").await;
+    let s = &store.schema;
+    // 50,000 rows at g + g/9: one position missing after every 9th row, made set-based.
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 49999);
+             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE
+             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, g + g / 9, '{{}}', now() FROM generate_series(1, 50000) g;
+             SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), (SELECT MAX(global_position) FROM {s}.messages));"
+        ))
+        .await
+        .unwrap();
+    let missing = store.missing().await.len();
+    assert!(missing > 5_000, "{missing}");
+    let sa = store_args(&store);
+    let out = cli(
+        &args(
+            &[
+                "heal",
+                "--once",
+                "--start-from",
+                "0",
+                "--gap-timeout",
+                "0s",
+                "--scan-page-size",
+                "5000",
+            ],
+            &sa,
+        ),
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains(&format!("filled {missing} position(s)")),
+        "{}",
+        out.stdout
+    );
+    assert!(store.missing().await.is_empty());
+    assert_eq!(
+        store.assert_tombstone_stream_consistent().await as usize,
+        missing
+    );
+    store.drop_schema().await;
+}
+
+#[tokio::test]
+async fn check_passes_on_a_good_store_and_fails_with_exit_3_on_a_wrong_one() {
+    let store = Store::new("check").await;
+    let sa = store_args(&store);
+    let out = cli(&args(&["check"], &sa), &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout.contains("ok   messages.global_position"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("all checks passed"), "{}", out.stdout);
+
+    store
+        .client
+        .batch_execute(&format!(
+            "DROP TABLE {}.checkpoints; DROP TABLE {}.messages",
+            store.schema, store.schema
+        ))
+        .await
+        .unwrap();
+    let out = cli(&args(&["check", "--format", "json"], &sa), &[]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["ok"], false);
+    assert!(
+        out.stdout.contains("messages does not exist"),
+        "{}",
+        out.stdout
+    );
+    let out = cli(&args(&["scan"], &sa), &[]);
+    assert_eq!(out.code, 3, "scan on a missing table: {}", out.all());
+    store.drop_schema().await;
+
+    let bad = [
+        "check",
+        "--engine",
+        "postgres",
+        "--schema",
+        "nope",
+        "--connection-string",
+        "host=127.0.0.1 port=1 user=postgres password=Sup3rS3cret! connect_timeout=2",
+    ];
+    let out = cli(&bad, &[]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(!out.all().contains("Sup3rS3cret!"), "{}", out.all());
+    assert!(out.stdout.contains("password=***"), "{}", out.all());
+}
+
+#[test]
+fn sql_prints_the_grants_without_a_connection() {
+    let out = cli(&["sql", "--engine", "postgres", "--schema", "shop"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("GRANT SELECT, INSERT ON shop.messages TO gap_healer;"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        out.stdout,
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sql/postgres/grants.sql"
+        ))
+        .unwrap()
+        .replace("__schema__", "shop")
+    );
+}
+
+#[test]
+fn config_prints_effective_values_with_origins_and_no_password() {
+    let dir = std::env::temp_dir().join(format!("gh-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(&file, "engine = \"postgres\"\ngap_timeout = \"3s\"\n").unwrap();
+    let out = cli(
+        &[
+            "config",
+            "--config",
+            file.to_str().unwrap(),
+            "--poll-interval",
+            "1s",
+        ],
+        &[
+            (
+                "GAP_HEALER_CONNECTION_STRING",
+                "host=db user=app password=p@ss;word'x",
+            ),
+            ("GAP_HEALER_LOCK_TIMEOUT", "750ms"),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    for needle in [
+        "gap_timeout = \"3s\"",
+        "# config file",
+        "poll_interval = \"1s\"",
+        "# flag --poll-interval",
+        "lock_timeout = \"750ms\"",
+        "# environment variable GAP_HEALER_LOCK_TIMEOUT",
+        "password=***",
+    ] {
+        assert!(
+            out.stdout.contains(needle),
+            "missing {needle} in\n{}",
+            out.stdout
+        );
+    }
+    assert!(!out.all().contains("p@ss"), "{}", out.all());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bad_input_exits_2_naming_every_problem_and_never_the_password() {
+    let dir = std::env::temp_dir().join(format!("gh-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(
+        &file,
+        "gap_timout = \"5s\"\nschema = \"public; DROP TABLE x\"\n",
+    )
+    .unwrap();
+    let pw = "T0p;Secret='x'=ü";
+    let cs = format!(
+        "Server=tcp:db,1433;User Id=sa;Password='{}';Encrypt=true",
+        pw.replace('\'', "''")
+    );
+    let out = cli(
+        &[
+            "run",
+            "--config",
+            file.to_str().unwrap(),
+            "--engine",
+            "oracle",
+            "--gap-timeout",
+            "-5s",
+            "--poll-interval",
+            "soon",
+            "--metrics-addr",
+            "nowhere",
+        ],
+        &[("GAP_HEALER_CONNECTION_STRING", &cs)],
+    );
+    assert_eq!(out.code, 2, "{}", out.all());
+    for needle in [
+        "gap_timout",
+        "did you mean `gap_timeout`",
+        "engine = \"oracle\" (from flag --engine): unknown engine",
+        "schema = \"public; DROP TABLE x\"",
+        "gap_timeout = \"-5s\" (from flag --gap-timeout): must not be negative",
+        "poll_interval = \"soon\"",
+        "metrics_addr = \"nowhere\"",
+    ] {
+        assert!(
+            out.stderr.contains(needle),
+            "missing {needle:?} in\n{}",
+            out.stderr
+        );
+    }
+    assert!(!out.all().contains("T0p"), "{}", out.all());
+
+    // Each problem alone, each exit 2.
+    for (argv, needle) in [
+        (
+            vec!["scan", "--engine", "postgres"],
+            "connection_string (from nowhere): required",
+        ),
+        (
+            vec![
+                "scan",
+                "--engine",
+                "postgres",
+                "--connection-string",
+                "host=x",
+                "--lock-timeout",
+                "5",
+            ],
+            "give a unit",
+        ),
+        (
+            vec![
+                "scan",
+                "--engine",
+                "postgres",
+                "--connection-string",
+                "host=x",
+                "--schema",
+                "1abc",
+            ],
+            "plain identifier",
+        ),
+        (
+            vec!["scan", "--connection-string", "host=x"],
+            "engine (from nowhere): required",
+        ),
+        (
+            vec!["scan", "--config", "/nonexistent.toml"],
+            "cannot read the file",
+        ),
+        (
+            vec![
+                "scan",
+                "--engine",
+                "postgres",
+                "--connection-string",
+                "host=x port=notaport password=Hidden123",
+            ],
+            "not a PostgreSQL connection string",
+        ),
+    ] {
+        let out = cli(&argv, &[]);
+        assert_eq!(out.code, 2, "{argv:?}: {}", out.all());
+        assert!(out.stderr.contains(needle), "{argv:?}: {}", out.stderr);
+        assert!(!out.all().contains("Hidden123"), "{}", out.all());
+    }
+    let out = cli(&["frobnicate"], &[]);
+    assert_eq!(out.code, 2);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn unreachable_database_exits_3_without_the_password() {
+    let out = cli(
+        &[
+            "heal",
+            "--once",
+            "--engine",
+            "postgres",
+            "--connect-timeout",
+            "1s",
+        ],
+        &[(
+            "GAP_HEALER_CONNECTION_STRING",
+            "postgres://app:Unguessable99@127.0.0.1:1/test",
+        )],
+    );
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(!out.all().contains("Unguessable99"), "{}", out.all());
+    assert!(out.stderr.contains("connect"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
+    let store = store_with_holes("daemon").await;
+    store.set_checkpoint("projection", Some(3)).await;
+    let d = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "300ms",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    );
+    assert_eq!(d.get("/healthz").await.0, 200);
+    let mut ready = 0;
+    for _ in 0..50 {
+        ready = d.get("/readyz").await.0;
+        if ready == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(ready, 200);
+    for _ in 0..60 {
+        if store.missing().await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, body) = d.get("/metrics").await;
+    if let Ok(path) = std::env::var("GAP_HEALER_SCRAPE_OUT") {
+        std::fs::write(path, &body).unwrap();
+    }
+    for name in [
+        "gap_healer_open_gaps 0",
+        "gap_healer_open_gap_positions 0",
+        "gap_healer_oldest_gap_age_seconds 0",
+        "gap_healer_tombstones_inserted_total 4",
+        "gap_healer_fill_attempts_total{outcome=\"filled\"}",
+        "gap_healer_fill_attempts_total{outcome=\"held\"} 0",
+        "gap_healer_scan_duration_seconds_bucket",
+        "gap_healer_head_position 7",
+        "gap_healer_watermark_position 7",
+        "gap_healer_leader 1",
+        "gap_healer_db_errors_total{operation=\"fill\"} 0",
+        "gap_healer_checkpoint_lag_positions{checkpoint=\"projection\"} 4",
+        "gap_healer_build_info{version=",
+    ] {
+        assert!(body.contains(name), "missing {name} in\n{body}");
+    }
+    assert!(!body.contains("password"));
+    let (code, took, log) = d.terminate();
+    println!("SIGTERM to exit: {took:?}");
+    assert_eq!(code, Some(0), "{log}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        log.contains("\"outcome\":\"filled\""),
+        "fills are logged with their outcome:\n{log}"
+    );
+    store.drop_schema().await;
+}
+
+#[tokio::test]
+async fn sigterm_during_a_lock_wait_exits_within_two_seconds() {
+    let store = Store::new("drain").await;
+    store.append("A", 1, Ending::Commit).await;
+    let open = store.append_open("slow", 1).await;
+    store.append("B", 1, Ending::Commit).await;
+    let d = Daemon::start(
+        &store,
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "50ms",
+            "--lock-timeout",
+            "10s",
+            "--start-from",
+            "0",
+        ],
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (code, took, log) = d.terminate();
+    println!("SIGTERM during a 10 s lock wait: exited in {took:?}");
+    assert_eq!(code, Some(0), "{log}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    open.commit().await.expect("the open append still commits");
+    assert!(store.tombstone_positions().await.is_empty());
+    store.drop_schema().await;
+}
