@@ -78,7 +78,7 @@ pub fn redact(raw: &str) -> String {
         let lower_rest = rest.to_ascii_lowercase();
         let next = SECRET_KEYS
             .iter()
-            .filter_map(|k| find_key(&lower_rest, k).map(|(at, eq)| (at, eq)))
+            .filter_map(|k| find_key(&lower_rest, k))
             .min();
         let Some((_, eq)) = next else {
             out.push_str(rest);

@@ -115,7 +115,11 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 /// Starts logging to stderr. `RUST_LOG`, when set, overrides `level`.
 pub fn init_logging(format: LogFormat, level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // tiberius logs every transaction at INFO and every server error (our
+    // expected 2627/1222 refusals included) at ERROR; the engine reports each
+    // real failure itself, with context. RUST_LOG=tiberius=debug brings it back.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("tiberius=off,{level}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

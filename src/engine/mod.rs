@@ -220,7 +220,7 @@ pub trait Engine: Send + Sync + 'static {
 pub fn setup_sql(kind: EngineKind, schema: &str) -> String {
     match kind {
         EngineKind::Postgres => postgres::setup_sql(schema),
-        EngineKind::Mssql => String::from("-- the SQL Server engine is not in this build yet\n"),
+        EngineKind::Mssql => mssql::setup_sql(schema),
     }
 }
 
@@ -266,9 +266,7 @@ pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Resul
             .parse::<tokio_postgres::Config>()
             .map(|_| ())
             .map_err(|e| format!("not a PostgreSQL connection string: {e}")),
-        EngineKind::Mssql => tiberius::Config::from_ado_string(cs.expose())
-            .map(|_| ())
-            .map_err(|e| format!("not an ADO.NET connection string: {e}")),
+        EngineKind::Mssql => mssql::check_connection_string(cs),
     };
     result.map_err(|m| cs.scrub(&m))
 }

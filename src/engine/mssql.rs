@@ -1,1 +1,907 @@
-//! SQL Server engine (placeholder: replaced by the SQL Server work, issue 3).
+//! SQL Server engine: the Eventuous SQL Server store (`<schema>.Messages`,
+//! `Streams`, `Checkpoints`) on tiberius with a bb8 pool.
+//!
+//! # How it reads
+//! Every read of Messages touches only the clustered key (GlobalPosition) and
+//! uses `WITH (READCOMMITTEDLOCK, READPAST)`: read committed by locking, with
+//! READ_COMMITTED_SNAPSHOT on or off, skipping the keys that open appends hold
+//! instead of waiting for them. So a position of an append in flight looks
+//! missing to the scan (it lands inside a hole, and stays tracked if the
+//! append rolls back), and the probe sees it only through a second, `NOLOCK`
+//! read, which is how it reports positions in flight.
+//!
+//! # How it fills
+//! One transaction per range (`sql/mssql/fill.sql`, or the same body in the
+//! `gap_healer_fill` procedure): lock the tombstone stream's row, refuse
+//! anything at or above the highest committed position, `SET IDENTITY_INSERT
+//! ON`, insert the range's tombstones in one statement from a numbers CTE,
+//! move the stream's Version, `IDENTITY_INSERT OFF` on every path, commit. The
+//! batch always ends with one result row, and [`errors::classify`] turns its
+//! error number and stage into an outcome or an error.
+//!
+//! # Sessions
+//! See [`conn`]: a session goes back to the pool only when the work on it
+//! ended in a known state (no open transaction, IDENTITY_INSERT off).
+//!
+//! Architecture invariant: this module writes only inside [`MssqlEngine::fill`]
+//! (tombstone rows and the tombstone stream's row) and [`MssqlEngine::install`]
+//! (the fill procedure), and splices nothing into SQL but the validated schema.
+
+mod conn;
+mod errors;
+mod preflight;
+mod sql;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bb8::{Pool, PooledConnection, RunError};
+use tiberius::{Row, ToSql};
+
+use self::conn::{Client, LastError, Manager};
+use self::errors::{classify, driver_error, server_error, Class, Stage};
+use self::sql::{Sql, PROBE_CHUNK};
+use crate::engine::{
+    Checkpoint, DbError, DbErrorKind, DbResult, Engine, EngineKind, FillOutcome, Finding, Probe,
+    ScanPage, StoreSettings,
+};
+use crate::gaps::PosRange;
+
+/// Rows per fill statement: each row takes a key lock in each of the four
+/// indexes of Messages, and SQL Server escalates to a table lock at about
+/// 5,000 locks on one index. 4,000 stays clear of it.
+pub const MAX_FILL_ROWS: u64 = 4000;
+
+/// Connections in the pool: one for the healer's loop, one for a concurrent
+/// `/readyz` or leadership check, some slack.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+
+/// The lock timeout on the tombstone stream's row is longer than the one on
+/// message keys, so that a second healer waits out the first one's fill (which
+/// holds the row for at most about its own key timeout) and reports
+/// [`FillOutcome::Busy`] only when the row stays held well beyond that.
+fn stream_lock_timeout_ms(key_ms: i32) -> i32 {
+    key_ms.saturating_mul(2).saturating_add(1000)
+}
+
+fn millis_i32(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// How this engine's login fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillMode {
+    /// The fill batch runs as the login, which needs ALTER on Messages.
+    Direct,
+    /// `<schema>.gap_healer_fill` runs the same batch as its owner; the login
+    /// needs only EXECUTE on it.
+    Procedure,
+}
+
+impl FillMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FillMode::Direct => "direct",
+            FillMode::Procedure => "procedure",
+        }
+    }
+}
+
+const MODE_UNKNOWN: u8 = 0;
+const MODE_DIRECT: u8 = 1;
+const MODE_PROCEDURE: u8 = 2;
+
+/// What a pooled session looks like, for tests and diagnostics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionState {
+    /// `@@SPID`. Together with `login_time` it names one connection: the same
+    /// pair on two checkouts means the connection was reused (a session id
+    /// alone can be handed to a new connection once the old one is gone).
+    pub session_id: i32,
+    /// When the session logged in (ISO 8601, from sys.dm_exec_sessions).
+    pub login_time: String,
+    /// `@@TRANCOUNT`: must be 0.
+    pub open_transactions: i32,
+    /// `@@LOCK_TIMEOUT`: -1 (the connection default) unless a SET leaked.
+    pub lock_timeout_ms: i32,
+    /// No table of the session has IDENTITY_INSERT on.
+    pub identity_insert_free: bool,
+}
+
+/// The SQL Server engine.
+pub struct MssqlEngine {
+    settings: StoreSettings,
+    config: tiberius::Config,
+    sql: Sql,
+    max_connections: u32,
+    pool: OnceLock<Pool<Manager>>,
+    last_connect_error: LastError,
+    mode: AtomicU8,
+}
+
+impl fmt::Debug for MssqlEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MssqlEngine")
+            .field("connection_string", &self.settings.connection_string)
+            .field("schema", &self.settings.schema)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MssqlEngine {
+    /// Parses the connection string and prepares a pool that connects lazily:
+    /// nothing is sent to the server until the first query, so the daemon
+    /// starts (and reports unready) while SQL Server is down.
+    pub fn new(settings: &StoreSettings) -> DbResult<MssqlEngine> {
+        Self::with_max_connections(settings, DEFAULT_MAX_CONNECTIONS)
+    }
+
+    /// [`MssqlEngine::new`] with a pool of at most `max_connections` (at least 1).
+    pub fn with_max_connections(
+        settings: &StoreSettings,
+        max_connections: u32,
+    ) -> DbResult<MssqlEngine> {
+        let secret = &settings.connection_string;
+        let config = conn::config_from_ado(secret.expose()).map_err(|e| {
+            DbError::permanent(
+                secret.scrub(&format!("invalid SQL Server connection string: {}", e.0)),
+            )
+        })?;
+        let sql = Sql::new(&settings.schema)?;
+        Ok(MssqlEngine {
+            settings: settings.clone(),
+            config,
+            sql,
+            max_connections: max_connections.max(1),
+            pool: OnceLock::new(),
+            last_connect_error: LastError::default(),
+            mode: AtomicU8::new(MODE_UNKNOWN),
+        })
+    }
+
+    /// The pool, built on first use (bb8 spawns its reaper on the runtime, so
+    /// this must run inside one; every caller is an async method).
+    fn pool(&self) -> &Pool<Manager> {
+        self.pool.get_or_init(|| {
+            let manager = Manager::new(
+                self.config.clone(),
+                self.settings.connection_string.clone(),
+                self.last_connect_error.clone(),
+            );
+            Pool::builder()
+                .max_size(self.max_connections)
+                .connection_timeout(self.settings.connect_timeout)
+                .error_sink(Box::new(self.last_connect_error.clone()))
+                .build_unchecked(manager)
+        })
+    }
+
+    /// A session, marked unclean: it goes back to the pool only if the caller
+    /// marks it clean once its work ended in a known state.
+    async fn checkout(&self) -> DbResult<PooledConnection<'_, Manager>> {
+        match self.pool().get().await {
+            Ok(mut session) => {
+                session.clean = false;
+                Ok(session)
+            }
+            Err(RunError::User(e)) => Err(e),
+            Err(RunError::TimedOut) => Err(self.connect_timed_out()),
+        }
+    }
+
+    fn connect_timed_out(&self) -> DbError {
+        let waited = humantime::format_duration(self.settings.connect_timeout);
+        match self.last_connect_error.get() {
+            Some(last) => DbError {
+                kind: last.kind,
+                code: last.code.clone(),
+                message: format!("no SQL Server connection within {waited}: {}", last.message),
+            },
+            None => DbError::transient(format!("no SQL Server connection within {waited}")),
+        }
+    }
+
+    fn driver_error(&self, e: &tiberius::error::Error) -> DbError {
+        driver_error(e, &self.settings.connection_string)
+    }
+
+    /// Runs a read and returns its result sets. The session goes back to the
+    /// pool when the response was read to its end (success or a server error:
+    /// tiberius reads the whole response before it reports one).
+    async fn read(&self, sql: &str, params: &[&dyn ToSql]) -> DbResult<Vec<Vec<Row>>> {
+        let mut session = self.checkout().await?;
+        let result = run(&mut session.client, sql, params).await;
+        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
+            session.clean = true;
+        }
+        result.map_err(|e| self.driver_error(&e))
+    }
+
+    async fn read_first(&self, sql: &str, params: &[&dyn ToSql]) -> DbResult<Vec<Row>> {
+        Ok(self
+            .read(sql, params)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or_default())
+    }
+
+    /// How fills run for this login: the procedure when it exists and the
+    /// login may execute it, direct otherwise. Asked once, then cached; a
+    /// permanent fill error forgets the answer so the next fill asks again.
+    pub async fn fill_mode(&self) -> DbResult<FillMode> {
+        match self.mode.load(Ordering::Acquire) {
+            MODE_DIRECT => return Ok(FillMode::Direct),
+            MODE_PROCEDURE => return Ok(FillMode::Procedure),
+            _ => {}
+        }
+        let rows = self.read_first(&self.sql.fill_mode, &[]).await?;
+        let use_procedure = match rows.first() {
+            Some(row) => get::<bool>(row, "use_procedure")?.unwrap_or(false),
+            None => false,
+        };
+        let mode = if use_procedure {
+            FillMode::Procedure
+        } else {
+            FillMode::Direct
+        };
+        let code = if use_procedure {
+            MODE_PROCEDURE
+        } else {
+            MODE_DIRECT
+        };
+        if self.mode.swap(code, Ordering::AcqRel) != code {
+            tracing::info!(
+                mode = mode.as_str(),
+                schema = %self.settings.schema,
+                "SQL Server fills run in {} mode",
+                mode.as_str()
+            );
+        }
+        Ok(mode)
+    }
+
+    fn forget_fill_mode(&self) {
+        self.mode.store(MODE_UNKNOWN, Ordering::Release);
+    }
+
+    /// `CREATE OR ALTER PROCEDURE <schema>.gap_healer_fill`: what `gap-healer
+    /// install` runs. The login needs CREATE PROCEDURE in the database and
+    /// ALTER on the schema.
+    pub async fn install(&self) -> DbResult<()> {
+        let mut session = self.checkout().await?;
+        let result = session
+            .client
+            .execute(self.sql.fill_procedure.as_str(), &[])
+            .await;
+        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
+            session.clean = true;
+        }
+        drop(session);
+        result.map_err(|e| self.driver_error(&e))?;
+        self.forget_fill_mode();
+        tracing::info!(schema = %self.settings.schema, "installed the gap_healer_fill procedure");
+        Ok(())
+    }
+
+    /// The state of a pooled session (transaction count, lock timeout,
+    /// IDENTITY_INSERT), read on a connection checked out like any other.
+    pub async fn session_state(&self) -> DbResult<SessionState> {
+        let rows = self.read_first(&self.sql.session_state, &[]).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| DbError::permanent("session state query returned no row"))?;
+        Ok(SessionState {
+            session_id: i32::from(get::<i16>(row, "session_id")?.unwrap_or(0)),
+            login_time: get::<&str>(row, "login_time")?
+                .unwrap_or_default()
+                .to_string(),
+            open_transactions: get::<i32>(row, "open_transactions")?.unwrap_or(0),
+            lock_timeout_ms: get::<i32>(row, "lock_timeout_ms")?.unwrap_or(0),
+            identity_insert_free: get::<bool>(row, "identity_insert_free")?.unwrap_or(false),
+        })
+    }
+
+    /// The identity's current value (IDENT_CURRENT), which no fill may move.
+    pub async fn identity_current(&self) -> DbResult<Option<i64>> {
+        let rows = self.read_first(&self.sql.identity, &[]).await?;
+        match rows.first() {
+            Some(row) => get::<i64>(row, "current_value"),
+            None => Ok(None),
+        }
+    }
+
+    async fn fill_once(&self, range: PosRange, lock_timeout: Duration) -> DbResult<FillOutcome> {
+        let width = range.width();
+        if width > MAX_FILL_ROWS {
+            return Err(DbError::permanent(format!(
+                "refused to fill {range}: {width} positions, more than {MAX_FILL_ROWS} per transaction"
+            )));
+        }
+        let mode = self.fill_mode().await?;
+        let text = match mode {
+            FillMode::Direct => &self.sql.fill,
+            FillMode::Procedure => &self.sql.fill_call,
+        };
+        let key_ms = millis_i32(lock_timeout);
+        let stream_ms = stream_lock_timeout_ms(key_ms);
+        let stream = self.settings.tombstone_stream.as_str();
+        let kind = self.settings.tombstone_type.as_str();
+        let params: [&dyn ToSql; 6] = [
+            &range.start,
+            &range.end,
+            &stream,
+            &kind,
+            &key_ms,
+            &stream_ms,
+        ];
+
+        let started = Instant::now();
+        let mut session = self.checkout().await?;
+        let result = run(&mut session.client, text, &params).await;
+        // Any failure of the batch itself (it did not reach its result row)
+        // leaves the session in an unknown state: it stays unclean and bb8
+        // closes it, so the server rolls back whatever it had open.
+        let sets = match result {
+            Ok(sets) => sets,
+            Err(e) => {
+                let err = self.driver_error(&e);
+                if err.kind == DbErrorKind::Permanent {
+                    self.forget_fill_mode();
+                }
+                return Err(err);
+            }
+        };
+        let answer = sets
+            .first()
+            .and_then(|rows| rows.first())
+            .map(FillRow::from_row);
+        let answer = match answer {
+            Some(Ok(answer)) => answer,
+            Some(Err(e)) => return Err(self.driver_error(&e)),
+            None => {
+                return Err(DbError::transient(
+                    "the fill batch returned no result row; connection discarded",
+                ))
+            }
+        };
+        if answer.open_transactions != 0 {
+            return Err(DbError::transient(format!(
+                "the fill of {range} left {} transaction(s) open; connection discarded",
+                answer.open_transactions
+            )));
+        }
+        session.clean = true;
+        drop(session);
+
+        let outcome = self.outcome(range, mode, &answer);
+        tracing::debug!(
+            range = %range,
+            mode = mode.as_str(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            outcome = ?outcome,
+            "fill"
+        );
+        outcome
+    }
+
+    fn outcome(&self, range: PosRange, mode: FillMode, answer: &FillRow) -> DbResult<FillOutcome> {
+        let width = range.width();
+        let Some(code) = answer.error_number else {
+            return match answer.rows_filled {
+                Some(rows) if u64::try_from(rows).ok() == Some(width) => Ok(FillOutcome::Filled { rows: width }),
+                other => Err(DbError::permanent(format!(
+                    "the fill of {range} committed but reported {other:?} rows for {width} positions"
+                ))),
+            };
+        };
+        let code = u32::try_from(code).unwrap_or(0);
+        let stage = Stage::from_fill(&answer.error_stage);
+        match classify(code, stage) {
+            Class::Outcome(outcome) => Ok(outcome),
+            class => {
+                let mut err = server_error(
+                    code,
+                    stage,
+                    &answer.error_message,
+                    &self.settings.connection_string,
+                );
+                err.message = format!(
+                    "fill of {range} ({} mode) failed at {}: {}",
+                    mode.as_str(),
+                    stage.as_str(),
+                    err.message
+                );
+                if class == Class::Permanent {
+                    self.forget_fill_mode();
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The one result row of the fill batch and procedure.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct FillRow {
+    rows_filled: Option<i64>,
+    error_number: Option<i32>,
+    error_stage: String,
+    error_message: String,
+    open_transactions: i32,
+}
+
+impl FillRow {
+    fn from_row(row: &Row) -> tiberius::Result<FillRow> {
+        Ok(FillRow {
+            rows_filled: row.try_get::<i64, _>("rows_filled")?,
+            error_number: row.try_get::<i32, _>("error_number")?,
+            error_stage: row
+                .try_get::<&str, _>("error_stage")?
+                .unwrap_or_default()
+                .to_string(),
+            error_message: row
+                .try_get::<&str, _>("error_message")?
+                .unwrap_or_default()
+                .to_string(),
+            open_transactions: row.try_get::<i32, _>("open_transactions")?.unwrap_or(-1),
+        })
+    }
+}
+
+/// Sends a parameterized batch (tiberius runs it through sp_executesql, so
+/// SET options in it revert when it returns) and reads every result set.
+async fn run(
+    client: &mut Client,
+    sql: &str,
+    params: &[&dyn ToSql],
+) -> tiberius::Result<Vec<Vec<Row>>> {
+    client.query(sql, params).await?.into_results().await
+}
+
+fn get<'a, T: tiberius::FromSql<'a>>(row: &'a Row, column: &str) -> DbResult<Option<T>> {
+    row.try_get::<T, _>(column)
+        .map_err(|e| DbError::permanent(format!("unexpected value in column {column}: {e}")))
+}
+
+/// (previous_position, position, rows_read, is_last) rows of `scan.sql`.
+type ScanRow = (i64, i64, i64, bool);
+
+/// The page a scan's rows describe.
+fn page_from_rows(after: i64, rows: &[ScanRow]) -> ScanPage {
+    let mut page = ScanPage {
+        holes: Vec::new(),
+        high: after,
+        rows: 0,
+    };
+    for &(previous, position, rows_read, is_last) in rows {
+        if let Some(hole) = PosRange::new(previous + 1, position - 1) {
+            page.holes.push(hole);
+        }
+        if is_last {
+            page.high = position;
+            page.rows = u64::try_from(rows_read).unwrap_or(0);
+        }
+    }
+    page
+}
+
+/// `in_flight` = dirty minus committed, both sorted and deduplicated.
+fn probe_from(committed: BTreeSet<i64>, dirty: BTreeSet<i64>) -> Probe {
+    Probe {
+        in_flight: dirty.difference(&committed).copied().collect(),
+        committed: committed.into_iter().collect(),
+    }
+}
+
+/// Parameters for one probe query: the chunk's bounds, padded with its last
+/// range to `padded` ranges.
+fn probe_params(chunk: &[PosRange], padded: usize) -> Vec<i64> {
+    let last = chunk.last().copied().unwrap_or(PosRange::single(0));
+    chunk
+        .iter()
+        .copied()
+        .chain(std::iter::repeat(last))
+        .take(padded.max(chunk.len()))
+        .flat_map(|r| [r.start, r.end])
+        .collect()
+}
+
+impl Engine for MssqlEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Mssql
+    }
+
+    fn max_fill_rows(&self) -> u64 {
+        MAX_FILL_ROWS
+    }
+
+    async fn identity_floor(&self) -> DbResult<i64> {
+        let rows = self.read_first(&self.sql.identity, &[]).await?;
+        let seed = match rows.first() {
+            Some(row) => get::<i64>(row, "seed")?,
+            None => None,
+        };
+        seed.ok_or_else(|| {
+            DbError::permanent(format!(
+                "cannot read the identity seed of [{}].[Messages]: the table is missing, has no identity, \
+                 or the login may not see it",
+                self.settings.schema
+            ))
+        })
+    }
+
+    async fn head(&self) -> DbResult<Option<i64>> {
+        let rows = self.read_first(&self.sql.head, &[]).await?;
+        match rows.first() {
+            Some(row) => get::<i64>(row, "position"),
+            None => Ok(None),
+        }
+    }
+
+    async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
+        let rows = self.read_first(&self.sql.checkpoints, &[]).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Checkpoint {
+                    id: get::<&str>(row, "id")?.unwrap_or_default().to_string(),
+                    position: get::<i64>(row, "position")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
+        if limit == 0 {
+            return Ok(ScanPage {
+                holes: Vec::new(),
+                high: after,
+                rows: 0,
+            });
+        }
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let rows = self.read_first(&self.sql.scan, &[&after, &limit]).await?;
+        let rows = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    get::<i64>(row, "previous_position")?.unwrap_or(after),
+                    get::<i64>(row, "position")?.unwrap_or(after),
+                    get::<i64>(row, "rows_read")?.unwrap_or(0),
+                    get::<bool>(row, "is_last")?.unwrap_or(false),
+                ))
+            })
+            .collect::<DbResult<Vec<ScanRow>>>()?;
+        Ok(page_from_rows(after, &rows))
+    }
+
+    async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
+        let mut committed = BTreeSet::new();
+        let mut dirty = BTreeSet::new();
+        for chunk in ranges.chunks(PROBE_CHUNK) {
+            let padded = chunk.len().next_power_of_two().min(PROBE_CHUNK);
+            let values = probe_params(chunk, padded);
+            let params: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
+            let text = self.sql.probe(padded);
+            for row in self.read_first(&text, &params).await? {
+                let Some(position) = get::<i64>(&row, "position")? else {
+                    continue;
+                };
+                if get::<bool>(&row, "is_committed")?.unwrap_or(false) {
+                    committed.insert(position);
+                } else {
+                    dirty.insert(position);
+                }
+            }
+        }
+        Ok(probe_from(committed, dirty))
+    }
+
+    async fn fill(&self, range: PosRange, lock_timeout: Duration) -> DbResult<FillOutcome> {
+        self.fill_once(range, lock_timeout).await
+    }
+
+    async fn install(&self) -> DbResult<String> {
+        MssqlEngine::install(self).await?;
+        Ok(format!(
+            "created {}.gap_healer_fill (WITH EXECUTE AS OWNER): grant EXECUTE on it and SELECT on the tables to the healer's login (see `gap-healer sql --engine mssql`)",
+            self.settings.schema
+        ))
+    }
+
+    async fn preflight(&self) -> DbResult<Vec<Finding>> {
+        let schema: &str = self.settings.schema.as_str();
+        // No connection means nothing could be checked: that is the Err.
+        let mut session = self.checkout().await?;
+        let result = run(&mut session.client, &self.sql.preflight, &[&schema]).await;
+        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
+            session.clean = true;
+        }
+        drop(session);
+        let sets = match result {
+            Ok(sets) => sets,
+            Err(e) => {
+                return Ok(vec![
+                    Finding::pass("connection", "connected"),
+                    Finding::fail("preflight", self.driver_error(&e).message),
+                ])
+            }
+        };
+        let mut sets = sets.into_iter();
+        let facts_rows = sets.next().unwrap_or_default();
+        let column_rows = sets.next().unwrap_or_default();
+        let Some(first) = facts_rows.first() else {
+            return Ok(vec![Finding::fail(
+                "preflight",
+                "the preflight query returned no row",
+            )]);
+        };
+        let facts = preflight::Facts::from_row(first).map_err(|e| self.driver_error(&e))?;
+        let columns = column_rows
+            .iter()
+            .map(preflight::Column::from_row)
+            .collect::<tiberius::Result<Vec<_>>>()
+            .map_err(|e| self.driver_error(&e))?;
+        Ok(preflight::findings(schema, &facts, &columns))
+    }
+}
+
+/// Checks an ADO.NET connection string the way [`MssqlEngine::new`] parses it,
+/// without connecting. The message names keys and positions, never values,
+/// and is scrubbed of the password besides. Use this rather than tiberius's
+/// `Config::from_ado_string` directly: that parser rejects non-ASCII
+/// passwords, keeps a doubled quote doubled, and names the offending
+/// character in its error.
+pub fn check_connection_string(
+    connection_string: &crate::secret::ConnectionString,
+) -> Result<(), String> {
+    conn::config_from_ado(connection_string.expose())
+        .map(|_| ())
+        .map_err(|e| {
+            connection_string.scrub(&format!(
+                "not a usable SQL Server connection string: {}",
+                e.0
+            ))
+        })
+}
+
+/// What `gap-healer sql --engine mssql` prints: the fill procedure for
+/// `schema` and the grants a placeholder user `[gap_healer]` needs, with
+/// comments. `schema` must be the validated plain identifier.
+pub fn setup_sql(schema: &str) -> String {
+    sql::setup_script(schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::ConnectionString;
+
+    fn settings(cs: &str) -> StoreSettings {
+        StoreSettings {
+            connection_string: ConnectionString::new(cs),
+            schema: "eventuous".into(),
+            tombstone_stream: "__tombstones__".into(),
+            tombstone_type: "$tombstone".into(),
+            connect_timeout: Duration::from_millis(300),
+        }
+    }
+
+    fn r(a: i64, b: i64) -> PosRange {
+        PosRange::new(a, b).unwrap()
+    }
+
+    #[test]
+    fn page_from_scan_rows() {
+        // Rows 5, 6, 9, 10, 14 after 4: holes 7..=8 and 11..=13.
+        let rows = [(6, 9, 3, false), (10, 14, 5, true)];
+        assert_eq!(
+            page_from_rows(4, &rows),
+            ScanPage {
+                holes: vec![r(7, 8), r(11, 13)],
+                high: 14,
+                rows: 5
+            }
+        );
+        // A hole right after `after`.
+        assert_eq!(
+            page_from_rows(4, &[(4, 8, 1, true)]),
+            ScanPage {
+                holes: vec![r(5, 7)],
+                high: 8,
+                rows: 1
+            }
+        );
+        // No hole: only the last row comes back.
+        assert_eq!(
+            page_from_rows(4, &[(99, 100, 96, true)]),
+            ScanPage {
+                holes: vec![],
+                high: 100,
+                rows: 96
+            }
+        );
+        // Empty page.
+        assert_eq!(
+            page_from_rows(4, &[]),
+            ScanPage {
+                holes: vec![],
+                high: 4,
+                rows: 0
+            }
+        );
+        // A 10,000-wide identity jump is one range.
+        assert_eq!(
+            page_from_rows(-1, &[(10, 10_011, 12, true)]).holes,
+            vec![r(11, 10_010)]
+        );
+    }
+
+    #[test]
+    fn probe_subtracts_committed_from_dirty() {
+        let p = probe_from([3, 5].into(), [3, 4, 5, 7].into());
+        assert_eq!(
+            p,
+            Probe {
+                committed: vec![3, 5],
+                in_flight: vec![4, 7]
+            }
+        );
+    }
+
+    #[test]
+    fn probe_params_pad_with_the_last_range() {
+        assert_eq!(
+            probe_params(&[r(1, 2), r(5, 9), r(11, 11)], 4),
+            vec![1, 2, 5, 9, 11, 11, 11, 11]
+        );
+        assert_eq!(probe_params(&[r(1, 2)], 1), vec![1, 2]);
+    }
+
+    #[test]
+    fn lock_timeouts() {
+        assert_eq!(millis_i32(Duration::from_secs(2)), 2000);
+        assert_eq!(millis_i32(Duration::from_secs(u64::MAX)), i32::MAX);
+        assert_eq!(stream_lock_timeout_ms(2000), 5000);
+        assert_eq!(stream_lock_timeout_ms(i32::MAX), i32::MAX);
+        assert!(stream_lock_timeout_ms(0) > 0);
+    }
+
+    #[test]
+    fn new_never_connects_and_never_shows_the_password() {
+        let secret = "Hunter2;'quoted'=ü";
+        let cs = format!(
+            "Server=tcp:127.0.0.1,1;Database=es;User Id=app;Password='{}'",
+            secret.replace('\'', "''")
+        );
+        // No runtime needed: nothing is spawned or sent until the first query.
+        let engine = MssqlEngine::new(&settings(&cs)).unwrap();
+        let shown = format!("{engine:?}");
+        assert!(!shown.contains("Hunter2"), "{shown}");
+        assert_eq!(engine.kind(), EngineKind::Mssql);
+        assert_eq!(engine.max_fill_rows(), 4000);
+    }
+
+    #[test]
+    fn check_connection_string_accepts_what_new_accepts() {
+        let good = ConnectionString::new("Server=db;User Id=app;Password='pä;ss''w=rd'");
+        assert_eq!(check_connection_string(&good), Ok(()));
+        let bad = ConnectionString::new("Server=db;User Id=app;Password='Hunter2");
+        let err = check_connection_string(&bad).unwrap_err();
+        assert!(!err.contains("Hunter2"), "{err}");
+    }
+
+    #[test]
+    fn bad_connection_strings_are_permanent_and_secret_free() {
+        for cs in [
+            "Server=db;User Id=app;Password='Hunter2;Database=es",
+            "Server=db;User Id=app;Password=Hunter2;Hunter2",
+            "Server=db;Password=Hunter2",
+            "Server=db;User Id=app;Password=Hunter2;Encrypt=sometimes",
+        ] {
+            let err = MssqlEngine::new(&settings(cs)).expect_err(cs);
+            assert_eq!(err.kind, DbErrorKind::Permanent);
+            assert!(!err.message.contains("Hunter2"), "{cs} -> {}", err.message);
+            assert!(!format!("{err:?}").contains("Hunter2"));
+        }
+        let mut s = settings("Server=db;User Id=app;Password=x");
+        s.schema = "x]; DROP TABLE y; --".into();
+        assert!(MssqlEngine::new(&s).is_err());
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_a_transient_error_after_the_connect_timeout() {
+        // Port 1 on localhost refuses at once; the pool retries until the
+        // connect timeout and then reports the last connection error.
+        let engine = MssqlEngine::new(&settings(
+            "Server=tcp:127.0.0.1,1;User Id=app;Password=Hunter2;TrustServerCertificate=true",
+        ))
+        .unwrap();
+        let started = Instant::now();
+        let err = engine.head().await.expect_err("nothing listens on port 1");
+        assert!(err.is_transient(), "{err:?}");
+        assert!(!err.message.contains("Hunter2"), "{}", err.message);
+        assert!(
+            err.message.contains("no SQL Server connection within"),
+            "{}",
+            err.message
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let err = engine
+            .preflight()
+            .await
+            .expect_err("preflight without a server is an Err");
+        assert!(err.is_transient());
+    }
+
+    #[test]
+    fn fill_outcomes_from_result_rows() {
+        let engine = MssqlEngine::new(&settings("Server=db;User Id=app;Password=x")).unwrap();
+        let range = r(10, 12);
+        let row = |code: Option<i32>, stage: &str| FillRow {
+            rows_filled: if code.is_none() { Some(3) } else { None },
+            error_number: code,
+            error_stage: stage.into(),
+            error_message: "message".into(),
+            open_transactions: 0,
+        };
+        let m = FillMode::Direct;
+        assert_eq!(
+            engine.outcome(range, m, &row(None, "commit")),
+            Ok(FillOutcome::Filled { rows: 3 })
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(2627), "messages")),
+            Ok(FillOutcome::Committed)
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(2601), "messages")),
+            Ok(FillOutcome::Committed)
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(1222), "messages")),
+            Ok(FillOutcome::Held)
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(1222), "stream")),
+            Ok(FillOutcome::Busy)
+        );
+        let deadlock = engine
+            .outcome(range, m, &row(Some(1205), "messages"))
+            .unwrap_err();
+        assert!(deadlock.is_transient());
+        assert_eq!(deadlock.code.as_deref(), Some("1205"));
+        let above = engine
+            .outcome(range, m, &row(Some(50005), "head"))
+            .unwrap_err();
+        assert_eq!(above.kind, DbErrorKind::Permanent);
+        assert!(
+            above.message.contains("failed at head"),
+            "{}",
+            above.message
+        );
+        let wrong_count = FillRow {
+            rows_filled: Some(2),
+            ..row(None, "commit")
+        };
+        assert!(engine.outcome(range, m, &wrong_count).is_err());
+    }
+
+    #[test]
+    fn setup_sql_is_the_procedure_then_the_grants() {
+        let script = setup_sql("eventuous");
+        let procedure = script
+            .find("CREATE OR ALTER PROCEDURE [eventuous].[gap_healer_fill]")
+            .unwrap();
+        let go = script.find("\nGO\n").unwrap();
+        let grant = script
+            .find("GRANT EXECUTE ON OBJECT::[eventuous].[gap_healer_fill] TO [gap_healer]")
+            .unwrap();
+        assert!(procedure < go && go < grant);
+        assert!(script.contains("WITH EXECUTE AS OWNER"));
+    }
+}

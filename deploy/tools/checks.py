@@ -1,0 +1,670 @@
+#!/usr/bin/env python3
+"""Checks behind .ci/deploy-checks that no off-the-shelf tool covers.
+
+Subcommands (each exits non-zero with a message on failure):
+  gen-prometheusrule ALERTS            print the Kustomize PrometheusRule built from ALERTS
+  sync                                 the copies of alerts.yml still match it
+  metrics-static FILE...               metric names used by dashboards/rules are ones
+                                       gap-healer exports, and every exported metric is used
+  scrape SCRAPE FILE...                every metric name used is present in a live scrape
+  dashboard JSON RULES_OUT             structural checks; writes the panel queries as
+                                       recording rules to RULES_OUT for `promtool check rules`
+  toml FILE...                         gap-healer configs (TOML files, or YAML holding
+                                       ConfigMaps with gap-healer.toml) parse and use known keys
+  k8s STREAM OUTDIR                    split rendered manifests: built-in kinds to
+                                       OUTDIR/core.yaml (for kubernetes-validate), PrometheusRule
+                                       specs to OUTDIR/*.rules.yml (for promtool); checks
+                                       ServiceMonitor/PodMonitor selectors and the gap-healer
+                                       container wiring
+  compose FILE SCHEMA                  a compose file against the compose-spec JSON schema,
+                                       plus its bind mounts and build context exist
+  docker-context                       files the build needs (Cargo.toml, Cargo.lock, src/, every
+                                       include_str!/include_bytes! target) survive .dockerignore
+  same-objects A B                     two manifest streams hold the same objects
+  checkov-report JSON FRAMEWORKS       summarise `checkov -o json`; fail on failed checks,
+                                       parsing errors, a skip without a reason, or a
+                                       framework (comma list) that scanned nothing
+"""
+
+import json
+import os
+import re
+import sys
+import tomllib
+
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# What the binary exports (issue 4's "facts"). Histograms are listed by base name.
+KNOWN_METRICS = {
+    "gap_healer_open_gaps": "gauge",
+    "gap_healer_open_gap_positions": "gauge",
+    "gap_healer_oldest_gap_age_seconds": "gauge",
+    "gap_healer_head_position": "gauge",
+    "gap_healer_watermark_position": "gauge",
+    "gap_healer_leader": "gauge",
+    "gap_healer_checkpoint_lag_positions": "gauge",
+    "gap_healer_build_info": "gauge",
+    "gap_healer_tombstones_inserted_total": "counter",
+    "gap_healer_fill_attempts_total": "counter",
+    "gap_healer_db_errors_total": "counter",
+    "gap_healer_scan_duration_seconds": "histogram",
+}
+
+# The keys of src/config.rs (KEYS). With a built binary, .ci/deploy-checks also
+# runs `gap-healer config` on every shipped config, which is authoritative.
+CONFIG_KEYS = {
+    "engine", "connection_string", "connection_string_file", "schema", "gap_timeout", "poll_interval",
+    "lock_timeout", "connect_timeout", "metrics_addr", "start_from", "lookback", "scan_page_size", "dry_run",
+    "log_format", "log_level", "tombstone_stream", "tombstone_type", "leader_election",
+}
+
+METRIC_RE = re.compile(r"gap_healer_[a-z_]+")
+HIST_SUFFIX_RE = re.compile(r"_(bucket|sum|count)$")
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def load_yaml_docs(path):
+    with open(path, encoding="utf-8") as fh:
+        return [d for d in yaml.safe_load_all(fh) if d is not None]
+
+
+# ---------------------------------------------------------------- PrometheusRule
+
+
+def prometheusrule_from_alerts(alerts_path):
+    with open(alerts_path, encoding="utf-8") as fh:
+        alerts = yaml.safe_load(fh)
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "gap-healer",
+            "namespace": "gap-healer",
+            "labels": {"app.kubernetes.io/name": "gap-healer", "app.kubernetes.io/instance": "gap-healer"},
+        },
+        "spec": alerts,
+    }
+
+
+class _IndentDumper(yaml.SafeDumper):
+    """Indents block sequences under their key (as yamllint's default expects)."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+def _str_presenter(dumper, data):
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_IndentDumper.add_representer(str, _str_presenter)
+
+
+def cmd_gen_prometheusrule(args):
+    obj = prometheusrule_from_alerts(args[0])
+    sys.stdout.write(
+        "# GENERATED from deploy/prometheus/alerts.yml - do not edit by hand. Regenerate with:\n"
+        "#   python3 deploy/tools/checks.py gen-prometheusrule deploy/prometheus/alerts.yml \\\n"
+        "#     > deploy/kubernetes/base/prometheusrule.yaml\n"
+        "# Needs the Prometheus Operator CRDs. Add the label your Prometheus selects\n"
+        "# (ruleSelector), e.g. release: kube-prometheus-stack.\n"
+    )
+    sys.stdout.write(yaml.dump(obj, Dumper=_IndentDumper, sort_keys=False, width=100, allow_unicode=True))
+
+
+def cmd_sync(_args):
+    alerts = os.path.join(ROOT, "deploy/prometheus/alerts.yml")
+    helm_copy = os.path.join(ROOT, "deploy/helm/gap-healer/files/alerts.yml")
+    base_rule = os.path.join(ROOT, "deploy/kubernetes/base/prometheusrule.yaml")
+    with open(alerts, "rb") as a, open(helm_copy, "rb") as b:
+        if a.read() != b.read():
+            fail("%s differs from %s: cp deploy/prometheus/alerts.yml %s" % (helm_copy, alerts, helm_copy))
+    want = prometheusrule_from_alerts(alerts)
+    got = load_yaml_docs(base_rule)
+    if len(got) != 1 or got[0] != want:
+        fail("%s is out of date with alerts.yml; regenerate it (see its header)" % base_rule)
+    print("OK: helm files/alerts.yml and kustomize prometheusrule.yaml match deploy/prometheus/alerts.yml")
+
+
+# ---------------------------------------------------------------- metric names
+
+
+def referenced_metrics(paths):
+    """Map metric token as written -> files using it."""
+    found = {}
+    for p in paths:
+        with open(p, encoding="utf-8") as fh:
+            text = fh.read()
+        for tok in METRIC_RE.findall(text):
+            found.setdefault(tok, set()).add(os.path.relpath(p, ROOT))
+    return found
+
+
+def base_name(tok):
+    return HIST_SUFFIX_RE.sub("", tok)
+
+
+def cmd_metrics_static(paths):
+    found = referenced_metrics(paths)
+    if not found:
+        fail("no gap_healer_* metric referenced in %s" % ", ".join(paths))
+    bad = []
+    for tok, files in sorted(found.items()):
+        b = base_name(tok)
+        if b not in KNOWN_METRICS:
+            bad.append("%s (in %s): not a metric gap-healer exports" % (tok, ", ".join(sorted(files))))
+        elif b != tok and KNOWN_METRICS[b] != "histogram":
+            bad.append("%s (in %s): %s is a %s, it has no %s series" % (tok, ", ".join(sorted(files)), b,
+                                                                        KNOWN_METRICS[b], tok[len(b):]))
+    unused = sorted(set(KNOWN_METRICS) - {base_name(t) for t in found})
+    if unused:
+        bad.append("exported but shown nowhere (dashboard/alerts): " + ", ".join(unused))
+    if bad:
+        fail("metric names:\n  " + "\n  ".join(bad))
+    print("OK: %d metric names referenced, all exported by gap-healer, every exported metric used"
+          % len({base_name(t) for t in found}))
+
+
+def scrape_names(path):
+    samples, families = set(), set()
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                parts = line.split()
+                if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                    families.add(parts[2])
+                continue
+            m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line)
+            if m:
+                samples.add(m.group(1))
+    return samples, families
+
+
+def cmd_scrape(args):
+    scrape, paths = args[0], args[1:]
+    samples, families = scrape_names(scrape)
+    if not samples:
+        fail("%s holds no samples: is it a Prometheus text scrape?" % scrape)
+    present = samples | families | {base_name(s) for s in samples}
+    found = referenced_metrics(paths)
+    missing = []
+    for tok, files in sorted(found.items()):
+        b = base_name(tok)
+        if b not in present:
+            missing.append("%s (used in %s)" % (b, ", ".join(sorted(files))))
+        elif tok != b and tok not in samples:
+            missing.append("%s series (used in %s; the scrape has %s but no %s)" % (tok, ", ".join(sorted(files)),
+                                                                                 b, tok))
+    if missing:
+        fail("metrics referenced by the dashboard/alerts but missing from the scrape %s:\n  %s\n"
+             "(a metric must be exported from start-up, e.g. counters at 0, for dashboards and alerts to work)"
+             % (scrape, "\n  ".join(sorted(set(missing)))))
+    print("OK: all %d referenced metrics are present in %s" % (len({base_name(t) for t in found}), scrape))
+
+
+# ---------------------------------------------------------------- dashboard
+
+
+def iter_panels(panels):
+    for p in panels:
+        yield p
+        yield from iter_panels(p.get("panels", []))
+
+
+def cmd_dashboard(args):
+    path, rules_out = args
+    with open(path, encoding="utf-8") as fh:
+        d = json.load(fh)
+    errs = []
+    if not isinstance(d.get("schemaVersion"), int) or d["schemaVersion"] < 36:
+        errs.append("schemaVersion missing or older than 36")
+    for k in ("uid", "title"):
+        if not d.get(k):
+            errs.append("dashboard has no %s" % k)
+    tvars = {v.get("name"): v for v in d.get("templating", {}).get("list", [])}
+    ds = tvars.get("datasource")
+    if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
+        errs.append("needs a template variable 'datasource' of type datasource, query prometheus")
+    for name in ("job", "instance"):
+        v = tvars.get(name)
+        if not v or v.get("type") != "query":
+            errs.append("needs a query template variable '%s'" % name)
+        elif v.get("datasource", {}).get("uid") != "${datasource}":
+            errs.append("variable %s must query ${datasource}" % name)
+    ids, exprs = set(), []
+    panels = list(iter_panels(d.get("panels", [])))
+    if not panels:
+        errs.append("no panels")
+    for p in panels:
+        pid = p.get("id")
+        if pid in ids:
+            errs.append("duplicate panel id %s" % pid)
+        ids.add(pid)
+        if "gridPos" not in p:
+            errs.append("panel %s has no gridPos" % pid)
+        if p.get("type") == "row":
+            continue
+        if not p.get("title"):
+            errs.append("panel %s has no title" % pid)
+        if p.get("datasource", {}).get("uid") != "${datasource}":
+            errs.append("panel %s (%s) must use datasource ${datasource}" % (pid, p.get("title")))
+        targets = p.get("targets", [])
+        if not targets and p.get("type") != "text":
+            errs.append("panel %s (%s) has no queries" % (pid, p.get("title")))
+        for t in targets:
+            if not t.get("expr"):
+                errs.append("panel %s (%s) target %s has no expr" % (pid, p.get("title"), t.get("refId")))
+                continue
+            if t.get("datasource", {}).get("uid") != "${datasource}":
+                errs.append("panel %s target %s must use ${datasource}" % (pid, t.get("refId")))
+            exprs.append((pid, t.get("refId"), p.get("title"), t["expr"]))
+    if errs:
+        fail("dashboard %s:\n  %s" % (path, "\n  ".join(errs)))
+    # Substitute Grafana variables so promtool can parse each query.
+    subst = [("$__rate_interval", "5m"), ("$__interval", "1m"), ("$__range", "1h"),
+             ('"$job"', '".*"'), ('"$instance"', '".*"'), ("${job}", ".*"), ("${instance}", ".*")]
+    rules = []
+    for pid, ref, title, e in exprs:
+        for a, b in subst:
+            e = e.replace(a, b)
+        if "$" in e:
+            fail("panel %s (%s) query %s uses a variable this check does not know: %s" % (pid, title, ref, e))
+        rules.append({"record": "dashboard:panel_%s_%s" % (pid, ref), "expr": e})
+    with open(rules_out, "w", encoding="utf-8") as fh:
+        yaml.safe_dump({"groups": [{"name": "dashboard-queries", "rules": rules}]}, fh, sort_keys=False)
+    print("OK: dashboard structure (%d panels, %d queries written to %s for promtool)"
+          % (len(panels), len(rules), rules_out))
+
+
+# ---------------------------------------------------------------- TOML configs
+
+
+def check_toml_text(text, where, require_engine=True):
+    try:
+        cfg = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        fail("%s: not valid TOML: %s" % (where, exc))
+    unknown = sorted(set(cfg) - CONFIG_KEYS)
+    if unknown:
+        fail("%s: unknown gap-healer config keys: %s" % (where, ", ".join(unknown)))
+    if require_engine and cfg.get("engine") not in ("mssql", "postgres"):
+        fail("%s: engine must be mssql or postgres" % where)
+    if "connection_string" in cfg:
+        fail("%s: connection_string must not be in a config file that is shipped (use the Secret/env)" % where)
+    for k in ("gap_timeout", "poll_interval", "lock_timeout", "connect_timeout"):
+        if k in cfg and not re.fullmatch(r"(\d+(ns|us|ms|s|m|h|d))+", str(cfg[k])):
+            fail("%s: %s=%r is not a humantime duration" % (where, k, cfg[k]))
+    for k in ("lookback", "scan_page_size"):
+        if k in cfg and not isinstance(cfg[k], int):
+            fail("%s: %s must be an integer, got %r" % (where, k, cfg[k]))
+    for k in ("dry_run", "leader_election"):
+        if k in cfg and not isinstance(cfg[k], bool):
+            fail("%s: %s must be a boolean" % (where, k))
+    if "start_from" in cfg and not (isinstance(cfg["start_from"], int) or cfg["start_from"] in ("checkpoints", "head")):
+        fail("%s: start_from must be checkpoints, head or a number" % where)
+    if "log_format" in cfg and cfg["log_format"] not in ("text", "json"):
+        fail("%s: log_format must be text or json" % where)
+    return cfg
+
+
+def cmd_toml(args):
+    """toml [--extract DIR] FILE...: with --extract, also writes every config
+    found to DIR/<n>-<engine>.toml (for `gap-healer config`)."""
+    extract = None
+    if args and args[0] == "--extract":
+        extract, args = args[1], args[2:]
+        os.makedirs(extract, exist_ok=True)
+    n = 0
+    for p in args:
+        rel = os.path.relpath(p, ROOT)
+        if p.endswith(".toml"):
+            texts = [(rel, open(p, encoding="utf-8").read())]
+        else:
+            texts = [("%s ConfigMap %s" % (rel, d["metadata"]["name"]), d["data"]["gap-healer.toml"])
+                     for d in load_yaml_docs(p)
+                     if d.get("kind") == "ConfigMap" and "gap-healer.toml" in d.get("data", {})]
+        for where, text in texts:
+            cfg = check_toml_text(text, where)
+            n += 1
+            if extract:
+                name = "%02d-%s.toml" % (n, cfg["engine"])
+                with open(os.path.join(extract, name), "w", encoding="utf-8") as fh:
+                    fh.write("# from %s\n%s" % (where, text))
+    if n == 0:
+        fail("no gap-healer config found in %s" % ", ".join(paths))
+    print("OK: %d gap-healer config(s) parse and use only known keys" % n)
+
+
+# ---------------------------------------------------------------- Kubernetes streams
+
+BUILTIN_GROUPS = ("v1", "apps/v1", "policy/v1", "networking.k8s.io/v1", "batch/v1", "rbac.authorization.k8s.io/v1",
+                  "autoscaling/v2")
+
+
+def pod_templates(docs):
+    for d in docs:
+        if d.get("kind") in ("Deployment", "StatefulSet", "DaemonSet"):
+            yield d, d["spec"]["template"]
+
+
+def labels_match(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_gap_healer_pod(owner, tmpl, docs, errs):
+    spec = tmpl["spec"]
+    name = "%s/%s" % (owner["kind"], owner["metadata"]["name"])
+    gh = [c for c in spec.get("containers", []) if c.get("name") == "gap-healer"]
+    if not gh:
+        return False
+    c = gh[0]
+    if spec.get("automountServiceAccountToken") is not False:
+        errs.append("%s: automountServiceAccountToken must be false" % name)
+    if spec.get("enableServiceLinks") is not False:
+        errs.append("%s: enableServiceLinks must be false" % name)
+    sc = c.get("securityContext", {})
+    want = {"runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "runAsUser": 65532}
+    for k, v in want.items():
+        if sc.get(k) != v:
+            errs.append("%s: container gap-healer securityContext.%s must be %r" % (name, k, v))
+    if sc.get("capabilities", {}).get("drop") != ["ALL"]:
+        errs.append("%s: container gap-healer must drop ALL capabilities" % name)
+    if (sc.get("seccompProfile") or spec.get("securityContext", {}).get("seccompProfile", {})).get("type") \
+            != "RuntimeDefault":
+        errs.append("%s: seccompProfile RuntimeDefault missing" % name)
+    cports = c.get("ports", [])
+    if len(cports) != 1 or not cports[0].get("name"):
+        errs.append("%s: container gap-healer must declare exactly one named port (metrics)" % name)
+        cports = [{}]
+    mport = cports[0]
+    # A sidecar (gap-healer beside other containers) must not have a readiness
+    # probe: the pod is ready only when every container is, so /readyz would
+    # take the application out of its Services over the healer's problem.
+    sidecar = len(spec.get("containers", [])) > 1
+    probes = [("livenessProbe", "/healthz")] + ([] if sidecar else [("readinessProbe", "/readyz")])
+    if sidecar and "readinessProbe" in c:
+        errs.append("%s: the gap-healer sidecar must not have a readinessProbe (it would gate the application's readiness)" % name)
+    for probe, path in probes:
+        hg = c.get(probe, {}).get("httpGet", {})
+        if hg.get("path") != path or hg.get("port") not in (mport.get("name"), mport.get("containerPort")):
+            errs.append("%s: %s must GET %s on the metrics port" % (name, probe, path))
+    env = {e["name"]: e for e in c.get("env", [])}
+    cs = env.get("GAP_HEALER_CONNECTION_STRING", {})
+    if "secretKeyRef" not in cs.get("valueFrom", {}):
+        errs.append("%s: GAP_HEALER_CONNECTION_STRING must come from a secretKeyRef" % name)
+    if "value" in cs:
+        errs.append("%s: GAP_HEALER_CONNECTION_STRING must not be a literal value" % name)
+    args = c.get("args", [])
+    if not args or args[0] != "run":
+        errs.append("%s: container gap-healer must run the `run` subcommand" % name)
+    if "--config" in args:
+        cfg_path = args[args.index("--config") + 1]
+        mounts = [m for m in c.get("volumeMounts", []) if cfg_path.startswith(m["mountPath"].rstrip("/") + "/")]
+        if not mounts:
+            errs.append("%s: --config %s is on no volume mount" % (name, cfg_path))
+        else:
+            vol = {v["name"]: v for v in spec.get("volumes", [])}.get(mounts[0]["name"], {})
+            cm_name = vol.get("configMap", {}).get("name")
+            key = os.path.basename(cfg_path)
+            cms = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == cm_name]
+            if not cm_name:
+                errs.append("%s: the config volume is not a ConfigMap" % name)
+            elif not cms:
+                errs.append("%s: ConfigMap %s (config volume) is not in the same manifests" % (name, cm_name))
+            elif key not in cms[0].get("data", {}):
+                errs.append("%s: ConfigMap %s has no key %s" % (name, cm_name, key))
+            else:
+                cfg = check_toml_text(cms[0]["data"][key], "ConfigMap %s" % cm_name)
+                addr = cfg.get("metrics_addr", "0.0.0.0:9477")
+                if int(addr.rsplit(":", 1)[1]) != mport.get("containerPort"):
+                    errs.append("%s: metrics_addr %s does not match containerPort %s" % (name, addr,
+                                                                                      mport.get("containerPort")))
+    return True
+
+
+def cmd_k8s(args):
+    stream, outdir = args
+    docs = load_yaml_docs(stream)
+    os.makedirs(outdir, exist_ok=True)
+    core, errs, notes = [], [], []
+    rule_files = 0
+    services = [d for d in docs if d.get("kind") == "Service"]
+    healer_pods = 0
+    for owner, tmpl in pod_templates(docs):
+        if check_gap_healer_pod(owner, tmpl, docs, errs):
+            healer_pods += 1
+    if healer_pods == 0:
+        errs.append("no workload with a gap-healer container in %s" % stream)
+    for d in docs:
+        kind, api = d.get("kind"), d.get("apiVersion")
+        name = "%s/%s" % (kind, d.get("metadata", {}).get("name"))
+        if api in BUILTIN_GROUPS:
+            core.append(d)
+        elif api == "monitoring.coreos.com/v1" and kind == "PrometheusRule":
+            rule_files += 1
+            path = os.path.join(outdir, "prometheusrule-%d.rules.yml" % rule_files)
+            with open(path, "w", encoding="utf-8") as fh:
+                yaml.safe_dump(d["spec"], fh, sort_keys=False)
+            notes.append("%s: spec written to %s for promtool check rules" % (name, path))
+        elif api == "monitoring.coreos.com/v1" and kind == "ServiceMonitor":
+            sel = d["spec"].get("selector", {}).get("matchLabels", {})
+            ns = d["metadata"].get("namespace")
+            match = [s for s in services if labels_match(sel, s["metadata"].get("labels", {}))
+                     and s["metadata"].get("namespace") == ns]
+            if not match:
+                errs.append("%s: selector %s matches no Service (by labels, in namespace %s)" % (name, sel, ns))
+            for ep in d["spec"].get("endpoints", []):
+                for s in match:
+                    if ep.get("port") not in [p.get("name") for p in s["spec"].get("ports", [])]:
+                        errs.append("%s: endpoint port %s is not a port name of Service %s"
+                                    % (name, ep.get("port"), s["metadata"]["name"]))
+            notes.append("%s: CRD, not in kubernetes-validate's schemas; checked that it selects %s"
+                         % (name, ", ".join("Service/" + s["metadata"]["name"] for s in match)))
+        elif api == "monitoring.coreos.com/v1" and kind == "PodMonitor":
+            sel = d["spec"].get("selector", {}).get("matchLabels", {})
+            match = [(o, t) for o, t in pod_templates(docs) if labels_match(sel, t["metadata"].get("labels", {}))]
+            if not match:
+                errs.append("%s: selector %s matches no pod template" % (name, sel))
+            for ep in d["spec"].get("podMetricsEndpoints", []):
+                for o, t in match:
+                    names = [p.get("name") for c in t["spec"]["containers"] for p in c.get("ports", [])]
+                    if ep.get("port") not in names:
+                        errs.append("%s: port %s is no container port name in %s" % (name, ep.get("port"),
+                                                                                   o["metadata"]["name"]))
+            notes.append("%s: CRD, not in kubernetes-validate's schemas; checked that it selects %s"
+                         % (name, ", ".join(o["kind"] + "/" + o["metadata"]["name"] for o, _ in match)))
+        else:
+            errs.append("%s: apiVersion %s is neither built-in nor a CRD this check knows" % (name, api))
+    for s in services:
+        sel = s["spec"].get("selector", {})
+        if not any(labels_match(sel, t["metadata"].get("labels", {})) for _, t in pod_templates(docs)):
+            errs.append("Service/%s: selector %s matches no pod template" % (s["metadata"]["name"], sel))
+    for d in docs:
+        if d.get("kind") in ("PodDisruptionBudget", "NetworkPolicy"):
+            sel = (d["spec"].get("selector") or d["spec"].get("podSelector") or {}).get("matchLabels", {})
+            if not any(labels_match(sel, t["metadata"].get("labels", {})) for _, t in pod_templates(docs)):
+                errs.append("%s/%s: selector %s matches no pod template" % (d["kind"], d["metadata"]["name"], sel))
+    if errs:
+        fail("%s:\n  %s" % (stream, "\n  ".join(errs)))
+    with open(os.path.join(outdir, "core.yaml"), "w", encoding="utf-8") as fh:
+        yaml.safe_dump_all(core, fh, sort_keys=False)
+    for n in notes:
+        print("  " + n)
+    print("OK: %s: %d built-in objects to validate, %d PrometheusRule(s), gap-healer wiring checked"
+          % (stream, len(core), rule_files))
+
+
+# ---------------------------------------------------------------- compose
+
+
+def cmd_compose(args):
+    path, schema_path = args
+    import jsonschema
+
+    with open(path, encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh)
+    with open(schema_path, encoding="utf-8") as fh:
+        schema = json.load(fh)
+    # The compose-spec schema declares a non-canonical $schema URL; its keywords are draft-07.
+    validator = jsonschema.Draft7Validator(schema)
+    errs = ["%s: %s" % ("/".join(map(str, e.path)), e.message) for e in validator.iter_errors(doc)]
+    base = os.path.dirname(os.path.abspath(path))
+    for name, svc in (doc.get("services") or {}).items():
+        for v in svc.get("volumes", []):
+            src = v.split(":")[0] if isinstance(v, str) else v.get("source", "")
+            if src.startswith((".", "/")):
+                full = os.path.normpath(os.path.join(base, src))
+                if not os.path.exists(full):
+                    errs.append("service %s: bind mount source %s does not exist" % (name, src))
+        b = svc.get("build")
+        if b:
+            ctx = os.path.normpath(os.path.join(base, b if isinstance(b, str) else b.get("context", ".")))
+            df = os.path.join(ctx, "Dockerfile" if isinstance(b, str) else b.get("dockerfile", "Dockerfile"))
+            if not os.path.isfile(df):
+                errs.append("service %s: Dockerfile %s does not exist" % (name, df))
+        for dep in (svc.get("depends_on") or {}):
+            if dep not in doc["services"]:
+                errs.append("service %s depends on unknown service %s" % (name, dep))
+        if "image" in svc and re.search(r":latest$", svc["image"]) and "mssql" not in svc["image"]:
+            errs.append("service %s: image %s is not pinned" % (name, svc["image"]))
+    if errs:
+        fail("%s:\n  %s" % (path, "\n  ".join(errs)))
+    print("OK: %s matches the compose specification schema; mounts and build context exist" % path)
+
+
+def dockerignore_rules():
+    """(negated, pattern, any_depth) per line of .dockerignore."""
+    rules = []
+    with open(os.path.join(ROOT, ".dockerignore"), encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            neg = line.startswith("!")
+            pat = (line[1:] if neg else line).strip("/")
+            any_depth = pat.startswith("**/")
+            rules.append((neg, pat[3:] if any_depth else pat, any_depth))
+    return rules
+
+
+def docker_excluded(rel, rules):
+    """Docker's rule: the last pattern that matches the path or one of its
+    parent directories decides; `**/x` matches x at any depth."""
+    import fnmatch
+
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    windows = ["/".join(parts[i : j + 1]) for i in range(len(parts)) for j in range(i, len(parts))]
+    excluded = False
+    for neg, pat, any_depth in rules:
+        if any(fnmatch.fnmatchcase(c, pat) for c in (windows if any_depth else prefixes)):
+            excluded = not neg
+    return excluded
+
+
+def cmd_docker_context(_args):
+    rules = dockerignore_rules()
+    needed = ["Cargo.toml", "Cargo.lock"]
+    inc = re.compile(r"include_(?:str|bytes)!\s*\(\s*\"([^\"]+)\"|include!\s*\(\s*\"([^\"]+)\"")
+    for dirpath, _dirs, files in os.walk(os.path.join(ROOT, "src")):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            needed.append(os.path.relpath(full, ROOT))
+            if f.endswith(".rs"):
+                with open(full, encoding="utf-8") as fh:
+                    for m in inc.finditer(fh.read()):
+                        target = os.path.normpath(os.path.join(dirpath, m.group(1) or m.group(2)))
+                        rel = os.path.relpath(target, ROOT)
+                        if rel.startswith(".."):
+                            fail("%s includes %s, outside the build context" % (os.path.relpath(full, ROOT), rel))
+                        needed.append(rel)
+    bad = sorted({n for n in needed if docker_excluded(n, rules)})
+    missing = sorted({n for n in needed if not os.path.exists(os.path.join(ROOT, n))})
+    if bad or missing:
+        fail("docker build context: excluded by .dockerignore: %s; missing: %s" % (bad or "-", missing or "-"))
+    extra = sorted({n for n in needed if not n.startswith("src/")} - {"Cargo.toml", "Cargo.lock"})
+    print("OK: .dockerignore keeps Cargo.toml, Cargo.lock, src/ and the %d file(s) src/ includes at compile time%s"
+          % (len(extra), (": " + ", ".join(extra)) if extra else ""))
+    for probe in ("target/release/x", ".git/HEAD", "deploy/README.md"):
+        if not docker_excluded(probe, rules):
+            fail(".dockerignore should exclude %s" % probe.split("/")[0])
+
+
+def cmd_same_objects(args):
+    def index(p):
+        return {(d.get("apiVersion"), d.get("kind"), d.get("metadata", {}).get("namespace"),
+                 d.get("metadata", {}).get("name")): d for d in load_yaml_docs(p)}
+
+    a, b = index(args[0]), index(args[1])
+    diff = sorted(str(k) for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if diff:
+        fail("%s and %s differ in: %s" % (args[0], args[1], ", ".join(diff)))
+    print("OK: %s and %s hold the same %d objects" % (args[0], args[1], len(a)))
+
+
+def cmd_checkov_report(args):
+    path, frameworks = args[0], [f for f in args[1].split(",") if f]
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        fail("checkov produced no JSON report (%s): %s" % (path, text[:500]))
+    reports = data if isinstance(data, list) else [data]
+    errs = []
+    seen = {r.get("check_type"): r for r in reports}
+    for fw in frameworks:
+        r = seen.get(fw)
+        if not r or not r.get("summary", {}).get("resource_count"):
+            errs.append("framework %s scanned no resource" % fw)
+    for r in reports:
+        sm, res = r.get("summary", {}), r.get("results", {})
+        print("  %-11s passed %3d, failed %d, skipped %d, parsing errors %d, resources %d"
+              % (r.get("check_type"), sm.get("passed", 0), sm.get("failed", 0), sm.get("skipped", 0),
+                 sm.get("parsing_errors", 0), sm.get("resource_count", 0)))
+        for c in res.get("skipped_checks", []):
+            reason = (c.get("check_result") or {}).get("suppress_comment") or ""
+            print("    skipped %s on %s: %s" % (c["check_id"], c.get("resource"), reason))
+            if len(reason.strip()) < 10:
+                errs.append("%s skipped on %s without a reason" % (c["check_id"], c.get("resource")))
+        for c in res.get("failed_checks", []):
+            errs.append("%s %s FAILED on %s (%s:%s)" % (c["check_id"], c.get("check_name"), c.get("resource"),
+                                                       c.get("file_path"), c.get("file_line_range")))
+        if sm.get("parsing_errors"):
+            errs.append("%s: parsing errors in %s" % (r.get("check_type"), res.get("parsing_errors")))
+    if errs:
+        fail("checkov:\n  " + "\n  ".join(errs))
+    print("OK: checkov (%s)" % ", ".join(sorted(k for k in seen if k)))
+
+
+COMMANDS = {
+    "docker-context": cmd_docker_context,
+    "same-objects": cmd_same_objects,
+    "checkov-report": cmd_checkov_report,
+    "gen-prometheusrule": cmd_gen_prometheusrule,
+    "sync": cmd_sync,
+    "metrics-static": cmd_metrics_static,
+    "scrape": cmd_scrape,
+    "dashboard": cmd_dashboard,
+    "toml": cmd_toml,
+    "k8s": cmd_k8s,
+    "compose": cmd_compose,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    COMMANDS[sys.argv[1]](sys.argv[2:])

@@ -1,0 +1,212 @@
+-- gap-healer, SQL Server: fill one range of holes with tombstones, in one
+-- transaction (Engine::fill, direct mode). The login needs ALTER on Messages
+-- (for SET IDENTITY_INSERT), SELECT and INSERT on Messages, SELECT, INSERT and
+-- UPDATE on Streams. Without ALTER, install fill_procedure.sql instead.
+--
+-- The schema placeholder is replaced by the bracketed, validated schema name;
+-- every other value is a bound parameter:
+--   @P1 BIGINT         first position of the range
+--   @P2 BIGINT         last position of the range (inclusive)
+--   @P3 NVARCHAR(850)  tombstone stream name
+--   @P4 NVARCHAR(128)  tombstone message type
+--   @P5 INT            lock timeout on message keys, ms
+--   @P6 INT            lock timeout on the tombstone stream's row, ms
+--
+-- The engine runs this through sp_executesql, so SET options revert when the
+-- batch ends; it still restores each one itself.
+
+DECLARE @start BIGINT = @P1;
+DECLARE @end BIGINT = @P2;
+DECLARE @stream_name NVARCHAR(850) = @P3;
+DECLARE @message_type NVARCHAR(128) = @P4;
+DECLARE @lock_timeout_ms INT = @P5;
+DECLARE @stream_lock_timeout_ms INT = @P6;
+
+-- BEGIN FILL BODY (fill.sql and fill_procedure.sql carry the same text
+-- between these markers; a unit test keeps them equal)
+
+-- NOCOUNT: no "n rows affected" messages; the one result row is the answer.
+SET NOCOUNT ON;
+-- XACT_ABORT: any runtime error dooms the whole transaction, so no statement
+-- of a failed fill can commit on its own (the tombstone rows and the stream's
+-- Version move together or not at all). The CATCH block below then only
+-- rolls back and reports.
+SET XACT_ABORT ON;
+-- READPAST (in the checks below) needs READ COMMITTED; the session default,
+-- stated so that a changed default cannot break the fill.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+
+DECLARE @width INT;
+DECLARE @stage NVARCHAR(16) = N'check';
+DECLARE @stream_id INT;
+DECLARE @version INT;
+DECLARE @head BIGINT;
+DECLARE @identity_insert BIT = 0;
+DECLARE @rows_filled BIGINT = NULL;
+DECLARE @error_number INT = NULL;
+DECLARE @error_message NVARCHAR(4000) = NULL;
+
+BEGIN TRY
+    IF @@TRANCOUNT <> 0
+        THROW 50001, N'gap-healer: the session already has an open transaction', 1;
+    -- At most 4,000 rows per statement: about 4,000 key locks per index,
+    -- below the 5,000 at which SQL Server escalates to a table lock (which
+    -- would stop every append until the fill commits).
+    IF @start IS NULL OR @end IS NULL OR @end < @start OR @end - @start >= 4000
+        THROW 50002, N'gap-healer: the fill range is empty or wider than 4,000 positions', 1;
+    SET @width = CAST(@end - @start + 1 AS INT);
+
+    -- The tombstone stream's row. Created once, in its own short autocommit
+    -- insert, so that the fill transaction never holds a key-range lock on
+    -- UQ_StreamName (which would block appends creating new streams).
+    SET @stage = N'stream';
+    -- LOCK_TIMEOUT (stream): how long to wait for another healer that holds
+    -- the tombstone stream (it holds it for at most its own lock timeout).
+    -- Running out here means "busy", not "held".
+    SET LOCK_TIMEOUT @stream_lock_timeout_ms;
+    IF NOT EXISTS (
+        SELECT 1 FROM __schema__.[Streams] AS s
+        WHERE s.StreamName = @stream_name
+    )
+        BEGIN
+            BEGIN TRY
+                INSERT INTO __schema__.[Streams] (StreamName, [Version])
+                VALUES (@stream_name, -1);
+            END TRY
+            BEGIN CATCH
+                -- Another healer created it first: fine.
+                IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
+            END CATCH;
+        END;
+
+    BEGIN TRANSACTION;
+
+    -- Fillers serialise on the tombstone stream's row: the update lock is held
+    -- to COMMIT, so Version and the stream's rows can never drift apart.
+    SELECT
+        @stream_id = s.StreamId,
+        @version = s.[Version]
+    FROM __schema__.[Streams] AS s WITH (UPDLOCK, ROWLOCK)
+    WHERE s.StreamName = @stream_name;
+
+    IF @stream_id IS NULL
+        THROW 50003, N'gap-healer: the tombstone stream row is missing', 1;
+
+    -- The stream's positions must be 0 .. Version with nothing beyond;
+    -- otherwise a StreamPosition conflict would pass for a committed event.
+    -- Only this stream's keys are read (UQ_StreamIdAndStreamPosition); nobody
+    -- else writes them while we hold its row, and READPAST keeps the seek from
+    -- waiting on a neighbouring stream's key that an open append holds.
+    IF EXISTS (
+        SELECT 1 FROM __schema__.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST)
+        WHERE m.StreamId = @stream_id AND m.StreamPosition > @version
+    )
+        THROW 50004, N'gap-healer: the tombstone stream has rows beyond its Version', 1;
+
+    -- Never at or above the highest committed position, whatever the caller
+    -- believes: the tail may be an append in flight, and an explicit identity
+    -- value above IDENT_CURRENT becomes the new current value (the next append
+    -- would jump). READCOMMITTEDLOCK + READPAST: see head.sql.
+    SET @stage = N'head';
+    SELECT TOP (1) @head = m.GlobalPosition
+    FROM __schema__.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST)
+    ORDER BY m.GlobalPosition DESC;
+
+    IF @head IS NULL OR @end >= @head
+        THROW 50005, N'gap-healer: refused to fill at or above the highest committed position', 1;
+
+    SET @stage = N'messages';
+    -- LOCK_TIMEOUT (keys): how long one insert waits on a key that an open
+    -- append holds. Running out is error 1222: the position is "held".
+    SET LOCK_TIMEOUT @lock_timeout_ms;
+    -- IDENTITY_INSERT: write the hole's own positions into the identity
+    -- column. Per session, one table at a time, not undone by ROLLBACK: it is
+    -- turned off again on every path below.
+    SET IDENTITY_INSERT __schema__.[Messages] ON;
+    SET @identity_insert = 1;
+
+    -- A numbers table of 16^3 = 4,096 rows built from constants (no
+    -- GENERATE_SERIES: SQL Server 2019 and older compatibility levels).
+    WITH
+    digits (d) AS (
+        SELECT v.d
+        FROM (
+            VALUES (0), (0), (0), (0), (0), (0), (0), (0),
+            (0), (0), (0), (0), (0), (0), (0), (0)
+        ) AS v (d)
+    ),
+
+    numbers (n) AS (
+        SELECT
+            CAST(
+                ROW_NUMBER() OVER (ORDER BY (SELECT NULL)) - 1 AS INT
+            ) AS n
+        FROM digits AS a
+        CROSS JOIN digits AS b
+        CROSS JOIN digits AS c
+    )
+
+    -- One set-based insert: every key of the range is checked against the
+    -- primary key, so a committed event fails it (2627) and a held one makes
+    -- it wait (1222); the database decides, not the healer's view.
+    INSERT INTO __schema__.[Messages] (
+        MessageId,
+        MessageType,
+        StreamId,
+        StreamPosition,
+        GlobalPosition,
+        JsonData,
+        JsonMetadata,
+        Created
+    )
+    SELECT
+        NEWID(),
+        @message_type,
+        @stream_id,
+        @version + 1 + nb.n,
+        @start + nb.n,
+        N'{}',
+        N'{}',
+        SYSUTCDATETIME()
+    FROM numbers AS nb
+    WHERE nb.n < @width;
+
+    SET @stage = N'version';
+    UPDATE __schema__.[Streams]
+    SET [Version] = @version + @width
+    WHERE StreamId = @stream_id;
+
+    SET IDENTITY_INSERT __schema__.[Messages] OFF;
+    SET @identity_insert = 0;
+
+    SET @stage = N'commit';
+    COMMIT TRANSACTION;
+    SET @rows_filled = @width;
+END TRY
+BEGIN CATCH
+    SET @error_number = ERROR_NUMBER();
+    SET @error_message = ERROR_MESSAGE();
+    -- The transaction is doomed (XACT_ABORT): roll back first, nothing else
+    -- may run in it; then restore the session.
+    IF @@TRANCOUNT > 0
+        ROLLBACK TRANSACTION;
+    IF @identity_insert = 1
+        SET IDENTITY_INSERT __schema__.[Messages] OFF;
+END CATCH;
+
+-- Back to the connection default (the batch or procedure scope restores it
+-- anyway; this keeps the session clean should that ever change).
+SET LOCK_TIMEOUT -1;
+
+-- The answer, one row on every path: the engine classifies error_number and
+-- error_stage in one place (2627/2601 at 'messages' = committed, 1222 at
+-- 'messages' = held, 1222 at 'stream' = busy, ...), and discards the
+-- connection if open_transactions is not 0.
+SELECT
+    @rows_filled AS rows_filled,
+    @error_number AS error_number,
+    @stage AS error_stage,
+    @error_message AS error_message,
+    @@TRANCOUNT AS open_transactions;
+
+-- END FILL BODY

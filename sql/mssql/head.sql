@@ -1,0 +1,23 @@
+-- gap-healer, SQL Server: the highest COMMITTED position (Engine::head).
+--
+-- The schema placeholder is replaced by the bracketed, validated schema name
+-- before this text is sent; nothing else is ever spliced in.
+
+-- Session option: a read never waits long on a page or table lock (READPAST
+-- skips row and key locks, not page or table locks, for example those of an
+-- append that escalated). It applies to this batch only: tiberius runs every
+-- query through sp_executesql, and SET options set there revert when the
+-- batch returns, so the pooled session keeps its defaults.
+SET LOCK_TIMEOUT 5000;
+
+-- READCOMMITTEDLOCK: read committed BY LOCKING, also when the database has
+-- READ_COMMITTED_SNAPSHOT on (READPAST is refused under row versioning
+-- unless READCOMMITTEDLOCK is given).
+-- READPAST: skip rows whose key an open transaction holds, instead of waiting
+-- for it. The newest row of an append still in flight is therefore not the
+-- head; the fill refuses to go at or above the head, so it never fills the
+-- tail of an append that may still commit.
+-- Only the clustered key is read (TOP 1 from the end of PK_Events).
+SELECT TOP (1) m.GlobalPosition AS position
+FROM __schema__.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST)
+ORDER BY m.GlobalPosition DESC;

@@ -1,0 +1,614 @@
+//! Connections: the ADO.NET connection string, and a bb8 pool that never hands
+//! out a session in an unknown state.
+//!
+//! # The connection string
+//! Eventuous users have ADO.NET strings (`Server=tcp:host,1433;Database=..;
+//! User Id=..;Password=..;Encrypt=true`). tiberius parses them with
+//! `Config::from_ado_string`, but its parser (the `connection-string` 0.2
+//! crate) keeps a doubled quote inside a quoted value doubled (`'a''b'` gives
+//! `a''b`, not `a'b`), rejects every non-ASCII character, and names the
+//! offending character in its error. So this module splits the string by the
+//! ADO.NET rules itself, hands tiberius everything except the credentials, and
+//! sets the credentials on the resulting `Config` directly. The password never
+//! passes through a parser that could echo it, and passwords with `;`, `'`,
+//! `"`, `=` or any Unicode work when quoted the way SqlClient expects.
+//!
+//! # Sessions in the pool
+//! A session is marked unclean when it is checked out and clean again only when
+//! the work on it finished in a known state. bb8 asks [`Manager::has_broken`]
+//! when a connection comes back; an unclean one is closed instead of pooled.
+//! So a query future dropped half way (timeout, shutdown) or a fill that ended
+//! without its result row closes its connection, and the server rolls back
+//! whatever that session had open.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use tiberius::{AuthMethod, Config};
+use tokio::net::TcpStream;
+use tokio_util::compat::Compat;
+
+use super::errors::{connect_error, driver_error};
+use crate::engine::DbError;
+use crate::secret::ConnectionString;
+
+/// A tiberius client on a tokio TCP stream.
+pub(crate) type Client = tiberius::Client<Compat<TcpStream>>;
+
+/// One pooled SQL Server session.
+pub(crate) struct Session {
+    pub(crate) client: Client,
+    /// False while work is in progress or after it ended in an unknown state:
+    /// the pool then closes the connection instead of reusing it.
+    pub(crate) clean: bool,
+}
+
+/// bb8's view of SQL Server: bb8-tiberius's connection manager, plus the
+/// clean flag and error classification.
+pub(crate) struct Manager {
+    inner: bb8_tiberius::ConnectionManager,
+    secret: ConnectionString,
+    last_error: LastError,
+}
+
+impl Manager {
+    pub(crate) fn new(config: Config, secret: ConnectionString, last_error: LastError) -> Self {
+        Manager {
+            inner: bb8_tiberius::ConnectionManager::new(config),
+            secret,
+            last_error,
+        }
+    }
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = Session;
+    type Error = DbError;
+
+    async fn connect(&self) -> Result<Session, DbError> {
+        match bb8::ManageConnection::connect(&self.inner).await {
+            Ok(client) => {
+                self.last_error.clear();
+                Ok(Session {
+                    client,
+                    clean: true,
+                })
+            }
+            Err(e) => Err(connect_error(&e, &self.secret)),
+        }
+    }
+
+    async fn is_valid(&self, session: &mut Session) -> Result<(), DbError> {
+        // Unclean until the round trip completes: if bb8 drops this check half
+        // way (its checkout timed out), the connection must not be reused.
+        session.clean = false;
+        let result = async {
+            session
+                .client
+                .simple_query("SELECT 1")
+                .await?
+                .into_row()
+                .await
+        }
+        .await;
+        match result {
+            Ok(_) => {
+                session.clean = true;
+                Ok(())
+            }
+            Err(e) => Err(driver_error(&e, &self.secret)),
+        }
+    }
+
+    fn has_broken(&self, session: &mut Session) -> bool {
+        !session.clean
+    }
+}
+
+/// The last error of a background connection attempt. bb8 reports those only
+/// to its error sink; without this a wrong password would surface as a bare
+/// "timed out waiting for a connection".
+#[derive(Clone, Default)]
+pub(crate) struct LastError(Arc<Mutex<Option<DbError>>>);
+
+impl LastError {
+    pub(crate) fn get(&self) -> Option<DbError> {
+        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    fn set(&self, e: DbError) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(e);
+        }
+    }
+
+    fn clear(&self) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = None;
+        }
+    }
+}
+
+impl fmt::Debug for LastError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LastError").field(&self.get()).finish()
+    }
+}
+
+impl bb8::ErrorSink<DbError> for LastError {
+    fn sink(&self, error: DbError) {
+        tracing::debug!(error = %error.message, "SQL Server connection attempt failed");
+        self.set(error);
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<DbError>> {
+        Box::new(self.clone())
+    }
+}
+
+/// A parse failure. Its text names positions and well-known keys only, never
+/// a value (a mis-quoted password could otherwise leak into a log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AdoError(pub(crate) String);
+
+/// Splits an ADO.NET connection string into `(key, value)` pairs by the
+/// SqlClient rules: `key=value` pairs separated by `;`; keys are
+/// case-insensitive (returned lower-case, inner whitespace collapsed) and `==`
+/// in a key stands for `=`; a value may be quoted with `'` or `"` (the quote
+/// doubled inside stands for itself) or, as tiberius also accepts, with `{}`
+/// (`}}` inside stands for `}`); unquoted values end at `;` and are trimmed.
+/// Later duplicates win, as in SqlClient (callers take the last).
+pub(crate) fn split_ado(raw: &str) -> Result<Vec<(String, String)>, AdoError> {
+    let chars: Vec<char> = raw.chars().collect();
+    let mut pairs = Vec::new();
+    let mut i = 0;
+    let mut n = 0;
+    loop {
+        // Skip separators and whitespace before a key.
+        while i < chars.len() && (chars[i] == ';' || chars[i].is_whitespace()) {
+            i += 1;
+        }
+        if i >= chars.len() {
+            break;
+        }
+        n += 1;
+        // The key, up to a single `=` (`==` is a literal `=`).
+        let mut key = String::new();
+        loop {
+            match chars.get(i) {
+                None | Some(';') => {
+                    return Err(AdoError(format!(
+                        "pair {n} has no `=` (quote values that contain `;`)"
+                    )))
+                }
+                Some('=') if chars.get(i + 1) == Some(&'=') => {
+                    key.push('=');
+                    i += 2;
+                }
+                Some('=') => {
+                    i += 1;
+                    break;
+                }
+                Some(&c) => {
+                    key.push(c);
+                    i += 1;
+                }
+            }
+        }
+        let key = key
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_lowercase();
+        if key.is_empty() {
+            return Err(AdoError(format!("pair {n} has an empty key")));
+        }
+        while i < chars.len() && chars[i] != ';' && chars[i].is_whitespace() {
+            i += 1;
+        }
+        let value = match chars.get(i) {
+            Some(&q @ ('\'' | '"' | '{')) => {
+                let close = if q == '{' { '}' } else { q };
+                i += 1;
+                let mut value = String::new();
+                loop {
+                    match chars.get(i) {
+                        None => {
+                            return Err(AdoError(format!(
+                                "the value of pair {n} has no closing {close}"
+                            )))
+                        }
+                        Some(&c) if c == close && chars.get(i + 1) == Some(&close) => {
+                            value.push(close);
+                            i += 2;
+                        }
+                        Some(&c) if c == close => {
+                            i += 1;
+                            break;
+                        }
+                        Some(&c) => {
+                            value.push(c);
+                            i += 1;
+                        }
+                    }
+                }
+                while i < chars.len() && chars[i] != ';' && chars[i].is_whitespace() {
+                    i += 1;
+                }
+                if i < chars.len() && chars[i] != ';' {
+                    return Err(AdoError(format!(
+                        "unexpected text after the quoted value of pair {n}"
+                    )));
+                }
+                value
+            }
+            _ => {
+                let start = i;
+                while i < chars.len() && chars[i] != ';' {
+                    i += 1;
+                }
+                chars[start..i]
+                    .iter()
+                    .collect::<String>()
+                    .trim()
+                    .to_string()
+            }
+        };
+        pairs.push((key, value));
+    }
+    Ok(pairs)
+}
+
+const USER_KEYS: [&str; 5] = ["user id", "uid", "user", "username", "user name"];
+const PASSWORD_KEYS: [&str; 2] = ["password", "pwd"];
+const INTEGRATED_KEYS: [&str; 3] = [
+    "integrated security",
+    "integratedsecurity",
+    "trusted_connection",
+];
+const DATABASE_KEYS: [&str; 3] = ["database", "initial catalog", "databasename"];
+const APPLICATION_KEYS: [&str; 2] = ["application name", "applicationname"];
+/// Keys handed to tiberius's own parser (server and TLS settings).
+const TIBERIUS_KEYS: [&str; 6] = [
+    "server",
+    "data source",
+    "trustservercertificate",
+    "trustservercertificateca",
+    "encrypt",
+    "applicationintent",
+];
+/// SqlClient's spellings with spaces, as tiberius spells them.
+const KEY_ALIASES: [(&str, &str); 3] = [
+    ("trust server certificate", "trustservercertificate"),
+    ("application intent", "applicationintent"),
+    ("address", "server"),
+];
+
+fn last<'a>(pairs: &'a [(String, String)], keys: &[&str]) -> Option<&'a str> {
+    pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| keys.contains(&k.as_str()))
+        .map(|(_, v)| v.as_str())
+}
+
+fn is_true(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "true" | "yes" | "sspi"
+    )
+}
+
+/// A value as tiberius's lexer reads it back unchanged, or `None`.
+fn quote_for_tiberius(v: &str) -> Option<String> {
+    if !v.is_ascii() {
+        return None;
+    }
+    let special = |c: char| matches!(c, ';' | '=' | '\'' | '"' | '{' | '}') || c.is_whitespace();
+    if !v.contains(special) {
+        Some(v.to_string())
+    } else if !v.contains('"') && !v.contains("  ") {
+        Some(format!("\"{v}\""))
+    } else if !v.contains('\'') && !v.contains("  ") {
+        Some(format!("'{v}'"))
+    } else if !v.contains('}') {
+        Some(format!("{{{v}}}"))
+    } else {
+        None
+    }
+}
+
+/// The tiberius configuration for an ADO.NET connection string, with SQL
+/// Server authentication from its `User Id` and `Password`.
+pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
+    let pairs = split_ado(raw)?;
+    let pairs: Vec<(String, String)> = pairs
+        .into_iter()
+        .map(|(k, v)| {
+            let k = KEY_ALIASES
+                .iter()
+                .find(|(from, _)| *from == k)
+                .map_or(k, |(_, to)| to.to_string());
+            (k, v)
+        })
+        .collect();
+
+    if let Some(v) = last(&pairs, &INTEGRATED_KEYS) {
+        if is_true(v) {
+            return Err(AdoError(
+                "Integrated Security is not supported: use SQL Server authentication (User Id and Password)".into(),
+            ));
+        }
+    }
+    if let Some(v) = last(&pairs, &["authentication"]) {
+        let normal: String = v
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_lowercase();
+        if normal != "sqlpassword" {
+            return Err(AdoError(
+                "only Authentication=SqlPassword is supported (User Id and Password); Microsoft Entra authentication is not".into(),
+            ));
+        }
+    }
+    if last(&pairs, &["applicationintent"])
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("readonly"))
+    {
+        return Err(AdoError(
+            "ApplicationIntent=ReadOnly routes to a read-only replica: gap-healer writes tombstones and needs the primary"
+                .into(),
+        ));
+    }
+    let user = last(&pairs, &USER_KEYS).unwrap_or_default();
+    let password = last(&pairs, &PASSWORD_KEYS).unwrap_or_default();
+    if user.is_empty() {
+        return Err(AdoError(
+            "no User Id: gap-healer signs in with SQL Server authentication".into(),
+        ));
+    }
+
+    if last(&pairs, &["trustservercertificate"]).is_some_and(is_true)
+        && last(&pairs, &["trustservercertificateca"]).is_some()
+    {
+        return Err(AdoError(
+            "TrustServerCertificate=true and TrustServerCertificateCA exclude each other: use one"
+                .into(),
+        ));
+    }
+
+    let mut handed = String::new();
+    for key in TIBERIUS_KEYS {
+        // Like Microsoft.Data.SqlClient 4 and later: encrypted unless the
+        // string says otherwise (tiberius alone would default to login-only).
+        let value = match last(&pairs, &[key]) {
+            Some(value) => value,
+            None if key == "encrypt" => "true",
+            None => continue,
+        };
+        let value =
+            if key == "encrypt" {
+                match value.trim().to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "mandatory" => "true".to_string(),
+                    "false" | "no" | "optional" => "false".to_string(),
+                    "strict" => return Err(AdoError(
+                        "Encrypt=Strict (TDS 8.0) is not supported by the driver: use Encrypt=true"
+                            .into(),
+                    )),
+                    _ => value.to_string(),
+                }
+            } else {
+                value.to_string()
+            };
+        let quoted = quote_for_tiberius(&value).ok_or_else(|| {
+            AdoError(format!(
+                "the value of `{key}` has characters the SQL Server driver cannot take"
+            ))
+        })?;
+        handed.push_str(&format!("{key}={quoted};"));
+    }
+    let mut config = Config::from_ado_string(&handed).map_err(|e| AdoError(format!("{e}")))?;
+    if let Some(db) = last(&pairs, &DATABASE_KEYS).filter(|d| !d.is_empty()) {
+        config.database(db);
+    }
+    config.application_name(
+        last(&pairs, &APPLICATION_KEYS)
+            .filter(|a| !a.is_empty())
+            .unwrap_or("gap-healer"),
+    );
+    config.authentication(AuthMethod::sql_server(user, password));
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn password_of(raw: &str) -> String {
+        let pairs = split_ado(raw).expect(raw);
+        last(&pairs, &PASSWORD_KEYS)
+            .expect("a password")
+            .to_string()
+    }
+
+    #[test]
+    fn splits_by_ado_rules() {
+        let pairs =
+            split_ado("Server=tcp:db,1433; Database = es ;User  ID=app;Password=x;Encrypt=true;")
+                .unwrap();
+        assert_eq!(
+            pairs,
+            vec![
+                ("server".into(), "tcp:db,1433".into()),
+                ("database".into(), "es".into()),
+                ("user id".into(), "app".into()),
+                ("password".into(), "x".into()),
+                ("encrypt".into(), "true".into()),
+            ]
+        );
+        assert_eq!(split_ado("").unwrap(), vec![]);
+        assert_eq!(split_ado(";;  ;").unwrap(), vec![]);
+        assert_eq!(
+            split_ado("a==b=c").unwrap(),
+            vec![("a=b".into(), "c".into())]
+        );
+    }
+
+    #[test]
+    fn passwords_with_separators_quotes_and_unicode() {
+        let cases = [
+            (
+                "Server=db;User Id=app;Password='a;b=c''d';Database=es",
+                "a;b=c'd",
+            ),
+            (
+                "Server=db;User Id=app;Password=\"x;y'z\"\"w\";Database=es",
+                "x;y'z\"w",
+            ),
+            (
+                "Server=db;User Id=app;Password={p;w=d}}x};Database=es",
+                "p;w=d}x",
+            ),
+            (
+                "Server=db;User Id=app;Password=pässwörd☃;Database=es",
+                "pässwörd☃",
+            ),
+            (
+                "Server=db;User Id=app;Password='пароль; 密码';Database=es",
+                "пароль; 密码",
+            ),
+            ("Server=db;User Id=app;Pwd = a=b ;Database=es", "a=b"),
+            ("Server=db;User Id=app;Password=it's;Database=es", "it's"),
+            (
+                "Server=db;User Id=app;Password=first;Database=es;Password=second",
+                "second",
+            ),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(password_of(raw), want, "{raw}");
+            let config = config_from_ado(raw).unwrap_or_else(|e| panic!("{raw}: {e:?}"));
+            let shown = format!("{config:?}");
+            assert!(
+                !shown.contains(want),
+                "Debug of the config shows the password: {shown}"
+            );
+            assert!(
+                shown.contains("\"es\""),
+                "database lost after the password: {shown}"
+            );
+            assert!(shown.contains("\"app\""), "user lost: {shown}");
+            assert_eq!(config.get_addr(), "db:1433");
+        }
+    }
+
+    #[test]
+    fn keeps_server_tls_and_database() {
+        let config = config_from_ado(
+            "Data Source=tcp:sql.example.net,14330;Initial Catalog=Événements;User ID=app;Password=p;\
+             Encrypt=Mandatory;TrustServerCertificate=false;Application Name=orders-healer",
+        )
+        .unwrap();
+        assert_eq!(config.get_addr(), "sql.example.net:14330");
+        let shown = format!("{config:?}");
+        assert!(shown.contains("Événements"), "{shown}");
+        assert!(shown.contains("orders-healer"), "{shown}");
+        assert!(
+            shown.contains("Required"),
+            "Encrypt=Mandatory means TLS required: {shown}"
+        );
+
+        // No Encrypt: encrypted and validated, as Microsoft.Data.SqlClient 4+ does.
+        let shown = format!(
+            "{:?}",
+            config_from_ado("Server=db;User Id=app;Password=p").unwrap()
+        );
+        assert!(shown.contains("gap-healer"), "{shown}");
+        assert!(
+            shown.contains("encryption: Required") && shown.contains("trust: Default"),
+            "{shown}"
+        );
+        let shown = format!(
+            "{:?}",
+            config_from_ado("Server=db;User Id=app;Password=p;Encrypt=false").unwrap()
+        );
+        assert!(shown.contains("encryption: Off"), "{shown}");
+        let shown = format!(
+            "{:?}",
+            config_from_ado(
+                "Server=db;User Id=app;Password=p;Encrypt=true;Trust Server Certificate=True"
+            )
+            .unwrap()
+        );
+        assert!(shown.contains("trust: TrustAll"), "{shown}");
+        // tiberius panics when both are set; refuse it here instead.
+        assert!(config_from_ado(
+            "Server=db;User Id=app;Password=p;TrustServerCertificate=true;TrustServerCertificateCA=/ca.pem"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn errors_never_carry_values() {
+        let secret = "s3cr3t-Valü";
+        let bad = [
+            format!("Server=db;User Id=app;Password='{secret};Database=es"),
+            format!("Server=db;User Id=app;Password='{secret}'x;Database=es"),
+            format!("Server=db;User Id=app;Password={secret};{secret}"),
+            format!("Server=db;User Id=app;Password={secret};Integrated Security=true"),
+            format!(
+                "Server=db;User Id=app;Password={secret};Authentication=ActiveDirectoryPassword"
+            ),
+            format!("Server=db;User Id=app;Password={secret};Encrypt=strict"),
+            format!("Server=db;User Id=app;Password={secret};Encrypt=perhaps"),
+            format!("Server=db;Password={secret}"),
+            format!("Server=dbé{secret};User Id=app;Password={secret}"),
+        ];
+        for raw in &bad {
+            let err = config_from_ado(raw).expect_err(raw);
+            assert!(!err.0.contains("s3cr3t"), "{raw} -> {}", err.0);
+            assert!(!err.0.contains("Valü"), "{raw} -> {}", err.0);
+        }
+    }
+
+    #[test]
+    fn rejects_unsupported_authentication() {
+        assert!(config_from_ado("Server=db;Integrated Security=SSPI").is_err());
+        assert!(config_from_ado("Server=db;Trusted_Connection=yes").is_err());
+        assert!(config_from_ado(
+            "Server=db;User Id=a;Password=b;Authentication=Active Directory Default"
+        )
+        .is_err());
+        assert!(
+            config_from_ado("Server=db;User Id=a;Password=b;Authentication=Sql Password").is_ok()
+        );
+        assert!(
+            config_from_ado("Server=db;User Id=a;Password=b;Integrated Security=false").is_ok()
+        );
+        assert!(
+            config_from_ado("Server=db;User Id=a;Password=b;Application Intent=ReadOnly").is_err()
+        );
+        assert!(
+            config_from_ado("Server=db;User Id=a;Password=b;ApplicationIntent=ReadWrite").is_ok()
+        );
+    }
+
+    #[test]
+    fn tiberius_quoting_round_trips() {
+        for v in [
+            "plain",
+            "a b",
+            "a;b",
+            "it's",
+            "say \"hi\"",
+            "{x}",
+            "C:\\certs\\ca.pem",
+        ] {
+            let quoted = quote_for_tiberius(v).unwrap();
+            let config =
+                Config::from_ado_string(&format!("server=db;TrustServerCertificateCA={quoted}"));
+            assert!(config.is_ok(), "{v} -> {quoted}");
+        }
+        assert_eq!(quote_for_tiberius("é"), None);
+        assert_eq!(quote_for_tiberius("'\"}"), None);
+    }
+}

@@ -1,0 +1,310 @@
+//! SQL Server error numbers, classified in one place.
+//!
+//! Every failure the engine sees ends up here: a server error number reported
+//! by the fill batch (with the stage it happened in), a server error token that
+//! reached tiberius, an I/O or protocol failure, or a pool timeout. The answer
+//! is either a normal fill outcome (the database decided: committed, held,
+//! busy) or a [`DbError`] that says whether retrying can help.
+
+use crate::engine::{DbError, DbErrorKind, FillOutcome};
+use crate::secret::ConnectionString;
+
+/// Where an error happened. The fill batch reports its stage as
+/// `error_stage`; everything outside a fill is [`Stage::Read`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// A read (scan, head, probe, checkpoints, preflight) or a connection.
+    Read,
+    /// The fill's own argument and session checks.
+    Check,
+    /// Creating or locking the tombstone stream's Streams row.
+    Stream,
+    /// The fill's check of the highest committed position.
+    Head,
+    /// The tombstone insert into Messages.
+    Messages,
+    /// The update of the tombstone stream's Version.
+    Version,
+    /// COMMIT.
+    Commit,
+}
+
+impl Stage {
+    /// The `error_stage` values of `sql/mssql/fill.sql`. Unknown text is
+    /// treated like a check failure (never as a normal outcome).
+    pub(crate) fn from_fill(stage: &str) -> Stage {
+        match stage {
+            "stream" => Stage::Stream,
+            "head" => Stage::Head,
+            "messages" => Stage::Messages,
+            "version" => Stage::Version,
+            "commit" => Stage::Commit,
+            _ => Stage::Check,
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            Stage::Read => "read",
+            Stage::Check => "check",
+            Stage::Stream => "stream",
+            Stage::Head => "head",
+            Stage::Messages => "messages",
+            Stage::Version => "version",
+            Stage::Commit => "commit",
+        }
+    }
+}
+
+/// What an error means for the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// Not an error: the database decided the fill's outcome.
+    Outcome(FillOutcome),
+    /// Retry with backoff.
+    Transient,
+    /// Retrying will not help until someone changes the database.
+    Permanent,
+}
+
+/// Server errors after which a retry can succeed: deadlock victim, snapshot
+/// update conflict, and the errors Azure SQL and SQL Server report while a
+/// database moves, fails over, is throttled or drops the connection.
+pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
+    64,    // connection terminated by the server (login phase)
+    233,   // no process on the other end of the pipe
+    1205,  // deadlock victim
+    3960,  // snapshot isolation update conflict
+    4060,  // cannot open database (Azure: database moving or restarting)
+    4221,  // login to a read secondary failed while the replica catches up
+    10053, // transport-level error: connection aborted
+    10054, // transport-level error: connection reset by peer
+    10060, // network error: connection timed out
+    10928, // Azure: resource limit reached
+    10929, // Azure: resource limit, minimum guarantee not available
+    40143, // Azure: the service has encountered an error processing your request
+    40197, // Azure: error processing the request (failover, upgrade)
+    40501, // Azure: the service is currently busy
+    40540, // Azure: the service has encountered an error processing your request
+    40613, // Azure: database not currently available
+    42108, // Azure: cannot connect to the SQL pool
+    42109, // Azure: the SQL pool is warming up
+    49918, // Azure: not enough resources to process the request
+    49919, // Azure: too many create or update operations in progress
+    49920, // Azure: too many operations in progress
+];
+
+/// Lock request time out period exceeded.
+pub(crate) const LOCK_TIMEOUT: u32 = 1222;
+/// Violation of a PRIMARY KEY or UNIQUE constraint.
+pub(crate) const DUPLICATE_KEY_CONSTRAINT: u32 = 2627;
+/// Duplicate key row in a unique index.
+pub(crate) const DUPLICATE_KEY_INDEX: u32 = 2601;
+
+/// The one classification of SQL Server error numbers.
+///
+/// - 2627/2601 on the tombstone insert: a position of the range is committed.
+/// - 1222 on the tombstone insert: a position is held by an open append.
+/// - 1222 on the tombstone stream's row: another healer is filling.
+/// - 1222 anywhere else (a read waiting on a page or table lock): transient.
+/// - deadlocks and the documented transient errors: transient.
+/// - everything else (missing objects, missing rights, gap-healer's own
+///   checks 50001..50005): permanent.
+pub(crate) fn classify(code: u32, stage: Stage) -> Class {
+    match (code, stage) {
+        (DUPLICATE_KEY_CONSTRAINT | DUPLICATE_KEY_INDEX, Stage::Messages) => {
+            Class::Outcome(FillOutcome::Committed)
+        }
+        (LOCK_TIMEOUT, Stage::Messages) => Class::Outcome(FillOutcome::Held),
+        (LOCK_TIMEOUT, Stage::Stream) => Class::Outcome(FillOutcome::Busy),
+        (LOCK_TIMEOUT, _) => Class::Transient,
+        (c, _) if TRANSIENT_SERVER_ERRORS.contains(&c) => Class::Transient,
+        _ => Class::Permanent,
+    }
+}
+
+/// A server error number and message as a [`DbError`] (never an outcome:
+/// callers that can get an outcome ask [`classify`] first).
+pub(crate) fn server_error(
+    code: u32,
+    stage: Stage,
+    message: &str,
+    secret: &ConnectionString,
+) -> DbError {
+    let kind = match classify(code, stage) {
+        Class::Transient => DbErrorKind::Transient,
+        Class::Permanent | Class::Outcome(_) => DbErrorKind::Permanent,
+    };
+    DbError {
+        kind,
+        code: Some(code.to_string()),
+        message: secret.scrub(&format!("SQL Server error {code}: {}", message.trim())),
+    }
+}
+
+/// A tiberius error as a [`DbError`], password scrubbed.
+pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionString) -> DbError {
+    use tiberius::error::Error as E;
+    match err {
+        E::Server(token) => server_error(token.code(), Stage::Read, token.message(), secret),
+        E::Io { .. } | E::Protocol(_) | E::Routing { .. } => {
+            DbError::transient(secret.scrub(&format!("SQL Server connection failed: {err}")))
+        }
+        E::Tls(_) => DbError::permanent(secret.scrub(&format!(
+            "TLS with SQL Server failed: {err} (check Encrypt, TrustServerCertificate and the server's certificate)"
+        ))),
+        _ => DbError::permanent(secret.scrub(&format!("SQL Server driver error: {err}"))),
+    }
+}
+
+/// A connection attempt's error (bb8-tiberius wraps tiberius and I/O errors).
+pub(crate) fn connect_error(err: &bb8_tiberius::Error, secret: &ConnectionString) -> DbError {
+    match err {
+        bb8_tiberius::Error::Tiberius(e) => driver_error(e, secret),
+        bb8_tiberius::Error::Io(e) => {
+            DbError::transient(secret.scrub(&format!("cannot reach SQL Server: {e}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL_STAGES: [Stage; 7] = [
+        Stage::Read,
+        Stage::Check,
+        Stage::Stream,
+        Stage::Head,
+        Stage::Messages,
+        Stage::Version,
+        Stage::Commit,
+    ];
+
+    #[test]
+    fn classification_table() {
+        use Class::*;
+        use FillOutcome::*;
+        let table: &[(u32, Stage, Class)] = &[
+            // The database decided: normal outcomes of a fill.
+            (2627, Stage::Messages, Outcome(Committed)),
+            (2601, Stage::Messages, Outcome(Committed)),
+            (1222, Stage::Messages, Outcome(Held)),
+            (1222, Stage::Stream, Outcome(Busy)),
+            // A lock timeout anywhere else: a page or table lock, retry.
+            (1222, Stage::Read, Transient),
+            (1222, Stage::Head, Transient),
+            (1222, Stage::Version, Transient),
+            // A duplicate key outside the insert is not "committed".
+            (2627, Stage::Stream, Permanent),
+            (2601, Stage::Read, Permanent),
+            (2627, Stage::Version, Permanent),
+            // Deadlock and documented transient errors, at any stage.
+            (1205, Stage::Messages, Transient),
+            (1205, Stage::Stream, Transient),
+            (1205, Stage::Read, Transient),
+            (40613, Stage::Read, Transient),
+            (40197, Stage::Commit, Transient),
+            (40501, Stage::Read, Transient),
+            (49918, Stage::Read, Transient),
+            (49919, Stage::Read, Transient),
+            (49920, Stage::Read, Transient),
+            (4060, Stage::Read, Transient),
+            (4221, Stage::Read, Transient),
+            (10928, Stage::Read, Transient),
+            (10929, Stage::Read, Transient),
+            (10053, Stage::Messages, Transient),
+            (10054, Stage::Read, Transient),
+            (10060, Stage::Read, Transient),
+            (233, Stage::Read, Transient),
+            (64, Stage::Read, Transient),
+            // Everything else is permanent.
+            (208, Stage::Read, Permanent),      // invalid object name
+            (229, Stage::Read, Permanent),      // permission denied
+            (1088, Stage::Messages, Permanent), // IDENTITY_INSERT without ALTER
+            (18456, Stage::Read, Permanent),    // login failed
+            (547, Stage::Messages, Permanent),  // constraint (FK/CHECK) conflict
+            (50001, Stage::Check, Permanent),   // gap-healer: open transaction
+            (50002, Stage::Check, Permanent),   // gap-healer: range too wide
+            (50004, Stage::Stream, Permanent),  // gap-healer: stream drifted
+            (50005, Stage::Head, Permanent),    // gap-healer: at or above head
+        ];
+        for &(code, stage, want) in table {
+            assert_eq!(classify(code, stage), want, "error {code} at {stage:?}");
+        }
+    }
+
+    #[test]
+    fn transient_errors_are_transient_at_every_stage() {
+        for &code in TRANSIENT_SERVER_ERRORS {
+            for stage in ALL_STAGES {
+                assert_eq!(
+                    classify(code, stage),
+                    Class::Transient,
+                    "{code} at {stage:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn outcomes_only_come_from_the_insert_and_the_stream_lock() {
+        for code in [0, 1, 208, 1205, 1222, 2601, 2627, 3960, 40613, 50005] {
+            for stage in ALL_STAGES {
+                if let Class::Outcome(o) = classify(code, stage) {
+                    assert!(
+                        matches!(
+                            (stage, o),
+                            (Stage::Messages, FillOutcome::Committed | FillOutcome::Held)
+                                | (Stage::Stream, FillOutcome::Busy)
+                        ),
+                        "{code} at {stage:?} -> {o:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stages_round_trip() {
+        for stage in ALL_STAGES.into_iter().filter(|s| *s != Stage::Read) {
+            assert_eq!(Stage::from_fill(stage.as_str()), stage);
+        }
+        assert_eq!(Stage::from_fill("surprise"), Stage::Check);
+    }
+
+    #[test]
+    fn driver_errors_are_classified_and_scrubbed() {
+        let secret = ConnectionString::new("Server=db;User Id=sa;Password=hunter2;");
+        let io = tiberius::error::Error::Io {
+            kind: std::io::ErrorKind::ConnectionReset,
+            message: "reset while sending hunter2".into(),
+        };
+        let e = driver_error(&io, &secret);
+        assert!(e.is_transient());
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+
+        let tls = tiberius::error::Error::Tls("bad certificate".into());
+        assert_eq!(driver_error(&tls, &secret).kind, DbErrorKind::Permanent);
+        let conv = tiberius::error::Error::Conversion("nope".into());
+        assert_eq!(driver_error(&conv, &secret).kind, DbErrorKind::Permanent);
+        let protocol = tiberius::error::Error::Protocol("garbled".into());
+        assert!(driver_error(&protocol, &secret).is_transient());
+
+        let e = server_error(
+            18456,
+            Stage::Read,
+            "Login failed for user 'sa' (hunter2).",
+            &secret,
+        );
+        assert_eq!(e.kind, DbErrorKind::Permanent);
+        assert_eq!(e.code.as_deref(), Some("18456"));
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+
+        let io = bb8_tiberius::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        assert!(connect_error(&io, &secret).is_transient());
+    }
+}

@@ -1,0 +1,602 @@
+//! `gap-healer check` for SQL Server: what `sql/mssql/preflight.sql` returns,
+//! turned into findings. Pure functions, so every verdict has a unit test.
+
+use tiberius::Row;
+
+use super::sql::quote_ident;
+use crate::engine::Finding;
+
+/// The login's rights, as HAS_PERMS_BY_NAME answers them (NULL = no).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rights {
+    pub messages_select: bool,
+    pub messages_insert: bool,
+    pub messages_alter: bool,
+    pub streams_select: bool,
+    pub streams_insert: bool,
+    pub streams_update: bool,
+    pub checkpoints_select: bool,
+    pub procedure_execute: bool,
+}
+
+/// The first result set of `preflight.sql`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Facts {
+    pub product_version: String,
+    pub edition: String,
+    pub engine_edition: Option<i32>,
+    pub database: String,
+    pub login: String,
+    pub user: String,
+    pub schema_exists: bool,
+    pub messages_exists: bool,
+    pub streams_exists: bool,
+    pub checkpoints_exists: bool,
+    pub procedure_exists: bool,
+    /// `None`: absent, or the login may not read its definition.
+    pub procedure_current: Option<bool>,
+    pub global_position_clustered_pk: bool,
+    pub identity_seed: Option<i64>,
+    pub identity_increment: Option<i64>,
+    pub identity_current: Option<i64>,
+    pub read_committed_snapshot: Option<bool>,
+    pub identity_cache: Option<i32>,
+    pub rights: Rights,
+}
+
+/// A row of the second result set of `preflight.sql`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Column {
+    pub table: String,
+    pub name: String,
+    pub type_name: String,
+    pub identity: bool,
+}
+
+fn text(row: &Row, col: &str) -> tiberius::Result<String> {
+    Ok(row.try_get::<&str, _>(col)?.unwrap_or_default().to_string())
+}
+
+fn flag(row: &Row, col: &str) -> tiberius::Result<bool> {
+    Ok(row.try_get::<bool, _>(col)?.unwrap_or(false))
+}
+
+fn perm(row: &Row, col: &str) -> tiberius::Result<bool> {
+    Ok(row.try_get::<i32, _>(col)? == Some(1))
+}
+
+impl Facts {
+    pub(crate) fn from_row(row: &Row) -> tiberius::Result<Facts> {
+        Ok(Facts {
+            product_version: text(row, "product_version")?,
+            edition: text(row, "edition")?,
+            engine_edition: row.try_get::<i32, _>("engine_edition")?,
+            database: text(row, "database_name")?,
+            login: text(row, "login_name")?,
+            user: text(row, "user_name")?,
+            schema_exists: flag(row, "schema_exists")?,
+            messages_exists: flag(row, "messages_exists")?,
+            streams_exists: flag(row, "streams_exists")?,
+            checkpoints_exists: flag(row, "checkpoints_exists")?,
+            procedure_exists: flag(row, "procedure_exists")?,
+            procedure_current: row.try_get::<bool, _>("procedure_current")?,
+            global_position_clustered_pk: flag(row, "global_position_clustered_pk")?,
+            identity_seed: row.try_get::<i64, _>("identity_seed")?,
+            identity_increment: row.try_get::<i64, _>("identity_increment")?,
+            identity_current: row.try_get::<i64, _>("identity_current")?,
+            read_committed_snapshot: row.try_get::<bool, _>("read_committed_snapshot")?,
+            identity_cache: row.try_get::<i32, _>("identity_cache")?,
+            rights: Rights {
+                messages_select: perm(row, "messages_select")?,
+                messages_insert: perm(row, "messages_insert")?,
+                messages_alter: perm(row, "messages_alter")?,
+                streams_select: perm(row, "streams_select")?,
+                streams_insert: perm(row, "streams_insert")?,
+                streams_update: perm(row, "streams_update")?,
+                checkpoints_select: perm(row, "checkpoints_select")?,
+                procedure_execute: perm(row, "procedure_execute")?,
+            },
+        })
+    }
+}
+
+impl Column {
+    pub(crate) fn from_row(row: &Row) -> tiberius::Result<Column> {
+        Ok(Column {
+            table: text(row, "table_name")?,
+            name: text(row, "column_name")?,
+            type_name: text(row, "type_name")?,
+            identity: flag(row, "is_identity")?,
+        })
+    }
+}
+
+/// (column, type) of the Eventuous tables gap-healer relies on.
+const MESSAGES: [(&str, &str); 8] = [
+    ("MessageId", "uniqueidentifier"),
+    ("MessageType", "nvarchar"),
+    ("StreamId", "int"),
+    ("StreamPosition", "int"),
+    ("GlobalPosition", "bigint"),
+    ("JsonData", "nvarchar"),
+    ("JsonMetadata", "nvarchar"),
+    ("Created", "datetime2"),
+];
+const STREAMS: [(&str, &str); 3] = [
+    ("StreamId", "int"),
+    ("StreamName", "nvarchar"),
+    ("Version", "int"),
+];
+const CHECKPOINTS: [(&str, &str); 2] = [("Id", "nvarchar"), ("Position", "bigint")];
+
+/// Columns of `table` that are missing or of another type, as text.
+fn shape_problems(table: &str, expected: &[(&str, &str)], columns: &[Column]) -> Vec<String> {
+    expected
+        .iter()
+        .filter_map(|(name, ty)| {
+            match columns
+                .iter()
+                .find(|c| c.table == table && c.name.eq_ignore_ascii_case(name))
+            {
+                None => Some(format!("no column {name}")),
+                Some(c) if !c.type_name.eq_ignore_ascii_case(ty) => {
+                    Some(format!("{name} is {} (expected {ty})", c.type_name))
+                }
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
+fn identity_of<'a>(table: &str, column: &str, columns: &'a [Column]) -> Option<&'a Column> {
+    columns
+        .iter()
+        .find(|c| c.table == table && c.name.eq_ignore_ascii_case(column) && c.identity)
+}
+
+/// One GRANT line per table for what is missing.
+fn grant(what: &[(&str, bool)], object: &str, user: &str) -> Option<String> {
+    let missing: Vec<&str> = what
+        .iter()
+        .filter(|(_, has)| !has)
+        .map(|(p, _)| *p)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "GRANT {} ON OBJECT::{object} TO {user};",
+            missing.join(", ")
+        )
+    })
+}
+
+/// Every finding of `gap-healer check` for SQL Server.
+pub(crate) fn findings(schema: &str, f: &Facts, columns: &[Column]) -> Vec<Finding> {
+    let s = quote_ident(schema);
+    let user = quote_ident(if f.user.is_empty() {
+        "gap_healer"
+    } else {
+        &f.user
+    });
+    let mut out = Vec::new();
+
+    let platform = match f.engine_edition {
+        Some(5) => " (Azure SQL Database)",
+        Some(8) => " (Azure SQL Managed Instance)",
+        _ => "",
+    };
+    out.push(Finding::pass(
+        "connection",
+        format!(
+            "SQL Server {} {}{platform}; database {}, login {} as user {}",
+            f.product_version, f.edition, f.database, f.login, f.user
+        ),
+    ));
+
+    if !f.schema_exists {
+        out.push(Finding::fail(
+            "schema",
+            format!(
+                "schema {s} not found in database {} (or the login may not see it)",
+                f.database
+            ),
+        ));
+        return out;
+    }
+    out.push(Finding::pass("schema", format!("{s} exists")));
+
+    // Messages: the shape the scan, the probe and the fill rely on.
+    let messages = format!("{s}.[Messages]");
+    if !f.messages_exists {
+        out.push(Finding::fail(
+            "Messages table",
+            format!("{messages} not found (or the login may not see it)"),
+        ));
+    } else {
+        let mut problems = shape_problems("Messages", &MESSAGES, columns);
+        if identity_of("Messages", "GlobalPosition", columns).is_none() {
+            problems.push("GlobalPosition is not an IDENTITY column".into());
+        }
+        if f.identity_increment.is_some_and(|i| i != 1) {
+            problems.push(format!(
+                "the identity increment is {} (expected 1)",
+                f.identity_increment.unwrap_or(0)
+            ));
+        }
+        if !f.global_position_clustered_pk {
+            problems.push("the clustered primary key is not (GlobalPosition): scans would not be index range reads".into());
+        }
+        if problems.is_empty() {
+            out.push(Finding::pass(
+                "Messages table",
+                format!(
+                    "GlobalPosition BIGINT IDENTITY({}, 1), clustered primary key; current identity {}",
+                    f.identity_seed.map_or("?".into(), |v| v.to_string()),
+                    f.identity_current.map_or("?".into(), |v| v.to_string()),
+                ),
+            ));
+        } else {
+            out.push(Finding::fail(
+                "Messages table",
+                format!("{messages}: {}", problems.join("; ")),
+            ));
+        }
+    }
+
+    let streams = format!("{s}.[Streams]");
+    if !f.streams_exists {
+        out.push(Finding::fail(
+            "Streams table",
+            format!("{streams} not found (or the login may not see it)"),
+        ));
+    } else {
+        let mut problems = shape_problems("Streams", &STREAMS, columns);
+        if identity_of("Streams", "StreamId", columns).is_none() {
+            problems.push("StreamId is not an IDENTITY column".into());
+        }
+        if problems.is_empty() {
+            out.push(Finding::pass(
+                "Streams table",
+                "StreamId, StreamName, Version as Eventuous creates them",
+            ));
+        } else {
+            out.push(Finding::fail(
+                "Streams table",
+                format!("{streams}: {}", problems.join("; ")),
+            ));
+        }
+    }
+
+    let checkpoints = format!("{s}.[Checkpoints]");
+    if !f.checkpoints_exists {
+        out.push(Finding::pass(
+            "Checkpoints table",
+            format!(
+                "{checkpoints} absent: fine (subscriptions may keep checkpoints elsewhere); \
+                 start with --start-from head or a position"
+            ),
+        ));
+    } else {
+        let problems = shape_problems("Checkpoints", &CHECKPOINTS, columns);
+        if !problems.is_empty() {
+            out.push(Finding::fail(
+                "Checkpoints table",
+                format!("{checkpoints}: {}", problems.join("; ")),
+            ));
+        } else if !f.rights.checkpoints_select {
+            out.push(Finding::fail(
+                "Checkpoints table",
+                format!("no SELECT on {checkpoints} (needed by --start-from checkpoints): GRANT SELECT ON OBJECT::{checkpoints} TO {user};"),
+            ));
+        } else {
+            out.push(Finding::pass(
+                "Checkpoints table",
+                format!("{checkpoints} present and readable"),
+            ));
+        }
+    }
+
+    out.push(Finding::pass(
+        "READ_COMMITTED_SNAPSHOT",
+        match f.read_committed_snapshot {
+            Some(true) => "on: readers see row versions; gap-healer reads with READCOMMITTEDLOCK + READPAST, correct either way",
+            Some(false) => "off: locking read committed; gap-healer's reads skip rows of open appends (READPAST) instead of waiting",
+            None => "unknown (sys.databases not readable); gap-healer's reads are correct either way",
+        },
+    ));
+
+    out.push(Finding::pass(
+        "identity cache",
+        match f.identity_cache {
+            Some(0) => "IDENTITY_CACHE = OFF: restarts and failovers do not skip positions".to_string(),
+            Some(_) => "IDENTITY_CACHE = ON (the default): an unclean shutdown or failover can skip up to 10,000 \
+                        positions at once; gap-healer fills such a jump in transactions of at most 4,000 rows. \
+                        ALTER DATABASE SCOPED CONFIGURATION SET IDENTITY_CACHE = OFF prevents the jumps"
+                .to_string(),
+            None => "unknown (no IDENTITY_CACHE option before SQL Server 2017: the cache is always on)".to_string(),
+        },
+    ));
+
+    let r = &f.rights;
+    if !r.messages_select {
+        out.push(Finding::fail(
+            "read rights",
+            format!("no SELECT on {messages}: scans need it. GRANT SELECT ON OBJECT::{messages} TO {user};"),
+        ));
+    } else {
+        out.push(Finding::pass(
+            "read rights",
+            format!("SELECT on {messages}"),
+        ));
+    }
+
+    let procedure = format!("{s}.[gap_healer_fill]");
+    let procedure_ok = f.procedure_exists && r.procedure_execute;
+    let direct_missing: Vec<String> = [
+        grant(
+            &[
+                ("SELECT", r.messages_select),
+                ("INSERT", r.messages_insert),
+                ("ALTER", r.messages_alter),
+            ],
+            &messages,
+            &user,
+        ),
+        grant(
+            &[
+                ("SELECT", r.streams_select),
+                ("INSERT", r.streams_insert),
+                ("UPDATE", r.streams_update),
+            ],
+            &streams,
+            &user,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let direct_ok = direct_missing.is_empty();
+
+    if procedure_ok {
+        out.push(Finding::pass(
+            "fill mode",
+            format!(
+                "procedure mode: EXECUTE on {procedure}, which runs as its owner (no ALTER needed)"
+            ),
+        ));
+        if f.procedure_current == Some(false) {
+            out.push(Finding::fail(
+                "fill procedure",
+                format!("{procedure} is from another gap-healer version: run `gap-healer install`"),
+            ));
+        }
+    } else if direct_ok {
+        let why = if f.procedure_exists {
+            format!("{procedure} exists but the login may not EXECUTE it")
+        } else {
+            format!("{procedure} is not installed")
+        };
+        out.push(Finding::pass(
+            "fill mode",
+            format!("direct mode: ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams ({why})"),
+        ));
+    } else {
+        let procedure_missing = if f.procedure_exists {
+            format!("GRANT EXECUTE ON OBJECT::{procedure} TO {user};")
+        } else {
+            "the procedure: run `gap-healer install` (or the script of `gap-healer sql --engine mssql`), then \
+             GRANT EXECUTE on it"
+                .to_string()
+        };
+        out.push(Finding::fail(
+            "fill mode",
+            format!(
+                "the login can fill in neither mode. Procedure mode needs {procedure_missing} \
+                 Direct mode needs {}",
+                direct_missing.join(" ")
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(table: &str, name: &str, ty: &str, identity: bool) -> Column {
+        Column {
+            table: table.into(),
+            name: name.into(),
+            type_name: ty.into(),
+            identity,
+        }
+    }
+
+    fn eventuous_columns() -> Vec<Column> {
+        let mut cols: Vec<Column> = MESSAGES
+            .iter()
+            .map(|(n, t)| col("Messages", n, t, *n == "GlobalPosition"))
+            .collect();
+        cols.extend(
+            STREAMS
+                .iter()
+                .map(|(n, t)| col("Streams", n, t, *n == "StreamId")),
+        );
+        cols.extend(
+            CHECKPOINTS
+                .iter()
+                .map(|(n, t)| col("Checkpoints", n, t, false)),
+        );
+        cols
+    }
+
+    fn healthy() -> Facts {
+        Facts {
+            product_version: "16.0.4135.4".into(),
+            edition: "Developer Edition (64-bit)".into(),
+            engine_edition: Some(3),
+            database: "orders".into(),
+            login: "healer".into(),
+            user: "healer".into(),
+            schema_exists: true,
+            messages_exists: true,
+            streams_exists: true,
+            checkpoints_exists: true,
+            procedure_exists: false,
+            procedure_current: None,
+            global_position_clustered_pk: true,
+            identity_seed: Some(0),
+            identity_increment: Some(1),
+            identity_current: Some(41),
+            read_committed_snapshot: Some(false),
+            identity_cache: Some(1),
+            rights: Rights {
+                messages_select: true,
+                messages_insert: true,
+                messages_alter: true,
+                streams_select: true,
+                streams_insert: true,
+                streams_update: true,
+                checkpoints_select: true,
+                procedure_execute: false,
+            },
+        }
+    }
+
+    fn find<'a>(out: &'a [Finding], what: &str) -> &'a Finding {
+        out.iter()
+            .find(|f| f.what == what)
+            .unwrap_or_else(|| panic!("no finding {what}: {out:#?}"))
+    }
+
+    #[test]
+    fn healthy_store_in_direct_mode() {
+        let out = findings("eventuous", &healthy(), &eventuous_columns());
+        assert!(out.iter().all(|f| f.ok), "{out:#?}");
+        assert!(find(&out, "fill mode").detail.starts_with("direct mode"));
+        assert!(find(&out, "identity cache")
+            .detail
+            .contains("IDENTITY_CACHE = OFF prevents"));
+        assert!(find(&out, "connection").detail.contains("16.0.4135.4"));
+    }
+
+    #[test]
+    fn procedure_mode_with_exactly_its_rights() {
+        let mut f = healthy();
+        f.procedure_exists = true;
+        f.procedure_current = None; // EXECUTE does not let the login read the definition
+        f.rights = Rights {
+            messages_select: true,
+            streams_select: true,
+            checkpoints_select: true,
+            procedure_execute: true,
+            ..Rights::default()
+        };
+        let out = findings("eventuous", &f, &eventuous_columns());
+        assert!(out.iter().all(|f| f.ok), "{out:#?}");
+        assert!(find(&out, "fill mode").detail.starts_with("procedure mode"));
+
+        f.procedure_current = Some(false);
+        let out = findings("eventuous", &f, &eventuous_columns());
+        assert!(!find(&out, "fill procedure").ok);
+    }
+
+    #[test]
+    fn neither_mode_names_the_missing_grants() {
+        let mut f = healthy();
+        f.rights = Rights {
+            messages_select: true,
+            streams_select: true,
+            checkpoints_select: true,
+            ..Rights::default()
+        };
+        let out = findings("eventuous", &f, &eventuous_columns());
+        let mode = find(&out, "fill mode");
+        assert!(!mode.ok);
+        assert!(
+            mode.detail
+                .contains("GRANT INSERT, ALTER ON OBJECT::[eventuous].[Messages] TO [healer];"),
+            "{}",
+            mode.detail
+        );
+        assert!(
+            mode.detail
+                .contains("GRANT INSERT, UPDATE ON OBJECT::[eventuous].[Streams] TO [healer];"),
+            "{}",
+            mode.detail
+        );
+        assert!(
+            mode.detail.contains("gap-healer install"),
+            "{}",
+            mode.detail
+        );
+
+        f.procedure_exists = true;
+        let out = findings("eventuous", &f, &eventuous_columns());
+        assert!(find(&out, "fill mode")
+            .detail
+            .contains("GRANT EXECUTE ON OBJECT::[eventuous].[gap_healer_fill] TO [healer];"));
+    }
+
+    #[test]
+    fn shape_problems_are_reported() {
+        let mut cols = eventuous_columns();
+        cols.retain(|c| !(c.table == "Messages" && c.name == "Created"));
+        for c in cols.iter_mut().filter(|c| c.name == "GlobalPosition") {
+            c.type_name = "int".into();
+        }
+        let mut f = healthy();
+        f.global_position_clustered_pk = false;
+        let out = findings("eventuous", &f, &cols);
+        let m = find(&out, "Messages table");
+        assert!(!m.ok);
+        assert!(m.detail.contains("no column Created"), "{}", m.detail);
+        assert!(
+            m.detail.contains("GlobalPosition is int (expected bigint)"),
+            "{}",
+            m.detail
+        );
+        assert!(m.detail.contains("clustered primary key"), "{}", m.detail);
+    }
+
+    #[test]
+    fn absent_checkpoints_is_fine_and_missing_schema_stops() {
+        let mut f = healthy();
+        f.checkpoints_exists = false;
+        f.rights.checkpoints_select = false;
+        let cols: Vec<Column> = eventuous_columns()
+            .into_iter()
+            .filter(|c| c.table != "Checkpoints")
+            .collect();
+        let out = findings("eventuous", &f, &cols);
+        let c = find(&out, "Checkpoints table");
+        assert!(c.ok && c.detail.contains("absent"), "{c:?}");
+
+        f.schema_exists = false;
+        let out = findings("eventuous", &f, &cols);
+        assert_eq!(out.len(), 2);
+        assert!(!find(&out, "schema").ok);
+    }
+
+    #[test]
+    fn reports_rcsi_and_identity_cache_states() {
+        for (rcsi, word) in [
+            (Some(true), "on:"),
+            (Some(false), "off:"),
+            (None, "unknown"),
+        ] {
+            let mut f = healthy();
+            f.read_committed_snapshot = rcsi;
+            let out = findings("eventuous", &f, &eventuous_columns());
+            assert!(find(&out, "READ_COMMITTED_SNAPSHOT")
+                .detail
+                .starts_with(word));
+        }
+        let mut f = healthy();
+        f.identity_cache = Some(0);
+        let out = findings("eventuous", &f, &eventuous_columns());
+        assert!(find(&out, "identity cache")
+            .detail
+            .starts_with("IDENTITY_CACHE = OFF"));
+    }
+}
