@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::{self, ConfigArgs, Need, Settings};
-use crate::engine::{self, DbError, Engine, EngineKind};
+use crate::engine::{self, DbError, Engine, EngineKind, LeaderLock};
 use crate::healer::{Healer, Options};
 use crate::leader::Leader;
 use crate::telemetry::{self, Health};
@@ -141,14 +141,15 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 let engine = Arc::new(engine::postgres::PostgresEngine::new(&settings.store)?);
                 dispatch(engine, &settings, cli.command).await
             }
-            EngineKind::Mssql => Err(Failure::Db(DbError::permanent(
-                "the SQL Server engine is not in this build yet",
-            ))),
+            EngineKind::Mssql => {
+                let engine = Arc::new(engine::mssql::MssqlEngine::new(&settings.store)?);
+                dispatch(engine, &settings, cli.command).await
+            }
         }
     })
 }
 
-async fn dispatch<E: Engine>(
+async fn dispatch<E: Engine + LeaderLock>(
     engine: Arc<E>,
     settings: &Settings,
     command: Command,
@@ -163,7 +164,10 @@ async fn dispatch<E: Engine>(
     }
 }
 
-async fn run_daemon<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, Failure> {
+async fn run_daemon<E: Engine + LeaderLock>(
+    engine: Arc<E>,
+    settings: &Settings,
+) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let metrics = telemetry::install_metrics()?;
@@ -180,14 +184,26 @@ async fn run_daemon<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8
         "gap-healer listening on {addr}"
     );
     let server = tokio::spawn(server);
-    let leader = Leader::always();
-    if settings.leader_election {
-        info!("leader election is not available in this build: filling as the only healer of this store");
-    }
+    let (leader, election) = if settings.leader_election {
+        let (tx, leader) = Leader::channel();
+        let election = tokio::spawn(crate::leader::elect(
+            engine.clone(),
+            settings.leader_key.clone(),
+            tx,
+            stop.clone(),
+        ));
+        (leader, Some(election))
+    } else {
+        info!("leader election off: this process fills as the only healer of the store");
+        (Leader::always(), None)
+    };
     Healer::new(engine, Options::from(settings), leader, health)
         .run(stop.clone())
         .await;
     stop.cancel();
+    if let Some(election) = election {
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(200), election).await;
+    }
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),
         Err(_) => tracing::warn!("metrics server did not stop in time"),

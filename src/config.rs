@@ -53,6 +53,7 @@ pub const KEYS: &[&str] = &[
     "tombstone_stream",
     "tombstone_type",
     "leader_election",
+    "leader_key",
 ];
 
 /// The flags every subcommand accepts. Values stay raw strings here so that
@@ -147,6 +148,9 @@ pub struct ConfigArgs {
     /// Fill without taking the leader lock (single-instance deployments only).
     #[arg(long, global = true)]
     pub no_leader_election: bool,
+    /// Name of the leader lock; healers sharing it elect one filler [default: gap-healer:<schema>].
+    #[arg(long, global = true, value_name = "NAME", allow_hyphen_values = true)]
+    pub leader_key: Option<String>,
 }
 
 impl ConfigArgs {
@@ -173,6 +177,7 @@ impl ConfigArgs {
         put("log_level", &self.log_level);
         put("tombstone_stream", &self.tombstone_stream);
         put("tombstone_type", &self.tombstone_type);
+        put("leader_key", &self.leader_key);
         if self.dry_run {
             out.push(("dry_run", "true".into()));
         }
@@ -226,6 +231,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     pub log_level: String,
     pub leader_election: bool,
+    /// The leader lock's name (an advisory lock key on PostgreSQL, an
+    /// application lock resource on SQL Server; both are per database).
+    pub leader_key: String,
     /// Where each key's value came from, for `gap-healer config`.
     pub origins: Vec<(&'static str, String)>,
 }
@@ -591,7 +599,13 @@ impl Validator<'_> {
         let tombstone_type = self.get("tombstone_type", DEFAULT_TOMBSTONE_TYPE.to_string(), |s| {
             parse_name(s, 128)
         });
+        let leader_key = self.get("leader_key", None, |s| parse_name(s, 255).map(Some));
         let connection_string = self.connection_string(engine, need);
+        let leader_key = leader_key.map(|k| {
+            k.unwrap_or_else(|| {
+                format!("gap-healer:{}", schema.as_deref().unwrap_or(DEFAULT_SCHEMA))
+            })
+        });
 
         Some(Settings {
             engine: engine?,
@@ -613,6 +627,7 @@ impl Validator<'_> {
             log_format: log_format?,
             log_level: log_level?,
             leader_election: leader_election?,
+            leader_key: leader_key?,
             origins: Vec::new(),
         })
     }

@@ -8,7 +8,20 @@
 //! Architecture invariant: the sender is set to false before the lock that
 //! justified it can be lost, never after.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::engine::LeaderLock;
+use crate::telemetry as t;
+
+/// How often a follower tries the lock and a leader checks it still holds it.
+/// A follower takes over within this long after the server ends the old
+/// leader's session (at once for a killed process: its socket closes).
+pub const ELECTION_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct Leader {
@@ -50,6 +63,71 @@ impl Leader {
 impl LeaderSender {
     pub fn set(&self, leader: bool) {
         self.tx.send_replace(leader);
+    }
+}
+
+/// Runs an election until `stop`: tries the lock every [`ELECTION_INTERVAL`]
+/// while a follower; while the leader, checks every interval that the lock's
+/// session is alive and still holds it, and steps down (the sender goes false
+/// first) as soon as a check fails or does not answer within the interval.
+pub async fn elect<L: LeaderLock>(
+    lock: Arc<L>,
+    key: String,
+    tx: LeaderSender,
+    stop: CancellationToken,
+) {
+    info!(key = %key, "leader election: trying the store's leader lock");
+    let mut said_follower = false;
+    loop {
+        match lock.try_lead(&key).await {
+            Ok(Some(mut session)) => {
+                info!(key = %key, "became the leader: this process fills");
+                tx.set(true);
+                said_follower = false;
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => {
+                            tx.set(false);
+                            return;
+                        }
+                        _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+                    }
+                    let check = tokio::time::timeout(
+                        ELECTION_INTERVAL,
+                        lock.still_held(&mut session, &key),
+                    )
+                    .await;
+                    let why = match check {
+                        Ok(Ok(true)) => continue,
+                        Ok(Ok(false)) => "the lock is no longer held".to_string(),
+                        Ok(Err(e)) => {
+                            metrics::counter!(t::DB_ERRORS, "operation" => "leader").increment(1);
+                            format!("the lock's session failed: {e}")
+                        }
+                        Err(_) => "the lock's session did not answer in time".to_string(),
+                    };
+                    // Step down before anything else: no fill may start from now on.
+                    tx.set(false);
+                    warn!(key = %key, reason = %why, "stepped down as leader");
+                    break;
+                }
+            }
+            Ok(None) => {
+                if !said_follower {
+                    info!(key = %key, "another healer holds the leader lock: following (scanning and reporting, not filling)");
+                    said_follower = true;
+                }
+                debug!("leader lock taken by another session");
+            }
+            Err(e) => {
+                metrics::counter!(t::DB_ERRORS, "operation" => "leader").increment(1);
+                warn!(error = %e, "leader election: cannot reach the database");
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+        }
     }
 }
 

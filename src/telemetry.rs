@@ -39,7 +39,7 @@ pub const BUILD_INFO: &str = "gap_healer_build_info";
 
 /// The `operation` label values of [`DB_ERRORS`], exported from the start so
 /// `rate()` and alerts see a series before the first error.
-pub const DB_OPERATIONS: &[&str] = &["start", "scan", "probe", "fill", "checkpoints"];
+pub const DB_OPERATIONS: &[&str] = &["start", "scan", "probe", "fill", "checkpoints", "leader"];
 
 const SCAN_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -87,7 +87,7 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     );
     describe_counter!(
         DB_ERRORS,
-        "Database errors by operation (connect, scan, probe, fill, checkpoints, start)."
+        "Database errors by operation (start, scan, probe, fill, checkpoints, leader)."
     );
     describe_gauge!(
         CHECKPOINT_LAG,

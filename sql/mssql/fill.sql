@@ -1,7 +1,15 @@
 -- gap-healer, SQL Server: fill one range of holes with tombstones, in one
--- transaction (Engine::fill, direct mode). The login needs ALTER on Messages
--- (for SET IDENTITY_INSERT), SELECT and INSERT on Messages, SELECT, INSERT and
--- UPDATE on Streams. Without ALTER, install fill_procedure.sql instead.
+-- transaction (Engine::fill). This file is the one source of the fill:
+--
+-- * Direct mode runs it as it is. The login needs ALTER on Messages (for SET
+--   IDENTITY_INSERT), SELECT and INSERT on Messages, SELECT, INSERT and
+--   UPDATE on Streams.
+-- * Procedure mode runs the procedure [gap_healer_fill] that
+--   src/engine/mssql/sql.rs builds from this file: its parameters are the
+--   DECLAREs below (same names, same types), its body is the text between
+--   the BEGIN FILL BODY and END FILL BODY markers, and it runs WITH EXECUTE AS
+--   OWNER, so the login needs only EXECUTE on it (`gap-healer install`, or
+--   the script `gap-healer sql --engine mssql` prints).
 --
 -- The schema placeholder is replaced by the bracketed, validated schema name;
 -- every other value is a bound parameter:
@@ -13,7 +21,8 @@
 --   @P6 INT            lock timeout on the tombstone stream's row, ms
 --
 -- The engine runs this through sp_executesql, so SET options revert when the
--- batch ends; it still restores each one itself.
+-- batch ends (and when the procedure returns); the body still restores each
+-- one itself.
 
 DECLARE @start BIGINT = @P1;
 DECLARE @end BIGINT = @P2;
@@ -22,8 +31,10 @@ DECLARE @message_type NVARCHAR(128) = @P4;
 DECLARE @lock_timeout_ms INT = @P5;
 DECLARE @stream_lock_timeout_ms INT = @P6;
 
--- BEGIN FILL BODY (fill.sql and fill_procedure.sql carry the same text
--- between these markers; a unit test keeps them equal)
+-- The procedure's body is everything between the next line and END FILL BODY.
+-- Keep every string literal on one line: the body is indented in the
+-- procedure, which must not change a literal.
+-- BEGIN FILL BODY
 
 -- NOCOUNT: no "n rows affected" messages; the one result row is the answer.
 SET NOCOUNT ON;

@@ -216,6 +216,27 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// Leader election through the database itself: a session-level lock held on
+/// a dedicated connection, released by the server when that session ends.
+///
+/// Architecture invariant: the lock's session is never a pooled connection,
+/// and `try_lead` never waits for the lock.
+pub trait LeaderLock: Send + Sync + 'static {
+    /// The dedicated session that holds the lock; dropping it releases it.
+    type Session: Send + 'static;
+
+    /// Opens a dedicated session and tries to take the lock named `key` without
+    /// waiting. `Ok(None)`: another session holds it.
+    fn try_lead(&self, key: &str) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send;
+
+    /// Whether `session` is alive and still holds the lock named `key`.
+    fn still_held(
+        &self,
+        session: &mut Self::Session,
+        key: &str,
+    ) -> impl Future<Output = DbResult<bool>> + Send;
+}
+
 /// What `gap-healer sql` prints for an engine.
 pub fn setup_sql(kind: EngineKind, schema: &str) -> String {
     match kind {

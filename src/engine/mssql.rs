@@ -11,17 +11,28 @@
 //! read, which is how it reports positions in flight.
 //!
 //! # How it fills
-//! One transaction per range (`sql/mssql/fill.sql`, or the same body in the
-//! `gap_healer_fill` procedure): lock the tombstone stream's row, refuse
-//! anything at or above the highest committed position, `SET IDENTITY_INSERT
-//! ON`, insert the range's tombstones in one statement from a numbers CTE,
-//! move the stream's Version, `IDENTITY_INSERT OFF` on every path, commit. The
-//! batch always ends with one result row, and [`errors::classify`] turns its
-//! error number and stage into an outcome or an error.
+//! One transaction per range (`sql/mssql/fill.sql`, or the `gap_healer_fill`
+//! procedure that `sql::fill_procedure` builds from that file's body and
+//! DECLAREs, so both modes run one text): lock the tombstone stream's row,
+//! refuse anything at or above the highest committed position, `SET
+//! IDENTITY_INSERT ON`, insert the range's tombstones in one statement from a
+//! numbers CTE, move the stream's Version, `IDENTITY_INSERT OFF` on every
+//! path, commit. The batch always ends with one result row, and
+//! [`errors::classify`] turns its error number and stage into an outcome or an
+//! error.
 //!
 //! # Sessions
 //! See [`conn`]: a session goes back to the pool only when the work on it
 //! ended in a known state (no open transaction, IDENTITY_INSERT off).
+//!
+//! # Leader lock
+//! [`LeaderLock`] for SQL Server: `sp_getapplock` (Exclusive, owner Session,
+//! no wait) on a session opened for it alone, outside the pool
+//! (`sql/mssql/leader_lock.sql`); the leader checks every second with
+//! `APPLOCK_MODE` on that session (`sql/mssql/leader_check.sql`). Dropping
+//! the [`MssqlLeaderSession`] closes its connection, and the server releases
+//! a session's application locks when the session ends. An application lock
+//! is no write: it touches no table.
 //!
 //! Architecture invariant: this module writes only inside [`MssqlEngine::fill`]
 //! (tombstone rows and the tombstone stream's row) and [`MssqlEngine::install`]
@@ -42,11 +53,13 @@ use bb8::{Pool, PooledConnection, RunError};
 use tiberius::{Row, ToSql};
 
 use self::conn::{Client, LastError, Manager};
-use self::errors::{classify, driver_error, server_error, Class, Stage};
+use self::errors::{
+    applock_result, classify, driver_error, server_error, Class, Stage, LOCK_TIMEOUT,
+};
 use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::{
-    Checkpoint, DbError, DbErrorKind, DbResult, Engine, EngineKind, FillOutcome, Finding, Probe,
-    ScanPage, StoreSettings,
+    Checkpoint, DbError, DbErrorKind, DbResult, Engine, EngineKind, FillOutcome, Finding,
+    LeaderLock, Probe, ScanPage, StoreSettings,
 };
 use crate::gaps::PosRange;
 
@@ -650,6 +663,138 @@ impl Engine for MssqlEngine {
     }
 }
 
+/// The longest leader key `sp_getapplock` takes whole: its `@Resource` is
+/// NVARCHAR(255), counted in UTF-16 code units, and it silently truncates
+/// longer names (two keys that share their first 255 units would then be one
+/// lock). Longer keys are refused instead.
+pub const MAX_LEADER_KEY_UNITS: usize = 255;
+
+fn check_leader_key(key: &str) -> DbResult<()> {
+    let units = key.encode_utf16().count();
+    if units == 0 || units > MAX_LEADER_KEY_UNITS {
+        return Err(DbError::permanent(format!(
+            "the leader key must be 1 to {MAX_LEADER_KEY_UNITS} UTF-16 code units for sp_getapplock; it has {units}"
+        )));
+    }
+    Ok(())
+}
+
+/// `APPLOCK_MODE`'s answer on the leader's session: only `Exclusive` means
+/// the lock is held (`NoLock` or anything else: it is not).
+fn lock_mode_is_held(mode: Option<&str>) -> bool {
+    mode == Some("Exclusive")
+}
+
+/// The dedicated session that holds the SQL Server leader lock.
+///
+/// Its own connection, never a pooled one. Dropping it closes the connection;
+/// SQL Server then ends the session and releases its application locks.
+pub struct MssqlLeaderSession {
+    client: Client,
+    session_id: i32,
+    /// A query on this session started and did not complete (its future was
+    /// dropped by a timeout, or it failed): the session is not trusted again,
+    /// and every later check is an error.
+    in_doubt: bool,
+}
+
+impl MssqlLeaderSession {
+    /// `@@SPID` of the session, as the lock batch reported it (for logs, and
+    /// for tests that KILL it).
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+}
+
+impl fmt::Debug for MssqlLeaderSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MssqlLeaderSession")
+            .field("session_id", &self.session_id)
+            .field("in_doubt", &self.in_doubt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MssqlEngine {
+    /// Connects a session of its own and runs `leader_lock.sql` on it.
+    async fn open_leader_session(&self, key: &str) -> DbResult<Option<MssqlLeaderSession>> {
+        let client =
+            conn::connect_dedicated(&self.config, &self.settings.connection_string).await?;
+        let mut session = MssqlLeaderSession {
+            client,
+            session_id: 0,
+            in_doubt: true,
+        };
+        let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&key]).await {
+            Ok(sets) => sets,
+            // @LockTimeout = 0 reports a held lock as -1, not as an error;
+            // should a server raise 1222 instead, it means the same.
+            Err(tiberius::error::Error::Server(token)) if token.code() == LOCK_TIMEOUT => {
+                return Ok(None)
+            }
+            Err(e) => return Err(self.driver_error(&e)),
+        };
+        let row = sets
+            .first()
+            .and_then(|rows| rows.first())
+            .ok_or_else(|| DbError::permanent("the leader lock batch returned no row"))?;
+        let code = get::<i32>(row, "lock_result")?
+            .ok_or_else(|| DbError::permanent("sp_getapplock returned no code"))?;
+        session.session_id = get::<i16>(row, "session_id")?.map_or(0, i32::from);
+        session.in_doubt = false;
+        if applock_result(code)? {
+            tracing::debug!(
+                session_id = session.session_id,
+                key,
+                "took the SQL Server leader lock"
+            );
+            Ok(Some(session))
+        } else {
+            // Dropped here: the connection closes, nothing stays open.
+            Ok(None)
+        }
+    }
+}
+
+impl LeaderLock for MssqlEngine {
+    type Session = MssqlLeaderSession;
+
+    /// Opens a dedicated session (within the connect timeout, login and lock
+    /// together) and takes the lock without waiting. `Ok(None)`: another
+    /// session holds it; the new session is closed again.
+    async fn try_lead(&self, key: &str) -> DbResult<Option<MssqlLeaderSession>> {
+        check_leader_key(key)?;
+        let limit = self.settings.connect_timeout;
+        match tokio::time::timeout(limit, self.open_leader_session(key)).await {
+            Ok(result) => result,
+            Err(_) => Err(DbError::transient(format!(
+                "no SQL Server leader session within {}",
+                humantime::format_duration(limit)
+            ))),
+        }
+    }
+
+    /// `APPLOCK_MODE` on the lock's own session. Any failure, including a
+    /// session already in doubt, is an error: the caller steps down.
+    async fn still_held(&self, session: &mut MssqlLeaderSession, key: &str) -> DbResult<bool> {
+        if session.in_doubt {
+            return Err(DbError::transient(
+                "the leader session failed or was interrupted before; it is not used again",
+            ));
+        }
+        session.in_doubt = true;
+        let sets = run(&mut session.client, sql::LEADER_CHECK, &[&key])
+            .await
+            .map_err(|e| self.driver_error(&e))?;
+        let mode = match sets.first().and_then(|rows| rows.first()) {
+            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
+            None => return Err(DbError::permanent("the leader check returned no row")),
+        };
+        session.in_doubt = false;
+        Ok(lock_mode_is_held(mode.as_deref()))
+    }
+}
+
 /// Checks an ADO.NET connection string the way [`MssqlEngine::new`] parses it,
 /// without connecting. The message names keys and positions, never values,
 /// and is scrubbed of the password besides. Use this rather than tiberius's
@@ -889,6 +1034,89 @@ mod tests {
             ..row(None, "commit")
         };
         assert!(engine.outcome(range, m, &wrong_count).is_err());
+    }
+
+    #[test]
+    fn leader_keys_fit_sp_getapplock() {
+        assert!(check_leader_key("gap-healer:eventuous").is_ok());
+        assert!(check_leader_key(&"k".repeat(255)).is_ok());
+        // Counted in UTF-16 units, as NVARCHAR counts: the emoji is two.
+        let astral = format!("{}😀", "k".repeat(253));
+        assert_eq!(
+            (astral.chars().count(), astral.encode_utf16().count()),
+            (254, 255)
+        );
+        assert!(check_leader_key(&astral).is_ok());
+        // 255 characters, 256 units: too long.
+        let too_long = format!("{}😀", "k".repeat(254));
+        let err = check_leader_key(&too_long).unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        assert!(check_leader_key(&"k".repeat(256)).is_err());
+        assert!(check_leader_key("").is_err());
+    }
+
+    #[test]
+    fn only_exclusive_means_held() {
+        assert!(lock_mode_is_held(Some("Exclusive")));
+        for other in [
+            None,
+            Some("NoLock"),
+            Some("Shared"),
+            Some("exclusive"),
+            Some(""),
+        ] {
+            assert!(!lock_mode_is_held(other), "{other:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn try_lead_without_a_server_is_a_transient_secret_free_error() {
+        let engine = MssqlEngine::new(&settings(
+            "Server=tcp:127.0.0.1,1;User Id=app;Password=Hunter2;TrustServerCertificate=true",
+        ))
+        .unwrap();
+        let started = Instant::now();
+        let err = engine
+            .try_lead("gap-healer:eventuous")
+            .await
+            .expect_err("nothing listens on port 1");
+        assert!(err.is_transient(), "{err:?}");
+        assert!(!err.message.contains("Hunter2"), "{}", err.message);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A key sp_getapplock would truncate is refused before connecting.
+        let err = engine.try_lead(&"k".repeat(256)).await.unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+    }
+
+    #[tokio::test]
+    async fn try_lead_gives_up_at_the_connect_timeout() {
+        // A listener that accepts and never answers the TDS prelogin.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let engine = MssqlEngine::new(&settings(&format!(
+            "Server=tcp:127.0.0.1,{port};User Id=app;Password=Hunter2;TrustServerCertificate=true"
+        )))
+        .unwrap();
+        let started = Instant::now();
+        let err = engine.try_lead("gap-healer:eventuous").await.unwrap_err();
+        let waited = started.elapsed();
+        assert!(err.is_transient(), "{err:?}");
+        assert!(
+            err.message.contains("no SQL Server leader session within"),
+            "{}",
+            err.message
+        );
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        silent.abort();
     }
 
     #[test]

@@ -40,6 +40,8 @@ type Manager = PostgresConnectionManager<NoTls>;
 
 pub struct PostgresEngine {
     pool: Pool<Manager>,
+    /// For the leader lock's dedicated session, outside the pool.
+    config: Config,
     cs: ConnectionString,
     sql: Queries,
     schema: String,
@@ -106,10 +108,11 @@ impl PostgresEngine {
             .min_idle(Some(0))
             .connection_timeout(settings.connect_timeout)
             .retry_connection(false)
-            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
+            .build_unchecked(PostgresConnectionManager::new(config.clone(), NoTls));
         let schema = settings.schema.to_ascii_lowercase();
         Ok(PostgresEngine {
             pool,
+            config,
             cs,
             sql: Queries::new(&schema),
             schema,
@@ -621,9 +624,88 @@ impl Engine for PostgresEngine {
     }
 }
 
+/// The advisory lock key for a leader lock name: FNV-1a, stable across
+/// versions and processes, so every healer of a store computes the same one.
+pub fn advisory_key(name: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
+}
+
+/// A dedicated session holding `pg_try_advisory_lock`.
+pub struct PgLeaderSession {
+    client: tokio_postgres::Client,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PgLeaderSession {
+    fn drop(&mut self) {
+        // Closing the session releases the lock on the server.
+        self.connection.abort();
+    }
+}
+
+impl super::LeaderLock for PostgresEngine {
+    type Session = PgLeaderSession;
+
+    async fn try_lead(&self, key: &str) -> DbResult<Option<PgLeaderSession>> {
+        let mut config = self.config.clone();
+        // Notice a dead peer within about 20 s even without traffic.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10));
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| self.error(&e, "leader session"))?;
+        let connection = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let session = PgLeaderSession { client, connection };
+        let taken: bool = session
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&advisory_key(key)])
+            .await
+            .map_err(|e| self.error(&e, "leader lock"))?
+            .get(0);
+        Ok(taken.then_some(session))
+    }
+
+    async fn still_held(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<bool> {
+        let held: bool = session
+            .client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+                   AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1)",
+                &[&advisory_key(key)],
+            )
+            .await
+            .map_err(|e| self.error(&e, "leader heartbeat"))?
+            .get(0);
+        Ok(held)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advisory_key_is_stable() {
+        assert_eq!(
+            advisory_key("gap-healer:eventuous"),
+            advisory_key("gap-healer:eventuous")
+        );
+        assert_ne!(
+            advisory_key("gap-healer:eventuous"),
+            advisory_key("gap-healer:other")
+        );
+        // Pinned: healers of different versions must agree on the key.
+        assert_eq!(advisory_key(""), 0xcbf2_9ce4_8422_2325_u64 as i64);
+    }
 
     #[test]
     fn classification() {

@@ -4,6 +4,7 @@
 //! unless a server is given (see mssql_support.rs).
 
 mod cli;
+mod leader;
 mod mssql;
 mod mssql_support;
 mod pg;

@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use gap_healer::engine::mssql::{FillMode, MssqlEngine};
-use gap_healer::engine::{DbErrorKind, Engine, FillOutcome, Probe};
+use gap_healer::engine::mssql::{FillMode, MssqlEngine, MssqlLeaderSession};
+use gap_healer::engine::{DbErrorKind, Engine, FillOutcome, LeaderLock, Probe};
 use gap_healer::gaps::PosRange;
 use tiberius::Uuid;
 use tokio_util::sync::CancellationToken;
@@ -803,6 +803,143 @@ async fn checkpoints_present_or_absent() {
         .find(|f| f.what == "Checkpoints table")
         .unwrap();
     assert!(f.ok && f.detail.contains("absent"), "{f:?}");
+    db.drop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Leader election: sp_getapplock on a dedicated session.
+
+const LEADER_KEY: &str = "gap-healer:eventuous";
+
+/// `engine.try_lead(key)` until it takes the lock: the server ends a closed
+/// or killed session (and releases its locks) shortly after, not at once.
+async fn lead_within(engine: &MssqlEngine, key: &str, limit: Duration) -> MssqlLeaderSession {
+    let deadline = Instant::now() + limit;
+    loop {
+        match engine.try_lead(key).await {
+            Ok(Some(session)) => return session,
+            Ok(None) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("the lock was not free within {limit:?}: {other:?}"),
+        }
+    }
+}
+
+/// Sessions that hold an application lock in this database, as the server's
+/// lock manager sees them: (session id, owner type, mode).
+async fn app_lock_holders(db: &TestDb) -> Vec<(i32, String, String)> {
+    let mut c = db.client().await;
+    crate::mssql_support::rows(
+        &mut c,
+        "SELECT request_session_id, request_owner_type, request_mode FROM sys.dm_tran_locks \
+         WHERE resource_type = N'APPLICATION' AND resource_database_id = DB_ID() AND request_status = N'GRANT'",
+        &[],
+    )
+    .await
+    .iter()
+    .map(|r| {
+        (
+            r.get::<i32, _>(0).unwrap_or(-1),
+            r.get::<&str, _>(1).unwrap_or_default().to_string(),
+            r.get::<&str, _>(2).unwrap_or_default().to_string(),
+        )
+    })
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_lock_one_holder_released_on_drop_and_on_kill() {
+    let db = TestDb::create().await;
+    let first = db.engine();
+    let second = db.engine();
+
+    // The first engine takes it; the second, and a second session of the
+    // first engine, get None without waiting.
+    let mut leader = first
+        .try_lead(LEADER_KEY)
+        .await
+        .unwrap()
+        .expect("free lock");
+    let started = Instant::now();
+    assert!(second.try_lead(LEADER_KEY).await.unwrap().is_none());
+    assert!(first.try_lead(LEADER_KEY).await.unwrap().is_none());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "try_lead waited for the lock"
+    );
+    assert!(first.still_held(&mut leader, LEADER_KEY).await.unwrap());
+    assert!(first.still_held(&mut leader, LEADER_KEY).await.unwrap());
+
+    // The server sees one exclusive, session-owned application lock, on the
+    // session the engine reported, which is not a pooled connection.
+    let spid = leader.session_id();
+    assert!(spid > 0);
+    assert_eq!(
+        app_lock_holders(&db).await,
+        vec![(spid, "SESSION".to_string(), "X".to_string())]
+    );
+    assert_ne!(first.session_state().await.unwrap().session_id, spid);
+
+    // Names are separate locks, compared binary (case-sensitive).
+    assert!(!first
+        .still_held(&mut leader, "gap-healer:other")
+        .await
+        .unwrap());
+    let other = second
+        .try_lead("GAP-HEALER:EVENTUOUS")
+        .await
+        .unwrap()
+        .expect("another name is another lock");
+    drop(other);
+
+    // Dropping the session closes its connection and frees the lock.
+    drop(leader);
+    let mut follower = lead_within(&second, LEADER_KEY, Duration::from_secs(10)).await;
+    assert!(second.still_held(&mut follower, LEADER_KEY).await.unwrap());
+    assert!(first.try_lead(LEADER_KEY).await.unwrap().is_none());
+
+    // KILL of the leader's session: its next check fails or says not held,
+    // and every check after that fails; the lock is free again.
+    let spid = follower.session_id();
+    let mut master = db.master().await;
+    crate::mssql_support::exec(&mut master, &format!("KILL {spid};")).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match second.still_held(&mut follower, LEADER_KEY).await {
+            Ok(true) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Ok(true) => panic!("still held 10 s after KILL {spid}"),
+            Ok(false) | Err(_) => break,
+        }
+    }
+    let again = second.still_held(&mut follower, LEADER_KEY).await;
+    assert!(!matches!(again, Ok(true)), "{again:?}");
+    drop(follower);
+    let taken = lead_within(&first, LEADER_KEY, Duration::from_secs(10)).await;
+    assert_ne!(taken.session_id(), 0);
+    drop(taken);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_lock_needs_no_rights_beyond_connecting() {
+    let mut db = TestDb::create().await;
+    // A database user with no grant at all.
+    let cs = db.login_with(&[]).await;
+    let bare = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    let mut session = bare
+        .try_lead(LEADER_KEY)
+        .await
+        .unwrap()
+        .expect("a user without grants takes the lock");
+    assert!(bare.still_held(&mut session, LEADER_KEY).await.unwrap());
+    // The admin's engine sees it taken: the same lock, whatever the login.
+    assert!(db.engine().try_lead(LEADER_KEY).await.unwrap().is_none());
+    drop(session);
     db.drop().await;
 }
 

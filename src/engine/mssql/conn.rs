@@ -20,13 +20,18 @@
 //! So a query future dropped half way (timeout, shutdown) or a fill that ended
 //! without its result row closes its connection, and the server rolls back
 //! whatever that session had open.
+//!
+//! # Dedicated sessions
+//! The leader lock lives on a session of its own, never a pooled one
+//! ([`connect_dedicated`]): it is opened with TCP keepalive on, follows an
+//! Azure SQL gateway redirect like the pool does, and is closed by dropping it.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use tiberius::{AuthMethod, Config};
-use tokio::net::TcpStream;
-use tokio_util::compat::Compat;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 use super::errors::{connect_error, driver_error};
 use crate::engine::DbError;
@@ -103,6 +108,67 @@ impl bb8::ManageConnection for Manager {
     fn has_broken(&self, session: &mut Session) -> bool {
         !session.clean
     }
+}
+
+/// Opens one session outside the pool: TCP with `SO_KEEPALIVE` and
+/// `TCP_NODELAY`, then the TDS login; one redirect (Azure SQL's "redirect"
+/// connection policy) is followed, as bb8-tiberius does for the pool.
+///
+/// Keepalive uses the operating system's timers (on Linux the first probe
+/// after 2 hours idle, unless `net.ipv4.tcp_keepalive_time` says otherwise):
+/// tokio sets only the flag, and the idle time needs socket2, which is not a
+/// dependency. The leader's heartbeat query every second, bounded by the
+/// caller, is what notices a dead server quickly; keepalive only keeps a
+/// quiet connection from being dropped silently by a middlebox.
+pub(crate) async fn connect_dedicated(
+    config: &Config,
+    secret: &ConnectionString,
+) -> Result<Client, DbError> {
+    let tcp = open_tcp(&config.get_addr(), secret).await?;
+    match tiberius::Client::connect(config.clone(), tcp.compat_write()).await {
+        Ok(client) => Ok(client),
+        Err(tiberius::error::Error::Routing { host, port }) => {
+            let mut routed = config.clone();
+            routed.host(&host);
+            routed.port(port);
+            let tcp = open_tcp(&routed.get_addr(), secret).await?;
+            tiberius::Client::connect(routed, tcp.compat_write())
+                .await
+                .map_err(|e| driver_error(&e, secret))
+        }
+        Err(e) => Err(driver_error(&e, secret)),
+    }
+}
+
+/// A TCP connection to `addr` (`host:port`) with keepalive and nodelay, trying
+/// each resolved address in turn.
+async fn open_tcp(addr: &str, secret: &ConnectionString) -> Result<TcpStream, DbError> {
+    let unreachable = |e: std::io::Error| {
+        DbError::transient(secret.scrub(&format!("cannot reach SQL Server: {e}")))
+    };
+    let mut last = None;
+    for resolved in tokio::net::lookup_host(addr).await.map_err(unreachable)? {
+        let attempt = async {
+            let socket = if resolved.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            socket.set_keepalive(true)?;
+            socket.set_nodelay(true)?;
+            socket.connect(resolved).await
+        };
+        match attempt.await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(unreachable(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the server name resolved to no address",
+        )
+    })))
 }
 
 /// The last error of a background connection attempt. bb8 reports those only

@@ -142,6 +142,33 @@ pub(crate) fn server_error(
     }
 }
 
+/// What `sp_getapplock`'s return code means for the leader lock: `Ok(true)`
+/// taken (0 at once, 1 after a wait, which `@LockTimeout = 0` rules out),
+/// `Ok(false)` another session holds it (-1, timed out at once), an error
+/// otherwise: -2 (cancelled) and -3 (deadlock victim) can pass on a retry,
+/// -999 (a parameter or call error) and anything undocumented cannot.
+pub(crate) fn applock_result(code: i32) -> Result<bool, DbError> {
+    let (kind, what) = match code {
+        c if c >= 0 => return Ok(true),
+        -1 => return Ok(false),
+        -2 => (DbErrorKind::Transient, "the lock request was cancelled"),
+        -3 => (
+            DbErrorKind::Transient,
+            "the lock request was chosen as a deadlock victim",
+        ),
+        -999 => (
+            DbErrorKind::Permanent,
+            "a parameter validation or other call error",
+        ),
+        _ => (DbErrorKind::Permanent, "an undocumented return code"),
+    };
+    Err(DbError {
+        kind,
+        code: Some(format!("sp_getapplock {code}")),
+        message: format!("sp_getapplock returned {code}: {what}"),
+    })
+}
+
 /// A tiberius error as a [`DbError`], password scrubbed.
 pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionString) -> DbError {
     use tiberius::error::Error as E;
@@ -271,6 +298,25 @@ mod tests {
             assert_eq!(Stage::from_fill(stage.as_str()), stage);
         }
         assert_eq!(Stage::from_fill("surprise"), Stage::Check);
+    }
+
+    #[test]
+    fn applock_return_codes() {
+        assert_eq!(applock_result(0), Ok(true));
+        assert_eq!(applock_result(1), Ok(true));
+        assert_eq!(applock_result(-1), Ok(false));
+        for (code, kind) in [
+            (-2, DbErrorKind::Transient),
+            (-3, DbErrorKind::Transient),
+            (-999, DbErrorKind::Permanent),
+            (-4, DbErrorKind::Permanent),
+            (i32::MIN, DbErrorKind::Permanent),
+        ] {
+            let err = applock_result(code).unwrap_err();
+            assert_eq!(err.kind, kind, "{code}");
+            assert_eq!(err.code, Some(format!("sp_getapplock {code}")));
+            assert!(err.message.contains(&code.to_string()), "{}", err.message);
+        }
     }
 
     #[test]

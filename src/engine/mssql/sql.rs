@@ -3,7 +3,12 @@
 //! The only text ever spliced into SQL is the schema, which the config layer
 //! validated as a plain identifier and which is bracketed here (`]` doubled,
 //! as QUOTENAME does). Positions, the tombstone stream's name and type and the
-//! lock timeouts are bound parameters (`@P1`, `@P2`, ...).
+//! lock timeouts are bound parameters (`@P1`, `@P2`, ...), and so is the
+//! leader lock's name.
+//!
+//! One text is not a file: the fill procedure, which [`fill_procedure`]
+//! builds from `fill.sql` (its DECLAREs become the parameters, the text
+//! between its body markers the body), so the two fill modes cannot drift.
 
 use crate::engine::{DbError, DbResult};
 
@@ -15,13 +20,19 @@ pub(crate) const SCAN: &str = include_str!("../../../sql/mssql/scan.sql");
 pub(crate) const PROBE: &str = include_str!("../../../sql/mssql/probe.sql");
 pub(crate) const CHECKPOINTS: &str = include_str!("../../../sql/mssql/checkpoints.sql");
 pub(crate) const IDENTITY: &str = include_str!("../../../sql/mssql/identity.sql");
+/// The fill: run as it is in direct mode, and the source of the procedure
+/// ([`fill_procedure`]).
 pub(crate) const FILL: &str = include_str!("../../../sql/mssql/fill.sql");
-pub(crate) const FILL_PROCEDURE: &str = include_str!("../../../sql/mssql/fill_procedure.sql");
 pub(crate) const FILL_CALL: &str = include_str!("../../../sql/mssql/fill_call.sql");
 pub(crate) const FILL_MODE: &str = include_str!("../../../sql/mssql/fill_mode.sql");
 pub(crate) const GRANTS: &str = include_str!("../../../sql/mssql/grants.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/mssql/preflight.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
+/// Takes the leader lock on a dedicated session. Names no schema: an
+/// application lock belongs to the database, and its name is `@P1`.
+pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_lock.sql");
+/// Whether the dedicated session still holds the leader lock named `@P1`.
+pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/mssql/leader_check.sql");
 
 /// The one VALUES row of `probe.sql` that [`Sql::probe`] repeats.
 const PROBE_ROW: &str = "(VALUES (@P1, @P2))";
@@ -34,9 +45,27 @@ const _: () = assert!(
 );
 
 /// The marker comment in the procedure that `preflight.sql` looks for.
-#[cfg(test)]
 pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 1";
 
+/// The lines of `fill.sql` that delimit the procedure's body.
+const BODY_BEGIN: &str = "-- BEGIN FILL BODY";
+const BODY_END: &str = "-- END FILL BODY";
+
+/// What the procedure says about itself, before `CREATE OR ALTER`.
+const PROCEDURE_COMMENT: &str = "\
+-- gap-healer, SQL Server: the fill procedure (procedure mode).
+--
+-- Created by `gap-healer install` (CREATE OR ALTER) and printed by
+-- `gap-healer sql --engine mssql`. Built from sql/mssql/fill.sql: its
+-- parameters are that file's DECLAREs and its body is that file's fill body,
+-- so it does exactly what a direct-mode fill does, WITH EXECUTE AS OWNER:
+-- SET IDENTITY_INSERT needs ALTER on Messages (or its ownership), which the
+-- owner has, so the healer's login needs only EXECUTE on this procedure and
+-- SELECT on the tables.
+--
+-- Result: one row (rows_filled, error_number, error_stage, error_message,
+-- open_transactions); see the end of the body.
+";
 /// `[name]`, with `]` doubled as QUOTENAME does.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("[{}]", name.replace(']', "]]"))
@@ -86,7 +115,7 @@ impl Sql {
             checkpoints: render(CHECKPOINTS, schema),
             identity: render(IDENTITY, schema),
             fill: render(FILL, schema),
-            fill_procedure: render(FILL_PROCEDURE, schema),
+            fill_procedure: render(&fill_procedure(), schema),
             fill_call: render(FILL_CALL, schema),
             fill_mode: render(FILL_MODE, schema),
             preflight: render(PREFLIGHT, schema),
@@ -107,6 +136,73 @@ impl Sql {
     }
 }
 
+/// The fill body of `fill.sql`: the lines strictly between the markers,
+/// without blank lines at either end.
+fn fill_body(fill: &str) -> Vec<&str> {
+    let mut body: Vec<&str> = fill
+        .lines()
+        .skip_while(|line| line.trim_end() != BODY_BEGIN)
+        .skip(1)
+        .take_while(|line| line.trim_end() != BODY_END)
+        .skip_while(|line| line.trim().is_empty())
+        .collect();
+    while body.last().is_some_and(|line| line.trim().is_empty()) {
+        body.pop();
+    }
+    body
+}
+
+/// `(name, type, marker)` of each `DECLARE @name TYPE = @Pn;` line of
+/// `fill.sql` before its body: the procedure's parameters, in order.
+fn fill_parameters(fill: &str) -> Vec<(&str, &str, &str)> {
+    fill.lines()
+        .take_while(|line| line.trim_end() != BODY_BEGIN)
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("DECLARE @")?.strip_suffix(';')?;
+            let (declaration, marker) = rest.rsplit_once(" = ")?;
+            let (name, kind) = declaration.split_once(' ')?;
+            marker
+                .starts_with("@P")
+                .then_some((name, kind.trim(), marker))
+        })
+        .collect()
+}
+
+/// `CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]`, built from
+/// `fill.sql` (see its header): one body for both modes, nothing to keep in
+/// step by hand. The body is indented by four spaces; `fill.sql` keeps every
+/// string literal on one line, so that changes no literal.
+pub(crate) fn fill_procedure() -> String {
+    let parameters: Vec<String> = fill_parameters(FILL)
+        .iter()
+        .map(|(name, kind, _)| format!("    @{name} {kind}"))
+        .collect();
+    let body: Vec<String> = fill_body(FILL)
+        .iter()
+        .map(|line| {
+            if line.trim().is_empty() {
+                String::new()
+            } else {
+                format!("    {line}")
+            }
+        })
+        .collect();
+    format!(
+        "{PROCEDURE_COMMENT}\
+         CREATE OR ALTER PROCEDURE {SCHEMA_PLACEHOLDER}.[gap_healer_fill]\n\
+         {parameters}\n\
+         WITH EXECUTE AS OWNER\n\
+         AS\n\
+         BEGIN\n    \
+         -- {PROCEDURE_INTERFACE}\n\
+         \n\
+         {body}\n\
+         END;\n",
+        parameters = parameters.join(",\n"),
+        body = body.join("\n"),
+    )
+}
+
 /// What `gap-healer sql --engine mssql` prints: the fill procedure and the
 /// grants for a placeholder user, as one sqlcmd/SSMS script.
 pub(crate) fn setup_script(schema: &str) -> String {
@@ -123,42 +219,49 @@ pub(crate) fn setup_script(schema: &str) -> String {
          {grants}",
         version = env!("CARGO_PKG_VERSION"),
         quoted = quote_ident(schema),
-        procedure = render(FILL_PROCEDURE, schema),
+        procedure = render(&fill_procedure(), schema),
         grants = render(GRANTS, schema),
     )
-}
-
-/// The text between the fill-body markers, each line trimmed, for the test
-/// that keeps `fill.sql` and `fill_procedure.sql` identical.
-#[cfg(test)]
-fn fill_body(sql: &str) -> Vec<&str> {
-    let start = sql.find("-- BEGIN FILL BODY").expect("begin marker");
-    let end = sql.find("-- END FILL BODY").expect("end marker");
-    let mut lines: Vec<&str> = sql[start..end].lines().map(str::trim).collect();
-    while lines.last() == Some(&"") {
-        lines.pop();
-    }
-    lines
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [(&str, &str); 12] = [
+    /// Every file in sql/mssql (the procedure is built, not a file).
+    const ALL: [(&str, &str); 13] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
         ("checkpoints", CHECKPOINTS),
         ("identity", IDENTITY),
         ("fill", FILL),
-        ("fill_procedure", FILL_PROCEDURE),
         ("fill_call", FILL_CALL),
         ("fill_mode", FILL_MODE),
         ("grants", GRANTS),
         ("preflight", PREFLIGHT),
         ("session_state", SESSION_STATE),
+        ("leader_lock", LEADER_LOCK),
+        ("leader_check", LEADER_CHECK),
     ];
+
+    /// Files that name no schema: the session's own state, and the leader
+    /// lock (an application lock of the database, named by `@P1`).
+    const SCHEMALESS: [&str; 3] = ["session_state", "leader_lock", "leader_check"];
+
+    #[test]
+    fn every_sql_file_is_listed() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/mssql");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<String> = ALL.iter().map(|(n, _)| format!("{n}.sql")).collect();
+        listed.sort();
+        assert_eq!(on_disk, listed);
+    }
 
     #[test]
     fn schema_is_bracketed_everywhere() {
@@ -196,7 +299,9 @@ mod tests {
     #[test]
     fn every_file_uses_the_placeholder_or_needs_none() {
         for (name, text) in ALL {
-            if name != "session_state" {
+            if SCHEMALESS.contains(&name) {
+                assert!(!text.contains(SCHEMA_PLACEHOLDER), "{name}.sql");
+            } else {
                 assert!(
                     text.contains(SCHEMA_PLACEHOLDER),
                     "{name}.sql never names the schema"
@@ -262,11 +367,103 @@ mod tests {
     }
 
     #[test]
-    fn fill_batch_and_procedure_share_one_body() {
-        assert_eq!(fill_body(FILL), fill_body(FILL_PROCEDURE));
-        assert!(FILL_PROCEDURE.contains(PROCEDURE_INTERFACE));
+    fn the_procedure_is_the_fill_body_with_the_fill_parameters() {
+        let procedure = fill_procedure();
+        let body = fill_body(FILL);
+        assert!(body.len() > 100, "the markers enclose the body");
+        assert!(body.iter().any(|l| l.contains("SET IDENTITY_INSERT")));
+        assert!(body
+            .iter()
+            .any(|l| l.contains("@@TRANCOUNT AS open_transactions")));
+        // Every body line, in order, indented by four spaces.
+        let lines: Vec<&str> = procedure.lines().collect();
+        let first = lines
+            .iter()
+            .position(|l| *l == format!("    {}", body[0]))
+            .expect("the body's first line");
+        for (i, line) in body.iter().enumerate() {
+            let want = if line.trim().is_empty() {
+                String::new()
+            } else {
+                format!("    {line}")
+            };
+            assert_eq!(lines[first + i], want, "body line {i}");
+        }
+        assert_eq!(lines.last(), Some(&"END;"));
+        // The direct batch's DECLAREs, and nothing else, are the parameters.
+        let parameters = fill_parameters(FILL);
+        assert_eq!(
+            parameters,
+            vec![
+                ("start", "BIGINT", "@P1"),
+                ("end", "BIGINT", "@P2"),
+                ("stream_name", "NVARCHAR(850)", "@P3"),
+                ("message_type", "NVARCHAR(128)", "@P4"),
+                ("lock_timeout_ms", "INT", "@P5"),
+                ("stream_lock_timeout_ms", "INT", "@P6"),
+            ]
+        );
+        assert!(procedure.contains(
+            "CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]\n    @start BIGINT,\n    @end BIGINT,\n    \
+             @stream_name NVARCHAR(850),\n    @message_type NVARCHAR(128),\n    @lock_timeout_ms INT,\n    \
+             @stream_lock_timeout_ms INT\nWITH EXECUTE AS OWNER\nAS\nBEGIN\n"
+        ));
+        // The procedure is called with the same names bound to the same markers.
+        for (name, _, marker) in &parameters {
+            assert!(
+                FILL_CALL.contains(&format!("@{name} = {marker}")),
+                "fill_call.sql binds @{name} = {marker}"
+            );
+        }
+        // Nothing of the direct batch's preamble leaks into the procedure.
+        assert!(!procedure.contains("= @P"));
+        assert!(!procedure.contains(BODY_BEGIN) && !procedure.contains(BODY_END));
+        // preflight.sql recognises this procedure by its marker.
+        assert!(procedure.contains(PROCEDURE_INTERFACE));
         assert!(PREFLIGHT.contains(PROCEDURE_INTERFACE));
-        assert!(FILL_PROCEDURE.contains("WITH EXECUTE AS OWNER"));
+    }
+
+    #[test]
+    fn indenting_the_body_changes_no_string_literal() {
+        // A literal that spans lines would get the indentation inside it.
+        // Comments may hold apostrophes; code lines must close every quote.
+        for (i, line) in fill_body(FILL).iter().enumerate() {
+            let code = line.split("--").next().unwrap_or_default();
+            assert!(
+                code.matches('\'').count() % 2 == 0,
+                "fill.sql body line {i} opens a literal it does not close: {line}"
+            );
+        }
+    }
+
+    #[test]
+    fn leader_lock_sql_binds_only_the_key() {
+        for (name, text) in [("leader_lock", LEADER_LOCK), ("leader_check", LEADER_CHECK)] {
+            assert!(text.contains("@P1"), "{name}.sql binds the key");
+            assert!(!text.contains("@P2"), "{name}.sql binds nothing else");
+            assert!(text.contains("'Session'"), "{name}.sql: session-owned");
+            assert!(
+                text.contains("'public'"),
+                "{name}.sql: the public principal"
+            );
+        }
+        let code: String = LEADER_LOCK
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for part in [
+            "EXEC @lock_result = sp_getapplock",
+            "@Resource = @P1",
+            "@LockMode = 'Exclusive'",
+            "@LockOwner = 'Session'",
+            "@LockTimeout = 0",
+            "@lock_result AS lock_result",
+            "@@SPID AS session_id",
+        ] {
+            assert!(code.contains(part), "leader_lock.sql: {part}");
+        }
+        assert!(LEADER_CHECK.contains("APPLOCK_MODE('public', @P1, 'Session') AS lock_mode"));
     }
 
     #[test]

@@ -1,0 +1,144 @@
+//! Leader election on PostgreSQL: one filler among many healers, and a
+//! bounded takeover when the leader dies.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gap_healer::engine::postgres::PostgresEngine;
+use gap_healer::engine::{LeaderLock, StoreSettings};
+use gap_healer::secret::ConnectionString;
+
+use crate::support::*;
+
+fn engine(store: &Store) -> Arc<PostgresEngine> {
+    Arc::new(
+        PostgresEngine::new(&StoreSettings {
+            connection_string: ConnectionString::new(store.url()),
+            schema: store.schema.clone(),
+            tombstone_stream: TOMBSTONES.into(),
+            tombstone_type: "$tombstone".into(),
+            connect_timeout: Duration::from_secs(5),
+        })
+        .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn the_lock_is_exclusive_and_released_with_its_session() {
+    let store = Store::new("lock").await;
+    let key = format!("gap-healer:{}", store.schema);
+    let (a, b) = (engine(&store), engine(&store));
+    let mut first = a.try_lead(&key).await.unwrap().expect("free lock taken");
+    assert!(
+        b.try_lead(&key).await.unwrap().is_none(),
+        "a second session cannot take it"
+    );
+    assert!(a.still_held(&mut first, &key).await.unwrap());
+    assert!(
+        b.try_lead(&format!("{key}-other")).await.unwrap().is_some(),
+        "other keys are independent"
+    );
+    drop(first);
+    let mut second = None;
+    for _ in 0..50 {
+        second = b.try_lead(&key).await.unwrap();
+        if second.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut second = second.expect("released when the holder's session closed");
+    // The server ends the leader's session: the holder must find out.
+    store
+        .client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+               AND ((classid::bigint << 32) | objid::bigint) = $1",
+            &[&gap_healer::engine::postgres::advisory_key(&key)],
+        )
+        .await
+        .unwrap();
+    let after_kill = b.still_held(&mut second, &key).await;
+    assert!(!matches!(after_kill, Ok(true)), "{after_kill:?}");
+    store.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
+    let store = Store::new("failover").await;
+    store.append("A", 1, Ending::Commit).await;
+    store.append("X", 2, Ending::RollbackAfterInsert).await;
+    store.append("B", 1, Ending::Commit).await;
+    let flags = [
+        "--gap-timeout",
+        "200ms",
+        "--poll-interval",
+        "50ms",
+        "--start-from",
+        "0",
+    ];
+    let a = Daemon::start(&store, &flags);
+    let b = Daemon::start(&store, &flags);
+    let started = Instant::now();
+    while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(store.missing().await.is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let leaders = (
+        a.metric("gap_healer_leader").await.unwrap(),
+        b.metric("gap_healer_leader").await.unwrap(),
+    );
+    assert!(
+        leaders == (1.0, 0.0) || leaders == (0.0, 1.0),
+        "exactly one leader: {leaders:?}"
+    );
+    let (leader, follower) = if leaders.0 == 1.0 { (a, b) } else { (b, a) };
+    assert_eq!(
+        leader.metric("gap_healer_tombstones_inserted_total").await,
+        Some(2.0)
+    );
+    assert_eq!(
+        follower
+            .metric("gap_healer_tombstones_inserted_total")
+            .await,
+        Some(0.0)
+    );
+    assert_eq!(
+        follower.metric("gap_healer_open_gaps").await,
+        Some(0.0),
+        "the follower still scans and reports"
+    );
+
+    let killed = Instant::now();
+    leader.kill9();
+    let mut took = None;
+    while killed.elapsed() < Duration::from_secs(15) {
+        if follower.metric("gap_healer_leader").await == Some(1.0) {
+            took = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = took.expect("the follower took over");
+    println!("leader killed with SIGKILL: follower leads {took:?} later");
+    assert!(took <= Duration::from_secs(3), "{took:?}");
+    store.append("X", 1, Ending::RollbackAfterInsert).await;
+    store.append("C", 1, Ending::Commit).await;
+    let started = Instant::now();
+    while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(store.missing().await.is_empty(), "the new leader fills");
+    assert_eq!(
+        follower
+            .metric("gap_healer_tombstones_inserted_total")
+            .await,
+        Some(1.0)
+    );
+    store.assert_tombstone_stream_consistent().await;
+    let (code, _, log) = follower.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("became the leader"), "{log}");
+    store.drop_schema().await;
+}
