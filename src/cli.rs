@@ -305,7 +305,7 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8,
         println!("no holes: nothing to fill");
         return Ok(EXIT_OK);
     }
-    if let Some(due) = healer.tracker().next_due() {
+    if let Some(due) = healer.tracker().last_due() {
         let wait = due.saturating_duration_since(tokio::time::Instant::now());
         eprintln!(
             "found {} hole(s), {} position(s); waiting {} (gap_timeout) before filling",

@@ -224,6 +224,20 @@ impl Tracker {
         }
     }
 
+    /// Retries so far of the hole holding `position` (0 when none does).
+    pub fn retries_at(&self, position: i64) -> u32 {
+        self.holes
+            .range(..=position)
+            .next_back()
+            .filter(|(_, h)| h.range.contains(position))
+            .map_or(0, |(_, h)| h.retries)
+    }
+
+    /// The latest moment any tracked hole comes due.
+    pub fn last_due(&self) -> Option<Instant> {
+        self.holes.values().map(|h| h.not_before).max()
+    }
+
     /// Holes whose fill may be tried at `now`, lowest first.
     pub fn due(&self, now: Instant) -> Vec<Hole> {
         self.holes

@@ -23,7 +23,7 @@ use tracing::{debug, error, info, warn};
 use crate::backoff::Backoff;
 use crate::config::{Settings, StartFrom};
 use crate::engine::{DbError, DbResult, Engine, FillOutcome};
-use crate::gaps::{Hole, PosRange, Tracker};
+use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
 use crate::telemetry::{self as t, Health};
@@ -33,6 +33,19 @@ const MAX_PAGES_PER_STEP: usize = 50;
 /// How long shutdown waits for a fill in flight before abandoning it (it then
 /// rolls back with its connection).
 pub const DRAIN_DEADLINE: Duration = Duration::from_millis(1500);
+/// A batch for logs: `a..=b`, or `a..=b (+n more)` for several ranges.
+fn describe(batch: &[PosRange]) -> String {
+    match batch {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first, rest @ ..] => format!(
+            "{first} (+{} more up to {})",
+            rest.len(),
+            rest[rest.len() - 1].end
+        ),
+    }
+}
+
 /// Checkpoints are re-read at most this often (for lag metrics only).
 const CHECKPOINT_REFRESH: Duration = Duration::from_secs(5);
 
@@ -237,157 +250,152 @@ impl<E: Engine> Healer<E> {
             Ok(p) => p,
             Err(e) => {
                 self.db_error("probe", &e);
-                for hole in &due {
-                    self.defer_after_error(hole);
-                }
+                let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
+                self.defer_after_error(&ranges);
                 report.errors += 1;
                 return report;
             }
         };
         self.tracker.remove_positions(&probe.committed);
-        for hole in due {
-            if stop.is_cancelled() {
+        let head = self.examined.unwrap_or(i64::MIN);
+        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
+        let mut excluded = probe.committed.clone();
+        excluded.extend_from_slice(&probe.in_flight);
+        let mut pieces = Vec::new();
+        for hole in &due {
+            for p in probe.in_flight.iter().filter(|p| hole.range.contains(**p)) {
+                debug!(
+                    position = p,
+                    "an open append holds this position; not trying it"
+                );
+                self.defer_held(PosRange::single(*p));
+            }
+            for piece in plan::pieces(hole.range, &excluded, max_rows) {
+                if piece.end >= head {
+                    // Unreachable by construction (holes lie between committed
+                    // rows); checked anyway because filling at or above the head
+                    // would move SQL Server's identity seed.
+                    error!(range = %piece, head, "refusing to fill at or above the head");
+                    self.tracker.remove(piece);
+                } else {
+                    pieces.push(piece);
+                }
+            }
+        }
+        let mut queue = plan::batches(&pieces, max_rows, max_ranges);
+        queue.reverse();
+        while let Some(batch) = queue.pop() {
+            if stop.is_cancelled() || !self.leader.is_leader() {
                 break;
             }
-            self.fill_hole(hole, &probe.committed, &probe.in_flight, stop, &mut report)
-                .await;
+            self.fill_batch(batch, &mut queue, &mut report).await;
         }
         report
     }
 
-    async fn fill_hole(
+    /// One fill transaction, and what its outcome means for the tracker and
+    /// the rest of the queue.
+    async fn fill_batch(
         &mut self,
-        hole: Hole,
-        committed: &[i64],
-        in_flight: &[i64],
-        stop: &CancellationToken,
+        batch: plan::Batch,
+        queue: &mut Vec<plan::Batch>,
         report: &mut FillReport,
     ) {
-        let head = self.examined.unwrap_or(i64::MIN);
-        let max_rows = self.engine.max_fill_rows();
-        let mut excluded: Vec<i64> = committed.to_vec();
-        excluded.extend_from_slice(in_flight);
-        for p in in_flight.iter().filter(|p| hole.range.contains(**p)) {
-            debug!(
-                position = p,
-                "an open append holds this position; not trying it"
-            );
-            self.defer_held(&hole, PosRange::single(*p));
-        }
-        let mut queue = plan::pieces(hole.range, &excluded, max_rows);
-        queue.reverse();
-        while let Some(range) = queue.pop() {
-            if stop.is_cancelled() || !self.leader.is_leader() {
-                return;
+        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
+        let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout);
+        let what = describe(&batch);
+        let started = std::time::Instant::now();
+        let outcome = self.engine.fill_ranges(&batch, lock_timeout).await;
+        let ms = started.elapsed().as_millis() as u64;
+        report.statements += 1;
+        match outcome {
+            Ok(FillOutcome::Filled { rows }) => {
+                info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled").increment(1);
+                metrics::counter!(t::TOMBSTONES_INSERTED).increment(rows);
+                report.tombstones += rows;
+                for range in &batch {
+                    self.tracker.remove(*range);
+                }
             }
-            if range.end >= head {
-                // Unreachable by construction (holes lie between committed rows);
-                // checked anyway because filling at or above the head would
-                // move SQL Server's identity seed.
-                error!(range = %range, head, "refusing to fill at or above the head");
-                self.tracker.remove(range);
-                continue;
+            Ok(FillOutcome::Committed) => {
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "committed").increment(1);
+                report.committed += 1;
+                let found = match self.engine.probe(&batch).await {
+                    Ok(p) => p.committed,
+                    Err(e) => {
+                        self.db_error("probe", &e);
+                        self.defer_after_error(&batch);
+                        return;
+                    }
+                };
+                info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
+                self.tracker.remove_positions(&found);
+                self.requeue(
+                    plan::after_committed(&batch, &found, max_rows, max_ranges),
+                    queue,
+                );
             }
-            let lock_timeout = plan::lock_timeout_for(range, self.opts.lock_timeout);
-            let started = std::time::Instant::now();
-            let outcome = self.engine.fill(range, lock_timeout).await;
-            let ms = started.elapsed().as_millis() as u64;
-            report.statements += 1;
-            match outcome {
-                Ok(FillOutcome::Filled { rows }) => {
-                    info!(range = %range, rows, ms, outcome = "filled", "filled hole with tombstones");
-                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled").increment(1);
-                    metrics::counter!(t::TOMBSTONES_INSERTED).increment(rows);
-                    report.tombstones += rows;
-                    self.tracker.remove(range);
+            Ok(FillOutcome::Busy) => {
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
+                report.held += 1;
+                info!(range = %what, ms, outcome = "busy", "another healer holds the tombstone stream; retrying later");
+                let at = Instant::now() + self.opts.poll_interval;
+                for range in &batch {
+                    self.tracker.defer(*range, at);
                 }
-                Ok(FillOutcome::Committed) => {
-                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "committed").increment(1);
-                    report.committed += 1;
-                    let found = match self.engine.probe(&[range]).await {
-                        Ok(p) => p.committed,
-                        Err(e) => {
-                            self.db_error("probe", &e);
-                            self.defer_after_error(&Hole { range, ..hole });
-                            continue;
-                        }
-                    };
-                    info!(range = %range, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
-                    self.tracker.remove_positions(&found);
-                    self.requeue(
-                        plan::after_committed(range, &found, max_rows),
-                        &hole,
-                        &mut queue,
-                    );
-                }
-                Ok(outcome @ (FillOutcome::Held | FillOutcome::Busy)) => {
-                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
-                    report.held += 1;
-                    if outcome == FillOutcome::Busy {
-                        info!(range = %range, ms, outcome = "busy", "another healer holds the tombstone stream; retrying later");
-                        self.tracker
-                            .defer(range, Instant::now() + self.opts.poll_interval);
-                        continue;
-                    }
-                    let level = if range.width() == 1 { "held" } else { "probe" };
-                    debug!(range = %range, ms, outcome = level, "a position is locked by an open transaction");
-                    match plan::after_held(range) {
-                        AfterRefusal::Defer(p) => {
-                            info!(
-                                position = p.start,
-                                ms,
-                                outcome = "held",
-                                "an open append holds this position; retrying later"
-                            );
-                            self.defer_held(&hole, p);
-                        }
-                        retry => self.requeue(retry, &hole, &mut queue),
-                    }
-                }
-                Err(e) => {
-                    metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "error").increment(1);
-                    report.errors += 1;
-                    self.db_error("fill", &e);
-                    warn!(range = %range, ms, outcome = "error", error = %e, "fill failed; retrying later");
-                    self.defer_after_error(&Hole { range, ..hole });
-                    // Whatever broke (connection, rights) will break the rest too.
-                    for rest in queue.drain(..) {
-                        self.defer_after_error(&Hole {
-                            range: rest,
-                            ..hole
-                        });
-                    }
+            }
+            Ok(FillOutcome::Held) => {
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
+                report.held += 1;
+                debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
+                self.requeue(plan::after_held(&batch), queue);
+            }
+            Err(e) => {
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "error").increment(1);
+                report.errors += 1;
+                self.db_error("fill", &e);
+                warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
+                self.defer_after_error(&batch);
+                // Whatever broke (connection, rights) will break the rest too.
+                for rest in std::mem::take(queue) {
+                    self.defer_after_error(&rest);
                 }
             }
         }
     }
 
-    fn requeue(&mut self, after: AfterRefusal, hole: &Hole, queue: &mut Vec<PosRange>) {
+    fn requeue(&mut self, after: AfterRefusal, queue: &mut Vec<plan::Batch>) {
         match after {
-            AfterRefusal::Retry(mut pieces) => {
-                pieces.reverse();
-                queue.extend(pieces);
+            AfterRefusal::Retry(mut batches) => {
+                batches.reverse();
+                queue.extend(batches);
             }
-            AfterRefusal::Defer(p) => self.defer_held(hole, p),
+            AfterRefusal::Defer(p) => {
+                info!(
+                    position = p.start,
+                    outcome = "held",
+                    "an open append holds this position; retrying later"
+                );
+                self.defer_held(p);
+            }
         }
     }
 
-    fn defer_held(&mut self, hole: &Hole, range: PosRange) {
-        let delay = plan::retry_delay(
-            hole.retries,
-            self.opts.poll_interval,
-            self.opts.lock_timeout.max(Duration::from_secs(2)),
-        );
+    fn defer_held(&mut self, range: PosRange) {
+        let retries = self.tracker.retries_at(range.start);
+        let cap = self.opts.lock_timeout.max(Duration::from_secs(2));
+        let delay = plan::retry_delay(retries, self.opts.poll_interval, cap);
         self.tracker.defer(range, Instant::now() + delay);
     }
 
-    fn defer_after_error(&mut self, hole: &Hole) {
-        let delay = plan::retry_delay(
-            hole.retries,
-            self.opts.poll_interval.max(Duration::from_millis(500)),
-            Duration::from_secs(30),
-        );
-        self.tracker.defer(hole.range, Instant::now() + delay);
+    fn defer_after_error(&mut self, batch: &[PosRange]) {
+        for range in batch {
+            let retries = self.tracker.retries_at(range.start);
+            let base = self.opts.poll_interval.max(Duration::from_millis(500));
+            let delay = plan::retry_delay(retries, base, Duration::from_secs(30));
+            self.tracker.defer(*range, Instant::now() + delay);
+        }
     }
 
     fn db_error(&self, operation: &'static str, e: &DbError) {
@@ -594,18 +602,26 @@ mod tests {
                 in_flight: vec![],
             })
         }
-        async fn fill(&self, range: PosRange, _lock_timeout: Duration) -> DbResult<FillOutcome> {
+        async fn fill_ranges(
+            &self,
+            ranges: &[PosRange],
+            _lock_timeout: Duration,
+        ) -> DbResult<FillOutcome> {
             let mut m = self.0.lock().unwrap();
-            if m.committed.range(range.start..=range.end).next().is_some() {
-                return Ok(FillOutcome::Committed);
+            for range in ranges {
+                if m.committed.range(range.start..=range.end).next().is_some() {
+                    return Ok(FillOutcome::Committed);
+                }
+                if m.held.range(range.start..=range.end).next().is_some() {
+                    return Ok(FillOutcome::Held);
+                }
             }
-            if m.held.range(range.start..=range.end).next().is_some() {
-                return Ok(FillOutcome::Held);
+            for range in ranges {
+                m.committed.extend(range.start..=range.end);
+                m.filled.push((*range, Instant::now()));
             }
-            m.committed.extend(range.start..=range.end);
-            m.filled.push((range, Instant::now()));
             Ok(FillOutcome::Filled {
-                rows: range.width(),
+                rows: ranges.iter().map(|r| r.width()).sum(),
             })
         }
         async fn preflight(&self) -> DbResult<Vec<Finding>> {

@@ -4,8 +4,9 @@
 //! - positions an open append is known to hold are never in a plan;
 //! - every statement covers at most `max_rows` positions (SQL Server lock
 //!   escalation starts near 5,000 locks);
-//! - after a refusal the range is split, never retried whole: a duplicate key
-//!   removes the committed positions, a lock timeout halves the range, so a
+//! - scattered narrow holes share a transaction (at most `max_ranges` ranges);
+//! - after a refusal the batch is split, never retried whole: a duplicate key
+//!   removes the committed positions, a lock timeout halves the batch, so a
 //!   wide range with one held key costs one short wait per halving level.
 
 use std::time::Duration;
@@ -31,41 +32,89 @@ pub fn pieces(range: PosRange, excluded: &[i64], max_rows: u64) -> Vec<PosRange>
         .collect()
 }
 
-/// What to do next with a range whose fill was refused.
+/// One fill transaction: ascending, disjoint ranges.
+pub type Batch = Vec<PosRange>;
+
+/// Groups ascending pieces into batches of at most `max_rows` positions and
+/// `max_ranges` ranges, so scattered narrow holes cost one transaction, not
+/// one each.
+pub fn batches(pieces: &[PosRange], max_rows: u64, max_ranges: usize) -> Vec<Batch> {
+    let (max_rows, max_ranges) = (max_rows.max(1), max_ranges.max(1));
+    let mut out: Vec<Batch> = Vec::new();
+    let mut rows = 0;
+    for piece in pieces {
+        let fits = out
+            .last()
+            .is_some_and(|b| b.len() < max_ranges && rows + piece.width() <= max_rows);
+        if !fits {
+            out.push(Vec::new());
+            rows = 0;
+        }
+        rows += piece.width();
+        out.last_mut().expect("pushed above").push(*piece);
+    }
+    out
+}
+
+/// Positions in a batch.
+pub fn width(batch: &[PosRange]) -> u64 {
+    batch.iter().map(PosRange::width).sum()
+}
+
+/// What to do next with a batch whose fill was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AfterRefusal {
-    /// Try these smaller ranges now.
-    Retry(Vec<PosRange>),
+    /// Try these smaller batches now.
+    Retry(Vec<Batch>),
     /// A single position is held: leave it for a later cycle.
     Defer(PosRange),
 }
 
-/// A fill of `range` met a held key (lock timeout).
-pub fn after_held(range: PosRange) -> AfterRefusal {
-    match range.halves() {
-        Some((a, b)) => AfterRefusal::Retry(vec![a, b]),
-        None => AfterRefusal::Defer(range),
+/// A fill of `batch` met a held key (lock timeout): split it in two, by
+/// ranges while it has several, else by positions, down to one position.
+pub fn after_held(batch: &[PosRange]) -> AfterRefusal {
+    match batch {
+        [] => AfterRefusal::Retry(vec![]),
+        [one] => match one.halves() {
+            Some((a, b)) => AfterRefusal::Retry(vec![vec![a], vec![b]]),
+            None => AfterRefusal::Defer(*one),
+        },
+        many => {
+            let (a, b) = many.split_at(many.len() / 2);
+            AfterRefusal::Retry(vec![a.to_vec(), b.to_vec()])
+        }
     }
 }
 
-/// A fill of `range` met a committed key; `committed` is what a probe found
-/// committed inside it since. If the probe found nothing (the row was visible
-/// to the insert's check but not yet to the read), halve instead so the loop
-/// always makes progress.
-pub fn after_committed(range: PosRange, committed: &[i64], max_rows: u64) -> AfterRefusal {
-    if committed.iter().any(|p| range.contains(*p)) {
-        AfterRefusal::Retry(pieces(range, committed, max_rows))
-    } else {
-        after_held(range)
+/// A fill of `batch` met a committed key; `committed` is what a probe found
+/// committed inside it since. If the probe found nothing there (the row was
+/// visible to the insert's check but not yet to the read), split as for a
+/// held key so the loop always makes progress.
+pub fn after_committed(
+    batch: &[PosRange],
+    committed: &[i64],
+    max_rows: u64,
+    max_ranges: usize,
+) -> AfterRefusal {
+    if !committed
+        .iter()
+        .any(|p| batch.iter().any(|r| r.contains(*p)))
+    {
+        return after_held(batch);
     }
+    let rest: Vec<PosRange> = batch
+        .iter()
+        .flat_map(|r| pieces(*r, committed, max_rows))
+        .collect();
+    AfterRefusal::Retry(batches(&rest, max_rows, max_ranges))
 }
 
 /// Lock timeout for one attempt: the configured one for a single position
 /// (the append there gets its full chance to finish), a short probe for wider
 /// ranges so that finding one held key among thousands stays cheap.
-pub fn lock_timeout_for(range: PosRange, configured: Duration) -> Duration {
+pub fn lock_timeout_for(batch: &[PosRange], configured: Duration) -> Duration {
     const PROBE: Duration = Duration::from_millis(100);
-    if range.width() == 1 {
+    if width(batch) == 1 {
         configured
     } else {
         configured.min(PROBE)
@@ -102,32 +151,57 @@ mod tests {
 
     #[test]
     fn refusals() {
+        use AfterRefusal::*;
         assert_eq!(
-            after_held(r(1, 10)),
-            AfterRefusal::Retry(vec![r(1, 5), r(6, 10)])
+            after_held(&[r(1, 10)]),
+            Retry(vec![vec![r(1, 5)], vec![r(6, 10)]])
         );
-        assert_eq!(after_held(r(7, 7)), AfterRefusal::Defer(r(7, 7)));
+        assert_eq!(after_held(&[r(7, 7)]), Defer(r(7, 7)));
         assert_eq!(
-            after_committed(r(1, 10), &[3], 100),
-            AfterRefusal::Retry(vec![r(1, 2), r(4, 10)])
-        );
-        assert_eq!(
-            after_committed(r(1, 1), &[1], 100),
-            AfterRefusal::Retry(vec![])
+            after_held(&[r(1, 1), r(3, 3), r(5, 9)]),
+            Retry(vec![vec![r(1, 1)], vec![r(3, 3), r(5, 9)]])
         );
         assert_eq!(
-            after_committed(r(1, 10), &[], 100),
-            AfterRefusal::Retry(vec![r(1, 5), r(6, 10)])
+            after_committed(&[r(1, 10)], &[3], 100, 10),
+            Retry(vec![vec![r(1, 2), r(4, 10)]])
+        );
+        assert_eq!(after_committed(&[r(1, 1)], &[1], 100, 10), Retry(vec![]));
+        assert_eq!(
+            after_committed(&[r(1, 10)], &[], 100, 10),
+            Retry(vec![vec![r(1, 5)], vec![r(6, 10)]])
+        );
+    }
+
+    #[test]
+    fn scattered_holes_share_a_transaction() {
+        let holes: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10 + 1)).collect();
+        let b = batches(&holes, 4_000, 1_000);
+        assert_eq!(
+            b.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![1_000, 1_000, 500]
+        );
+        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], 4_000, 1_000);
+        assert_eq!(
+            b,
+            vec![vec![r(1, 3_000)], vec![r(5_000, 7_000)]],
+            "rows bound the batch too"
         );
     }
 
     #[test]
     fn timeouts_and_delays() {
         let two = Duration::from_secs(2);
-        assert_eq!(lock_timeout_for(r(1, 1), two), two);
-        assert_eq!(lock_timeout_for(r(1, 2), two), Duration::from_millis(100));
+        assert_eq!(lock_timeout_for(&[r(1, 1)], two), two);
         assert_eq!(
-            lock_timeout_for(r(1, 2), Duration::from_millis(20)),
+            lock_timeout_for(&[r(1, 2)], two),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            lock_timeout_for(&[r(1, 1), r(3, 3)], two),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            lock_timeout_for(&[r(1, 2)], Duration::from_millis(20)),
             Duration::from_millis(20)
         );
         let base = Duration::from_millis(250);
@@ -138,29 +212,37 @@ mod tests {
 
     /// A model of the database: some positions committed, some held. Running
     /// the refusal rules to completion fills exactly the free positions, never
-    /// a committed or held one, and each statement stays within max_rows.
+    /// a committed or held one, and each statement stays within its bounds.
     fn simulate(
-        range: PosRange,
+        holes: &[PosRange],
         committed: &BTreeSet<i64>,
         held: &BTreeSet<i64>,
         max_rows: u64,
+        max_ranges: usize,
     ) -> (BTreeSet<i64>, BTreeSet<i64>, usize) {
         let mut filled = BTreeSet::new();
         let mut deferred = BTreeSet::new();
-        let mut queue: Vec<PosRange> = pieces(range, &[], max_rows);
+        let all: Vec<PosRange> = holes
+            .iter()
+            .flat_map(|h| pieces(*h, &[], max_rows))
+            .collect();
+        let mut queue: Vec<Batch> = batches(&all, max_rows, max_ranges);
         let mut statements = 0;
         while let Some(next) = queue.pop() {
             statements += 1;
-            assert!(next.width() <= max_rows);
-            let hits_committed: Vec<i64> =
-                committed.range(next.start..=next.end).copied().collect();
-            let hits_held = held.range(next.start..=next.end).next().is_some();
+            assert!(width(&next) <= max_rows && next.len() <= max_ranges);
+            let inside = |set: &BTreeSet<i64>| -> Vec<i64> {
+                next.iter()
+                    .flat_map(|r| set.range(r.start..=r.end).copied())
+                    .collect()
+            };
+            let hits_committed = inside(committed);
             let after = if !hits_committed.is_empty() {
-                after_committed(next, &hits_committed, max_rows)
-            } else if hits_held {
-                after_held(next)
+                after_committed(&next, &hits_committed, max_rows, max_ranges)
+            } else if !inside(held).is_empty() {
+                after_held(&next)
             } else {
-                filled.extend(next.start..=next.end);
+                filled.extend(next.iter().flat_map(|r| r.start..=r.end));
                 continue;
             };
             match after {
@@ -176,7 +258,8 @@ mod tests {
     #[test]
     fn one_held_key_in_ten_thousand_costs_log_statements() {
         let held: BTreeSet<i64> = [5_000].into();
-        let (filled, deferred, statements) = simulate(r(1, 10_000), &BTreeSet::new(), &held, 4_000);
+        let (filled, deferred, statements) =
+            simulate(&[r(1, 10_000)], &BTreeSet::new(), &held, 4_000, 1);
         assert_eq!(filled.len(), 9_999);
         assert_eq!(deferred, held);
         assert!(statements <= 3 + 2 * 13, "{statements}");
@@ -185,17 +268,25 @@ mod tests {
     proptest! {
         #[test]
         fn plans_fill_exactly_the_free_positions(
-            start in 0i64..1_000, width in 1i64..600,
-            committed in proptest::collection::btree_set(0i64..1_700, 0..12),
-            held in proptest::collection::btree_set(0i64..1_700, 0..6),
+            starts in proptest::collection::btree_set(0i64..1_000, 1..8),
+            width in 1i64..120,
+            committed in proptest::collection::btree_set(0i64..1_200, 0..12),
+            held in proptest::collection::btree_set(0i64..1_200, 0..6),
             max_rows in 1u64..300,
+            max_ranges in 1usize..5,
         ) {
-            let range = r(start, start + width - 1);
+            // Disjoint holes from the starts.
+            let mut holes: Vec<PosRange> = Vec::new();
+            for s in starts {
+                let lo = holes.last().map_or(s, |h: &PosRange| s.max(h.end + 2));
+                holes.push(r(lo, lo + width - 1));
+            }
             let held: BTreeSet<i64> = held.difference(&committed).copied().collect();
-            let (filled, deferred, _) = simulate(range, &committed, &held, max_rows);
-            let free: BTreeSet<i64> = (range.start..=range.end).filter(|p| !committed.contains(p) && !held.contains(p)).collect();
+            let (filled, deferred, _) = simulate(&holes, &committed, &held, max_rows, max_ranges);
+            let positions: BTreeSet<i64> = holes.iter().flat_map(|h| h.start..=h.end).collect();
+            let free: BTreeSet<i64> = positions.iter().copied().filter(|p| !committed.contains(p) && !held.contains(p)).collect();
             prop_assert_eq!(filled, free);
-            let held_inside: BTreeSet<i64> = held.range(range.start..=range.end).copied().collect();
+            let held_inside: BTreeSet<i64> = positions.intersection(&held).copied().collect();
             prop_assert_eq!(deferred, held_inside);
         }
 

@@ -190,14 +190,31 @@ pub trait Engine: Send + Sync + 'static {
     /// Which positions inside `ranges` exist now. Never waits on an open append.
     fn probe(&self, ranges: &[PosRange]) -> impl Future<Output = DbResult<Probe>> + Send;
 
-    /// Fills every position of `range` with a tombstone in one transaction, or
-    /// nothing. `lock_timeout` bounds the wait on each key held by an open append.
-    /// The range must lie below the head (the caller guarantees it).
+    /// Most ranges one fill transaction may cover (scattered narrow holes are
+    /// filled together). 1 for an engine that fills one range at a time.
+    fn max_fill_ranges(&self) -> usize {
+        1
+    }
+
+    /// Fills every position of every range with a tombstone, in one
+    /// transaction, or nothing. Tombstone stream positions follow global
+    /// position order. `lock_timeout` bounds the wait on each key held by an
+    /// open append. The ranges must lie below the head, ascending, at most
+    /// [`Engine::max_fill_ranges`] of them (the caller guarantees it).
+    fn fill_ranges(
+        &self,
+        ranges: &[PosRange],
+        lock_timeout: Duration,
+    ) -> impl Future<Output = DbResult<FillOutcome>> + Send;
+
+    /// [`Engine::fill_ranges`] for one range.
     fn fill(
         &self,
         range: PosRange,
         lock_timeout: Duration,
-    ) -> impl Future<Output = DbResult<FillOutcome>> + Send;
+    ) -> impl Future<Output = DbResult<FillOutcome>> + Send {
+        async move { self.fill_ranges(&[range], lock_timeout).await }
+    }
 
     /// Preflight for `gap-healer check`: connectivity, shape, rights.
     /// Database errors become failed findings; `Err` only when nothing could be checked.

@@ -614,8 +614,19 @@ impl Engine for MssqlEngine {
         Ok(probe_from(committed, dirty))
     }
 
-    async fn fill(&self, range: PosRange, lock_timeout: Duration) -> DbResult<FillOutcome> {
-        self.fill_once(range, lock_timeout).await
+    async fn fill_ranges(
+        &self,
+        ranges: &[PosRange],
+        lock_timeout: Duration,
+    ) -> DbResult<FillOutcome> {
+        // One range per transaction (max_fill_ranges is 1): the T-SQL takes @start and @end.
+        match ranges {
+            [range] => self.fill_once(*range, lock_timeout).await,
+            _ => Err(DbError::permanent(format!(
+                "the SQL Server engine fills one range per transaction, was given {}",
+                ranges.len()
+            ))),
+        }
     }
 
     async fn install(&self) -> DbResult<String> {

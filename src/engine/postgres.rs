@@ -33,6 +33,8 @@ const GRANTS_SQL: &str = include_str!("../../sql/postgres/grants.sql");
 const MAX_FILL_ROWS: u64 = 20_000;
 /// Ranges per probe query.
 const PROBE_BATCH: usize = 1_000;
+/// Ranges per fill transaction: scattered narrow holes go in together.
+const MAX_FILL_RANGES: usize = 1_000;
 /// Wait for the tombstone stream's row (another healer filling) before `Busy`.
 const STREAM_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -170,7 +172,7 @@ impl PostgresEngine {
     async fn try_fill(
         &self,
         client: &mut tokio_postgres::Client,
-        range: PosRange,
+        ranges: &[PosRange],
         lock_timeout: Duration,
     ) -> Result<FillOutcome, (tokio_postgres::Error, Step)> {
         let tx = client.transaction().await.map_err(|e| (e, Step::Begin))?;
@@ -200,7 +202,8 @@ impl PostgresEngine {
         };
         let stream_id: i32 = row.get(0);
         let version: i32 = row.get(1);
-        let width = range.width() as i32;
+        let starts: Vec<i64> = ranges.iter().map(|r| r.start).collect();
+        let ends: Vec<i64> = ranges.iter().map(|r| r.end).collect();
         tx.batch_execute(&format!(
             "SET LOCAL lock_timeout = '{}ms'",
             lock_timeout.as_millis().max(1)
@@ -210,17 +213,11 @@ impl PostgresEngine {
         let inserted = tx
             .execute(
                 &self.sql.fill,
-                &[
-                    &range.start,
-                    &range.end,
-                    &stream_id,
-                    &version,
-                    &self.tombstone_type,
-                ],
+                &[&starts, &ends, &stream_id, &version, &self.tombstone_type],
             )
             .await
             .map_err(|e| (e, Step::Insert))?;
-        tx.execute(&self.sql.bump_stream, &[&stream_id, &width])
+        tx.execute(&self.sql.bump_stream, &[&stream_id, &(inserted as i32)])
             .await
             .map_err(|e| (e, Step::Stream))?;
         tx.commit().await.map_err(|e| (e, Step::Commit))?;
@@ -269,6 +266,10 @@ impl Engine for PostgresEngine {
 
     fn max_fill_rows(&self) -> u64 {
         MAX_FILL_ROWS
+    }
+
+    fn max_fill_ranges(&self) -> usize {
+        MAX_FILL_RANGES
     }
 
     async fn identity_floor(&self) -> DbResult<i64> {
@@ -360,9 +361,19 @@ impl Engine for PostgresEngine {
         })
     }
 
-    async fn fill(&self, range: PosRange, lock_timeout: Duration) -> DbResult<FillOutcome> {
+    async fn fill_ranges(
+        &self,
+        ranges: &[PosRange],
+        lock_timeout: Duration,
+    ) -> DbResult<FillOutcome> {
+        let Some(range) = ranges.first().map(|first| PosRange {
+            start: first.start,
+            end: ranges[ranges.len() - 1].end,
+        }) else {
+            return Ok(FillOutcome::Filled { rows: 0 });
+        };
         let mut conn = self.conn().await?;
-        match self.try_fill(&mut conn, range, lock_timeout).await {
+        match self.try_fill(&mut conn, ranges, lock_timeout).await {
             Ok(outcome) => Ok(outcome),
             Err((e, step)) => match (e.code(), step) {
                 (Some(&SqlState::LOCK_NOT_AVAILABLE), Step::Insert) => Ok(FillOutcome::Held),

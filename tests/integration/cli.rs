@@ -470,3 +470,42 @@ async fn sigterm_during_a_lock_wait_exits_within_two_seconds() {
     assert!(store.tombstone_positions().await.is_empty());
     store.drop_schema().await;
 }
+
+#[test]
+fn mssql_sql_config_and_unreachable_server_through_the_binary() {
+    let out = cli(&["sql", "--engine", "mssql", "--schema", "shop"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("CREATE OR ALTER PROCEDURE [shop].[gap_healer_fill]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("WITH EXECUTE AS OWNER"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("GRANT EXECUTE"), "{}", out.stdout);
+
+    let cs = "Server=tcp:127.0.0.1,1;Database=orders;User Id=gap_healer;Password='Pa;ss=wörd''s';TrustServerCertificate=true";
+    let out = cli(
+        &["config", "--engine", "mssql"],
+        &[("GAP_HEALER_CONNECTION_STRING", cs)],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.contains("Password=***"), "{}", out.stdout);
+    assert!(!out.all().contains("wörd"), "{}", out.all());
+
+    for cmd in [&["check"][..], &["scan"], &["heal", "--once"], &["install"]] {
+        let mut argv = cmd.to_vec();
+        argv.extend(["--engine", "mssql", "--connect-timeout", "1s"]);
+        let out = cli(&argv, &[("GAP_HEALER_CONNECTION_STRING", cs)]);
+        assert_eq!(out.code, 3, "{argv:?}: {}", out.all());
+        assert!(
+            !out.all().contains("wörd") && !out.all().contains("Pa;ss"),
+            "{argv:?}: {}",
+            out.all()
+        );
+    }
+}

@@ -537,3 +537,58 @@ async fn engine_outcomes_committed_held_filled() {
     );
     store.drop_schema().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scattered_holes_share_transactions_and_one_held_among_them_is_left() {
+    let store = Store::new("scattered").await;
+    let s = &store.schema;
+    // 5,000 rows at even positions: 5,000 one-position holes (1, 3, ..., 9,999).
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 4999);
+             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE
+             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, 5000) g;"
+        ))
+        .await
+        .unwrap();
+    // An open transaction holds one of the holes (position 5001).
+    let held = connect().await;
+    held.batch_execute("BEGIN").await.unwrap();
+    held.execute(
+        &format!(
+            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE VALUES (gen_random_uuid(), 'TestEvent', 1, 5000, 5001, '{{}}', now())"
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    let mut h = healer(&store, options(Duration::ZERO));
+    h.scan_step().await.unwrap();
+    assert_eq!(h.tracker().len(), 5_000);
+    let started = Instant::now();
+    let report = h.fill_due(&CancellationToken::new()).await;
+    println!(
+        "5,000 one-position holes, one held: {} tombstones in {:?}, {} statements, {} lock timeouts",
+        report.tombstones,
+        started.elapsed(),
+        report.statements,
+        report.held
+    );
+    assert_eq!(report.tombstones, 4_999);
+    assert!(
+        report.statements < 60,
+        "batched, not one statement per hole: {}",
+        report.statements
+    );
+    assert_eq!(store.missing().await, vec![5001]);
+    held.batch_execute("ROLLBACK").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = h.fill_due(&CancellationToken::new()).await;
+    assert_eq!(report.tombstones, 1, "filled once the holder rolled back");
+    assert!(store.missing().await.is_empty());
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 5_000);
+    store.drop_schema().await;
+}
