@@ -299,9 +299,7 @@ impl fmt::Display for EngineKind {
 /// connects. The message is the driver's, scrubbed of the password.
 pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Result<(), String> {
     let result = match kind {
-        EngineKind::Postgres => cs
-            .expose()
-            .parse::<tokio_postgres::Config>()
+        EngineKind::Postgres => postgres::tls::parse(cs.expose())
             .map(|_| ())
             .map_err(|e| format!("not a PostgreSQL connection string: {e}")),
         EngineKind::Mssql => mssql::check_connection_string(cs),

@@ -7,14 +7,16 @@
 //! and then fails with 55P03 (still open), fails with 23505 (it committed), or
 //! succeeds (it rolled back).
 
-use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bb8::{Pool, PooledConnection, RunError};
 use bb8_postgres::PostgresConnectionManager;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::Config;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+pub mod tls;
 
 use super::{
     Checkpoint, DbError, DbErrorKind, DbResult, Engine, EngineKind, FillOutcome, Finding, Probe,
@@ -38,12 +40,15 @@ const MAX_FILL_RANGES: usize = 1_000;
 /// Wait for the tombstone stream's row (another healer filling) before `Busy`.
 const STREAM_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Manager = PostgresConnectionManager<NoTls>;
+type Manager = PostgresConnectionManager<MakeRustlsConnect>;
 
 pub struct PostgresEngine {
     pool: Pool<Manager>,
     /// For the leader lock's dedicated session, outside the pool.
     config: Config,
+    tls: MakeRustlsConnect,
+    tls_mode: tls::TlsMode,
+    last_connect_error: LastConnectError,
     cs: ConnectionString,
     sql: Queries,
     schema: String,
@@ -96,25 +101,32 @@ impl PostgresEngine {
     /// daemon started while the database is down comes up and retries.
     pub fn new(settings: &StoreSettings) -> DbResult<Self> {
         let cs = settings.connection_string.clone();
-        let mut config = Config::from_str(cs.expose()).map_err(|e| {
-            DbError::permanent(cs.scrub(&format!("invalid PostgreSQL connection string: {e}")))
-        })?;
+        let tls::Target {
+            mut config,
+            tls,
+            mode,
+        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&e)))?;
         if config.get_application_name().is_none() {
             config.application_name("gap-healer");
         }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(settings.connect_timeout);
         }
+        let last_connect_error = LastConnectError::default();
         let pool = Pool::builder()
             .max_size(4)
             .min_idle(Some(0))
             .connection_timeout(settings.connect_timeout)
             .retry_connection(false)
-            .build_unchecked(PostgresConnectionManager::new(config.clone(), NoTls));
+            .error_sink(Box::new(last_connect_error.clone()))
+            .build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
         let schema = settings.schema.to_ascii_lowercase();
         Ok(PostgresEngine {
             pool,
             config,
+            tls,
+            tls_mode: mode,
+            last_connect_error,
             cs,
             sql: Queries::new(&schema),
             schema,
@@ -128,7 +140,21 @@ impl PostgresEngine {
         self.pool.get().await.map_err(|e| match e {
             RunError::User(e) => self.error(&e, "connect"),
             RunError::TimedOut => {
-                DbError::transient("database unreachable: no connection within connect_timeout")
+                let last = self
+                    .last_connect_error
+                    .0
+                    .lock()
+                    .ok()
+                    .and_then(|mut l| l.take());
+                match last {
+                    Some(e) => DbError {
+                        kind: classify(&e),
+                        ..self.error(&e, "database unreachable")
+                    },
+                    None => DbError::transient(
+                        "database unreachable: no connection within connect_timeout",
+                    ),
+                }
             }
         })
     }
@@ -137,16 +163,7 @@ impl PostgresEngine {
     fn error(&self, e: &tokio_postgres::Error, during: &str) -> DbError {
         let code = e.code().map(|c| c.code().to_string());
         let kind = classify(e);
-        let detail = match e.as_db_error() {
-            Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => {
-                let mut text = e.to_string();
-                if let Some(source) = std::error::Error::source(e) {
-                    text = format!("{text}: {source}");
-                }
-                text
-            }
-        };
+        let detail = describe(e);
         DbError {
             kind,
             code,
@@ -222,6 +239,37 @@ impl PostgresEngine {
             .map_err(|e| (e, Step::Stream))?;
         tx.commit().await.map_err(|e| (e, Step::Commit))?;
         Ok(FillOutcome::Filled { rows: inserted })
+    }
+}
+
+/// A driver error as one line: SQLSTATE and message, or the I/O cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => {
+            let mut text = e.to_string();
+            if let Some(source) = std::error::Error::source(e) {
+                text = format!("{text}: {source}");
+            }
+            text
+        }
+    }
+}
+
+/// Keeps the last connection error of the pool, which bb8 otherwise reports
+/// only as a timeout: "unreachable" should say why (refused, TLS, login).
+#[derive(Clone, Debug, Default)]
+struct LastConnectError(Arc<Mutex<Option<tokio_postgres::Error>>>);
+
+impl bb8::ErrorSink<tokio_postgres::Error> for LastConnectError {
+    fn sink(&self, error: tokio_postgres::Error) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(error);
+        }
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<tokio_postgres::Error>> {
+        Box::new(self.clone())
     }
 }
 
@@ -424,6 +472,26 @@ impl Engine for PostgresEngine {
                 "connect",
                 format!("PostgreSQL {version}: 13 or later is needed (gen_random_uuid)"),
             )
+        });
+        let encrypted: Option<bool> = conn
+            .query_opt(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(&e, "tls"))?
+            .map(|r| r.get(0));
+        out.push(match (&self.tls_mode, encrypted) {
+            (tls::TlsMode::Off, _) => Finding::pass(
+                "tls",
+                "off: not encrypted (sslmode=require or verify-full, with sslrootcert=FILE for a private CA, turns it on)",
+            ),
+            (tls::TlsMode::Verified { roots }, Some(true)) => {
+                Finding::pass("tls", format!("on, server certificate verified against {roots}"))
+            }
+            (tls::TlsMode::Verified { .. }, _) => {
+                Finding::fail("tls", "TLS was asked for but this session is not encrypted")
+            }
         });
         let schema = &self.schema;
         let q = |sql: &'static str| sql;
@@ -669,7 +737,7 @@ impl super::LeaderLock for PostgresEngine {
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10));
         let (client, connection) = config
-            .connect(NoTls)
+            .connect(self.tls.clone())
             .await
             .map_err(|e| self.error(&e, "leader session"))?;
         let connection = tokio::spawn(async move {

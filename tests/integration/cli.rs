@@ -509,3 +509,103 @@ fn mssql_sql_config_and_unreachable_server_through_the_binary() {
         );
     }
 }
+
+/// The local server runs with Debian's self-signed "snakeoil" certificate
+/// (CN and SAN localhost), so verification can be shown both ways.
+#[tokio::test]
+async fn postgres_tls_verifies_the_server_certificate() {
+    let ssl: String = connect()
+        .await
+        .query_one("SHOW ssl", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        ssl, "on",
+        "this test needs the local PostgreSQL to serve TLS (Debian's default)"
+    );
+    let store = store_with_holes("tls").await;
+    let ca = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+    let good = format!(
+        "host=localhost port=5432 user=postgres dbname=test sslmode=verify-full sslrootcert={ca}"
+    );
+    let out = cli(
+        &[
+            "check",
+            "--engine",
+            "postgres",
+            "--schema",
+            &store.schema,
+            "--connection-string",
+            &good,
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.contains("ok   tls                        on, server certificate verified against 1 certificate(s)"), "{}", out.stdout);
+    let out = cli(
+        &[
+            "heal",
+            "--once",
+            "--start-from",
+            "0",
+            "--gap-timeout",
+            "0s",
+            "--engine",
+            "postgres",
+            "--schema",
+            &store.schema,
+            "--connection-string",
+            &good,
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        store.tombstone_positions().await,
+        vec![2, 4, 5, 6],
+        "filled over TLS"
+    );
+
+    // The certificate names localhost, not 127.0.0.1: refused, and said why.
+    let wrong_name = format!("host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=verify-full sslrootcert={ca} password=NotShown1");
+    let out = cli(
+        &[
+            "scan",
+            "--engine",
+            "postgres",
+            "--schema",
+            &store.schema,
+            "--connection-string",
+            &wrong_name,
+            "--connect-timeout",
+            "2s",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stderr.contains("certificate not valid for name"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.all().contains("NotShown1"));
+    let out = cli(
+        &[
+            "check",
+            "--engine",
+            "postgres",
+            "--connection-string",
+            "host=localhost sslmode=verify-full sslrootcert=/nonexistent/ca.pem",
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.code,
+        2,
+        "a missing CA file is a configuration error: {}",
+        out.all()
+    );
+    assert!(out.stderr.contains("/nonexistent/ca.pem"), "{}", out.stderr);
+    store.drop_schema().await;
+}

@@ -1,0 +1,274 @@
+//! TLS for PostgreSQL, from the libpq options users already have in their
+//! connection strings.
+//!
+//! tokio-postgres knows `sslmode=disable|prefer|require` and rejects
+//! `verify-ca`, `verify-full` and `sslrootcert`. This module takes those out
+//! before tokio-postgres parses the string and decides:
+//! - `disable`, `allow`, `prefer` (the default): no TLS;
+//! - `require`, `verify-ca`, `verify-full`: TLS with the server's certificate
+//!   verified (chain and host name) against `sslrootcert` when given, else the
+//!   system's roots. Stricter than libpq's `require`, which does not verify:
+//!   a healer that writes to the store must know whom it talks to.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use tokio_postgres::config::SslMode;
+use tokio_postgres::Config;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// Whether connections use TLS, for `check` and logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TlsMode {
+    Off,
+    Verified { roots: String },
+}
+
+pub struct Target {
+    pub config: Config,
+    pub tls: MakeRustlsConnect,
+    pub mode: TlsMode,
+}
+
+/// Parses a libpq key/value string or URL. Errors never contain a value.
+pub fn parse(raw: &str) -> Result<Target, String> {
+    let (rest, options) = take_tls_options(raw)?;
+    let mut config = Config::from_str(&rest)
+        .map_err(|e| format!("invalid PostgreSQL connection string: {e}"))?;
+    let verify = match options.sslmode.as_deref() {
+        None | Some("disable" | "allow" | "prefer") => false,
+        Some("require" | "verify-ca" | "verify-full") => true,
+        Some(_) => return Err(
+            "invalid sslmode: expected disable, allow, prefer, require, verify-ca or verify-full"
+                .into(),
+        ),
+    };
+    let (tls_config, mode) = if verify {
+        config.ssl_mode(SslMode::Require);
+        let (roots, described) = roots(options.sslrootcert.as_deref())?;
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        (tls, TlsMode::Verified { roots: described })
+    } else {
+        config.ssl_mode(SslMode::Disable);
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        (tls, TlsMode::Off)
+    };
+    Ok(Target {
+        config,
+        tls: MakeRustlsConnect::new(tls_config),
+        mode,
+    })
+}
+
+fn roots(file: Option<&str>) -> Result<(rustls::RootCertStore, String), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut store = rustls::RootCertStore::empty();
+    match file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("sslrootcert {path}: {e}"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+            let (added, _) = store.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(format!("sslrootcert {path}: no certificate in it"));
+            }
+            Ok((store, format!("{added} certificate(s) from {path}")))
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = store.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err("sslmode asks for TLS but the system has no root certificates: give sslrootcert=FILE".into());
+            }
+            Ok((store, format!("{added} system root certificate(s)")))
+        }
+    }
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TlsOptions {
+    sslmode: Option<String>,
+    sslrootcert: Option<String>,
+}
+
+/// Removes `sslmode` and `sslrootcert` from a key/value string or a URL's
+/// query, returning the rest for tokio-postgres and the two values.
+fn take_tls_options(raw: &str) -> Result<(String, TlsOptions), String> {
+    let mut options = TlsOptions::default();
+    if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+        let Some((base, query)) = raw.split_once('?') else {
+            return Ok((raw.to_string(), options));
+        };
+        let mut kept = Vec::new();
+        for pair in query.split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "sslmode" => options.sslmode = Some(percent_decode(v)),
+                "sslrootcert" => options.sslrootcert = Some(percent_decode(v)),
+                _ => kept.push(pair),
+            }
+        }
+        let rest = if kept.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        return Ok((rest, options));
+    }
+    let mut kept = Vec::new();
+    for (key, raw_value, value) in key_values(raw)? {
+        match key.as_str() {
+            "sslmode" => options.sslmode = Some(value),
+            "sslrootcert" => options.sslrootcert = Some(value),
+            _ => kept.push(format!("{key}={raw_value}")),
+        }
+    }
+    Ok((kept.join(" "), options))
+}
+
+/// libpq key/value pairs: `key = value`, values bare or single-quoted with
+/// backslash escapes. Returns (key, value as written, value unescaped).
+fn key_values(raw: &str) -> Result<Vec<(String, String, String)>, String> {
+    let chars: Vec<char> = raw.chars().collect();
+    let mut i = 0;
+    let mut out = Vec::new();
+    let skip_ws = |i: &mut usize| {
+        while *i < chars.len() && chars[*i].is_whitespace() {
+            *i += 1;
+        }
+    };
+    loop {
+        skip_ws(&mut i);
+        if i >= chars.len() {
+            return Ok(out);
+        }
+        let key_start = i;
+        while i < chars.len() && chars[i] != '=' && !chars[i].is_whitespace() {
+            i += 1;
+        }
+        let key: String = chars[key_start..i].iter().collect();
+        skip_ws(&mut i);
+        if i >= chars.len() || chars[i] != '=' {
+            return Err(format!("expected `=` after `{key}`"));
+        }
+        i += 1;
+        skip_ws(&mut i);
+        let value_start = i;
+        let mut value = String::new();
+        if i < chars.len() && chars[i] == '\'' {
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    None => return Err(format!("unterminated quoted value of `{key}`")),
+                    Some('\\') => {
+                        if let Some(c) = chars.get(i + 1) {
+                            value.push(*c);
+                        }
+                        i += 2;
+                    }
+                    Some('\'') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(c) => {
+                        value.push(*c);
+                        i += 1;
+                    }
+                }
+            }
+        } else {
+            while i < chars.len() && !chars[i].is_whitespace() {
+                if chars[i] == '\\' && i + 1 < chars.len() {
+                    i += 1;
+                }
+                value.push(chars[i]);
+                i += 1;
+            }
+        }
+        let raw_value: String = chars[value_start..i].iter().collect();
+        out.push((key, raw_value, value));
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_options_are_taken_out_of_key_values() {
+        let (rest, o) =
+            take_tls_options("host=db sslmode=verify-full sslrootcert='/etc/ca dir/ca.pem' password='a\\'b c' user=app")
+                .unwrap();
+        assert_eq!(rest, "host=db password='a\\'b c' user=app");
+        assert_eq!(o.sslmode.as_deref(), Some("verify-full"));
+        assert_eq!(o.sslrootcert.as_deref(), Some("/etc/ca dir/ca.pem"));
+        assert!(Config::from_str(&rest).is_ok());
+    }
+
+    #[test]
+    fn tls_options_are_taken_out_of_urls() {
+        let (rest, o) = take_tls_options(
+            "postgres://app:pw@db:5432/es?sslmode=require&sslrootcert=%2Fca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://app:pw@db:5432/es?application_name=x");
+        assert_eq!(
+            o,
+            TlsOptions {
+                sslmode: Some("require".into()),
+                sslrootcert: Some("/ca.pem".into())
+            }
+        );
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(parse("host=db user=app").unwrap().mode, TlsMode::Off);
+        assert_eq!(parse("host=db sslmode=prefer").unwrap().mode, TlsMode::Off);
+        assert!(matches!(
+            parse("host=db sslmode=require").map(|t| t.mode),
+            Ok(TlsMode::Verified { .. }) | Err(_)
+        ));
+        let e = parse("host=db sslmode=sometimes password=hunter2")
+            .err()
+            .unwrap();
+        assert!(e.contains("sslmode") && !e.contains("hunter2"), "{e}");
+        let e = parse("host=db sslmode=require sslrootcert=/nonexistent.pem")
+            .err()
+            .unwrap();
+        assert!(e.contains("/nonexistent.pem"), "{e}");
+        assert!(key_values("host=db password='open").is_err());
+    }
+}
