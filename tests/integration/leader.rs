@@ -5,22 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{LeaderLock, StoreSettings};
-use gap_healer::secret::ConnectionString;
+use gap_healer::engine::LeaderLock;
 
 use crate::support::*;
 
 fn engine(store: &Store) -> Arc<PostgresEngine> {
-    Arc::new(
-        PostgresEngine::new(&StoreSettings {
-            connection_string: ConnectionString::new(store.url()),
-            schema: store.schema.clone(),
-            tombstone_stream: TOMBSTONES.into(),
-            tombstone_type: "$tombstone".into(),
-            connect_timeout: Duration::from_secs(5),
-        })
-        .unwrap(),
-    )
+    store.engine()
 }
 
 #[tokio::test]

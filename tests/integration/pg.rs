@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 
 use gap_healer::config::StartFrom;
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{Engine, FillOutcome, StoreSettings};
+use gap_healer::engine::{Engine, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Healer, Options};
 use gap_healer::leader::Leader;
-use gap_healer::secret::ConnectionString;
 use gap_healer::telemetry::Health;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -19,16 +18,7 @@ use uuid::Uuid;
 use crate::support::*;
 
 fn engine(store: &Store) -> Arc<PostgresEngine> {
-    Arc::new(
-        PostgresEngine::new(&StoreSettings {
-            connection_string: ConnectionString::new(store.url()),
-            schema: store.schema.clone(),
-            tombstone_stream: TOMBSTONES.into(),
-            tombstone_type: "$tombstone".into(),
-            connect_timeout: Duration::from_secs(5),
-        })
-        .unwrap(),
-    )
+    store.engine()
 }
 
 fn options(gap_timeout: Duration) -> Options {

@@ -98,6 +98,20 @@ impl Store {
         pg_url()
     }
 
+    /// The PostgreSQL engine over this store, as the daemon builds it.
+    pub fn engine(&self) -> std::sync::Arc<gap_healer::engine::postgres::PostgresEngine> {
+        std::sync::Arc::new(
+            gap_healer::engine::postgres::PostgresEngine::new(&gap_healer::engine::StoreSettings {
+                connection_string: gap_healer::secret::ConnectionString::new(self.url()),
+                schema: self.schema.clone(),
+                tombstone_stream: TOMBSTONES.into(),
+                tombstone_type: "$tombstone".into(),
+                connect_timeout: Duration::from_secs(5),
+            })
+            .expect("engine"),
+        )
+    }
+
     async fn append_in(
         &self,
         client: &Client,
