@@ -121,10 +121,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return Ok(EXIT_OK);
         }
         Command::Sql => {
-            print!(
-                "{}",
-                engine::setup_sql(settings.engine, &settings.store.schema)
-            );
+            print!("{}", engine::setup_sql(settings.engine, &settings.store));
             return Ok(EXIT_OK);
         }
         _ => {}

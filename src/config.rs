@@ -347,8 +347,21 @@ fn file_layer(path: &Path) -> Result<(Figment, Vec<String>), Problem> {
     };
     let text =
         std::fs::read_to_string(path).map_err(|e| problem(format!("cannot read the file: {e}")))?;
-    let table: toml::Table =
-        toml::from_str(&text).map_err(|e| problem(format!("not valid TOML: {e}")))?;
+    // The parser's own message quotes the offending line, which may hold the
+    // connection string: report only its message and the position.
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let at = e.span().map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" at line {line}, column {column}")
+        });
+        problem(format!(
+            "not valid TOML{}: {}",
+            at.unwrap_or_default(),
+            e.message()
+        ))
+    })?;
     let unknown = table
         .keys()
         .filter(|k| !KEYS.contains(&k.as_str()))
@@ -651,7 +664,7 @@ impl Validator<'_> {
                 return None;
             }
             (Some(inline), None) => inline,
-            (None, Some((path, origin))) => match std::fs::read_to_string(&path) {
+            (None, Some((path, origin))) => match read_small(&path) {
                 Ok(text) => (
                     text.trim_end_matches(['\r', '\n']).to_string(),
                     format!("file {path} named by {origin}"),
@@ -696,6 +709,22 @@ impl Validator<'_> {
         }
         Some(cs)
     }
+}
+
+/// A secret file of at most 64 KiB (a connection string, not `/dev/zero`).
+fn read_small(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    const MAX: u64 = 64 * 1024;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX {
+        return Err(std::io::Error::other(
+            "larger than 64 KiB: not a connection string",
+        ));
+    }
+    Ok(text)
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`, at most 128 characters: safe to splice into SQL.
@@ -861,6 +890,7 @@ impl Settings {
                 self.leader_election.to_string(),
                 origin("leader_election"),
             ),
+            ("leader_key", q(&self.leader_key), origin("leader_key")),
         ];
         let width = rows
             .iter()

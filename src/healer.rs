@@ -137,6 +137,9 @@ impl<E: Engine> Healer<E> {
 
     /// Resolves `start_from` against the store. Idempotent.
     pub async fn begin(&mut self) -> DbResult<Start> {
+        if self.examined.is_none() {
+            self.engine.verify_shape().await?;
+        }
         let floor = self.engine.identity_floor().await?;
         let head = self.engine.head().await?;
         let head_or_floor = head.unwrap_or(floor - 1);
@@ -339,9 +342,10 @@ impl<E: Engine> Healer<E> {
             Ok(FillOutcome::Busy) => {
                 metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
                 report.held += 1;
-                info!(range = %what, ms, outcome = "busy", "another healer holds the tombstone stream; retrying later");
+                info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
                 let at = Instant::now() + self.opts.poll_interval;
-                for range in &batch {
+                // The same holds for the rest of this cycle's batches.
+                for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
                     self.tracker.defer(*range, at);
                 }
             }

@@ -78,12 +78,15 @@ pub async fn elect<L: LeaderLock>(
 ) {
     info!(key = %key, "leader election: trying the store's leader lock");
     let mut said_follower = false;
+    // Say it once when the database goes away, not every second.
+    let mut unreachable = false;
     loop {
         match lock.try_lead(&key).await {
             Ok(Some(mut session)) => {
                 info!(key = %key, "became the leader: this process fills");
                 tx.set(true);
                 said_follower = false;
+                unreachable = false;
                 loop {
                     tokio::select! {
                         _ = stop.cancelled() => {
@@ -113,6 +116,7 @@ pub async fn elect<L: LeaderLock>(
                 }
             }
             Ok(None) => {
+                unreachable = false;
                 if !said_follower {
                     info!(key = %key, "another healer holds the leader lock: following (scanning and reporting, not filling)");
                     said_follower = true;
@@ -121,7 +125,13 @@ pub async fn elect<L: LeaderLock>(
             }
             Err(e) => {
                 metrics::counter!(t::DB_ERRORS, "operation" => "leader").increment(1);
-                warn!(error = %e, "leader election: cannot reach the database");
+                if unreachable {
+                    debug!(error = %e, "leader election: cannot reach the database");
+                } else {
+                    warn!(error = %e, "leader election: cannot reach the database; retrying every second");
+                    unreachable = true;
+                }
+                said_follower = false;
             }
         }
         tokio::select! {

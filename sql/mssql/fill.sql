@@ -5,11 +5,14 @@
 --   IDENTITY_INSERT), SELECT and INSERT on Messages, SELECT, INSERT and
 --   UPDATE on Streams.
 -- * Procedure mode runs the procedure [gap_healer_fill] that
---   src/engine/mssql/sql.rs builds from this file: its parameters are the
---   DECLAREs below (same names, same types), its body is the text between
---   the BEGIN FILL BODY and END FILL BODY markers, and it runs WITH EXECUTE AS
---   OWNER, so the login needs only EXECUTE on it (`gap-healer install`, or
---   the script `gap-healer sql --engine mssql` prints).
+--   src/engine/mssql/sql.rs builds from this file: its body is the text
+--   between the BEGIN FILL BODY and END FILL BODY markers, and it runs WITH
+--   EXECUTE AS OWNER, so the login needs only EXECUTE on it (`gap-healer
+--   install`, or the script `gap-healer sql --engine mssql` prints). Its
+--   parameters are the DECLAREs below (same names, same types) except
+--   @stream_name and @message_type: those are constants of the procedure,
+--   fixed when it is created, so that a login with EXECUTE cannot make it
+--   write into any other stream.
 --
 -- The schema placeholder is replaced by the bracketed, validated schema name;
 -- every other value is a bound parameter:
@@ -19,6 +22,10 @@
 --   @P4 NVARCHAR(128)  tombstone message type
 --   @P5 INT            lock timeout on message keys, ms
 --   @P6 INT            lock timeout on the tombstone stream's row, ms
+--   @P7 NVARCHAR(255)  the leader fence: the name of the application lock
+--                      that the leader's lock session holds (see
+--                      leader_lock.sql); NULL when there is no leader
+--                      election (no fence)
 --
 -- The engine runs this through sp_executesql, so SET options revert when the
 -- batch ends (and when the procedure returns); the body still restores each
@@ -30,6 +37,7 @@ DECLARE @stream_name NVARCHAR(850) = @P3;
 DECLARE @message_type NVARCHAR(128) = @P4;
 DECLARE @lock_timeout_ms INT = @P5;
 DECLARE @stream_lock_timeout_ms INT = @P6;
+DECLARE @leader_fence NVARCHAR(255) = @P7;
 
 -- The procedure's body is everything between the next line and END FILL BODY.
 -- Keep every string literal on one line: the body is indented in the
@@ -80,6 +88,18 @@ BEGIN TRY
         WHERE s.StreamName = @stream_name
     )
         BEGIN
+            -- The leader fence (see below) before this one write outside the
+            -- fill transaction, so that a fill refused by the fence has
+            -- written nothing at all. (Nested IFs: T-SQL does not promise to
+            -- short-circuit AND, and the fence's name must not be NULL.)
+            IF @leader_fence IS NOT NULL
+                BEGIN
+                    IF APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Session') = 1
+                        BEGIN
+                            SET @stage = N'leader';
+                            THROW 50006, N'gap-healer: the leader lock session has ended (leader fence): not filling', 1;
+                        END;
+                END;
             BEGIN TRY
                 INSERT INTO __schema__.[Streams] (StreamName, [Version])
                 VALUES (@stream_name, -1);
@@ -113,6 +133,25 @@ BEGIN TRY
         WHERE m.StreamId = @stream_id AND m.StreamPosition > @version
     )
         THROW 50004, N'gap-healer: the tombstone stream has rows beyond its Version', 1;
+
+    -- The leader fence. With leader election, this process may fill only
+    -- while its leader lock session lives: that session holds, besides the
+    -- leader lock, an application lock of its own whose name (@leader_fence)
+    -- only it knows. APPLOCK_TEST answers 0 (not grantable) while some
+    -- session holds that lock, and 1 once the server has ended the session
+    -- and released it, which is also when another healer can take the
+    -- leader lock. Checked after the tombstone stream's row is locked: a
+    -- filler that took over waits on that row until this transaction ends,
+    -- and every later fill of this process is refused here (Busy), however
+    -- long this process takes to notice that it no longer leads. Needs no
+    -- right beyond membership in public (unlike sys.dm_tran_locks, which
+    -- needs VIEW SERVER STATE).
+    SET @stage = N'leader';
+    IF @leader_fence IS NOT NULL
+        BEGIN
+            IF APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Transaction') = 1
+                THROW 50006, N'gap-healer: the leader lock session has ended (leader fence): not filling', 1;
+        END;
 
     -- Never at or above the highest committed position, whatever the caller
     -- believes: the tail may be an append in flight, and an explicit identity
@@ -211,13 +250,18 @@ SET LOCK_TIMEOUT -1;
 
 -- The answer, one row on every path: the engine classifies error_number and
 -- error_stage in one place (2627/2601 at 'messages' = committed, 1222 at
--- 'messages' = held, 1222 at 'stream' = busy, ...), and discards the
--- connection if open_transactions is not 0.
+-- 'messages' = held, 1222 at 'stream' = busy, 50006 at 'leader' = busy, ...),
+-- and discards the connection if open_transactions is not 0. stream_name and
+-- message_type say which tombstones this fill writes: in procedure mode the
+-- procedure's constants, which the engine compares with its configuration (a
+-- call with NULL bounds writes nothing and answers only that).
 SELECT
     @rows_filled AS rows_filled,
     @error_number AS error_number,
     @stage AS error_stage,
     @error_message AS error_message,
-    @@TRANCOUNT AS open_transactions;
+    @@TRANCOUNT AS open_transactions,
+    @stream_name AS stream_name,
+    @message_type AS message_type;
 
 -- END FILL BODY

@@ -12,14 +12,28 @@
 --   transaction or to this batch (the engine runs it through sp_executesql).
 -- @LockTimeout = 0: never wait; return -1 at once when another session holds
 --   the lock.
--- @DbPrincipal = 'public': the default, stated because leader_check.sql names
---   the same principal.
+-- @DbPrincipal = 'public': the default, stated because leader_check.sql and
+--   the fence check in fill.sql name the same principal.
 --
--- Result: one row. lock_result is sp_getapplock's return code (0 or 1 taken,
--- -1 held by another session, -2 cancelled, -3 deadlock victim, -999 call
--- error); session_id is @@SPID, for logs and tests.
+-- The fence: once the leader lock is taken, the same session takes a second
+-- application lock, named with a fresh NEWID() that no other session knows.
+-- It lives exactly as long as this session. Every fill of this process
+-- passes its name, and fill.sql refuses to write (Busy) once no session holds
+-- it: a fill through the pool cannot outlive the leader's session, even
+-- before this process notices that it no longer leads. (APPLOCK_MODE only
+-- reports the caller's own locks and sys.dm_tran_locks needs VIEW SERVER
+-- STATE, so a pooled session cannot ask whether session N holds the leader
+-- lock; it can ask whether anybody holds a lock that only session N has.)
+--
+-- Result: one row. lock_result is sp_getapplock's return code for the leader
+-- lock (0 or 1 taken, -1 held by another session, -2 cancelled, -3 deadlock
+-- victim, -999 call error); fence and fence_result are the fence lock's name
+-- and return code (NULL unless the leader lock was taken); session_id is
+-- @@SPID, for logs and tests.
 
 DECLARE @lock_result INT;
+DECLARE @fence_result INT = NULL;
+DECLARE @fence NVARCHAR(255) = NULL;
 
 EXEC @lock_result = sp_getapplock
     @Resource = @P1,
@@ -28,6 +42,21 @@ EXEC @lock_result = sp_getapplock
     @LockTimeout = 0,
     @DbPrincipal = 'public';
 
+IF @lock_result >= 0
+    BEGIN
+        SET @fence = N'gap-healer fence '
+            + CAST(@@SPID AS NVARCHAR(11)) + N' '
+            + CAST(NEWID() AS NVARCHAR(36));
+        EXEC @fence_result = sp_getapplock
+            @Resource = @fence,
+            @LockMode = 'Exclusive',
+            @LockOwner = 'Session',
+            @LockTimeout = 0,
+            @DbPrincipal = 'public';
+    END;
+
 SELECT
     @lock_result AS lock_result,
+    @fence_result AS fence_result,
+    @fence AS fence,
     @@SPID AS session_id;

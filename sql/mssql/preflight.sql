@@ -27,17 +27,17 @@ SELECT
     CAST(
         CASE WHEN OBJECT_ID(N'__schema__.[Checkpoints]', N'U') IS NULL THEN 0 ELSE 1 END AS BIT
     ) AS checkpoints_exists,
-    CAST(
-        CASE WHEN OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P') IS NULL THEN 0 ELSE 1 END AS BIT
-    ) AS procedure_exists,
     -- 1: the installed procedure has this version's interface; 0: another
-    -- version; NULL: absent, or the login may not read its definition.
+    -- version; NULL: absent, or the login may not read its definition. (The
+    -- fill procedure itself, its parameters and its tombstone stream and
+    -- type, are checked by fill_mode.sql and a describing call, which a
+    -- login with only EXECUTE can make.)
     CAST(
         CASE
             WHEN OBJECT_DEFINITION(OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P')) IS NULL THEN NULL
             WHEN
                 OBJECT_DEFINITION(OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P'))
-                LIKE N'%gap-healer fill procedure, interface version 1%'
+                LIKE N'%gap-healer fill procedure, interface version 2%'
                 THEN 1
             ELSE 0
         END AS BIT
@@ -90,8 +90,7 @@ SELECT
     HAS_PERMS_BY_NAME(N'__schema__.[Streams]', N'OBJECT', N'SELECT') AS streams_select,
     HAS_PERMS_BY_NAME(N'__schema__.[Streams]', N'OBJECT', N'INSERT') AS streams_insert,
     HAS_PERMS_BY_NAME(N'__schema__.[Streams]', N'OBJECT', N'UPDATE') AS streams_update,
-    HAS_PERMS_BY_NAME(N'__schema__.[Checkpoints]', N'OBJECT', N'SELECT') AS checkpoints_select,
-    HAS_PERMS_BY_NAME(N'__schema__.[gap_healer_fill]', N'OBJECT', N'EXECUTE') AS procedure_execute;
+    HAS_PERMS_BY_NAME(N'__schema__.[Checkpoints]', N'OBJECT', N'SELECT') AS checkpoints_select;
 
 SELECT
     t.name AS table_name,

@@ -67,7 +67,8 @@ pub enum FillOutcome {
     /// A position of the range is locked by an open transaction past the lock
     /// timeout (55P03, 1222).
     Held,
-    /// Another filler held the tombstone stream past the lock timeout.
+    /// Another filler held the tombstone stream past the lock timeout, or this
+    /// process's leader lock session no longer holds the lock (the fence).
     Busy,
 }
 
@@ -220,6 +221,13 @@ pub trait Engine: Send + Sync + 'static {
     /// Database errors become failed findings; `Err` only when nothing could be checked.
     fn preflight(&self) -> impl Future<Output = DbResult<Vec<Finding>>> + Send;
 
+    /// Refuses a store whose tables do not have the shape the healer relies
+    /// on (identity position as the primary key, the Eventuous columns),
+    /// saying what differs. Runs before the first scan.
+    fn verify_shape(&self) -> impl Future<Output = DbResult<()>> + Send {
+        async { Ok(()) }
+    }
+
     /// `gap-healer install`: creates what this engine's least-privilege mode
     /// needs and says what it did.
     fn install(&self) -> impl Future<Output = DbResult<String>> + Send {
@@ -255,10 +263,16 @@ pub trait LeaderLock: Send + Sync + 'static {
 }
 
 /// What `gap-healer sql` prints for an engine.
-pub fn setup_sql(kind: EngineKind, schema: &str) -> String {
+/// SQL Server's fill procedure is fixed to the configured tombstone stream
+/// and type, so an EXECUTE-only login cannot write into other streams.
+pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
     match kind {
-        EngineKind::Postgres => postgres::setup_sql(schema),
-        EngineKind::Mssql => mssql::setup_sql(schema),
+        EngineKind::Postgres => postgres::setup_sql(&store.schema),
+        EngineKind::Mssql => mssql::setup_sql_for(
+            &store.schema,
+            &store.tombstone_stream,
+            &store.tombstone_type,
+        ),
     }
 }
 

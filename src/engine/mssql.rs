@@ -14,12 +14,19 @@
 //! One transaction per range (`sql/mssql/fill.sql`, or the `gap_healer_fill`
 //! procedure that `sql::fill_procedure` builds from that file's body and
 //! DECLAREs, so both modes run one text): lock the tombstone stream's row,
-//! refuse anything at or above the highest committed position, `SET
-//! IDENTITY_INSERT ON`, insert the range's tombstones in one statement from a
-//! numbers CTE, move the stream's Version, `IDENTITY_INSERT OFF` on every
-//! path, commit. The batch always ends with one result row, and
+//! check the leader fence, refuse anything at or above the highest committed
+//! position, `SET IDENTITY_INSERT ON`, insert the range's tombstones in one
+//! statement from a numbers CTE, move the stream's Version, `IDENTITY_INSERT
+//! OFF` on every path, commit. The batch always ends with one result row, and
 //! [`errors::classify`] turns its error number and stage into an outcome or an
 //! error.
+//!
+//! The procedure writes only the tombstone stream and type it was created
+//! for (`gap-healer install` with this configuration): they are constants in
+//! its body, not parameters, so a login with EXECUTE on it cannot make it
+//! write into another stream. The engine uses it only when its parameters are
+//! this version's and it says (in its result row) that it writes this
+//! configuration's tombstones ([`preflight::ProcedureState`]).
 //!
 //! # Sessions
 //! See [`conn`]: a session goes back to the pool only when the work on it
@@ -34,9 +41,27 @@
 //! a session's application locks when the session ends. An application lock
 //! is no write: it touches no table.
 //!
+//! # The leader fence
+//! A healer whose lock session alone died (KILL, a dropped connection) keeps
+//! filling through its pool until its next check notices, while another
+//! healer may already have taken the lock. So the lock session also takes a
+//! second application lock with a fresh, random name (the fence), and every
+//! fill passes that name: inside the fill transaction, after the tombstone
+//! stream's row is locked, `APPLOCK_TEST` must find the fence lock held, or
+//! the fill rolls back and reports [`FillOutcome::Busy`]. A pooled session
+//! cannot ask whether session N holds the leader lock without VIEW SERVER
+//! STATE (sys.dm_tran_locks; `APPLOCK_MODE` answers for the caller's own
+//! session only), but any session may ask whether a lock that only session
+//! N holds is held. Running fills on the lock session itself was the other
+//! way; it would put every fill's lock waits in front of the once-a-second
+//! check and lose leadership with every abandoned fill. No election
+//! (`--no-leader-election`: `try_lead` never called) means no fence.
+//!
 //! Architecture invariant: this module writes only inside [`MssqlEngine::fill`]
 //! (tombstone rows and the tombstone stream's row) and [`MssqlEngine::install`]
-//! (the fill procedure), and splices nothing into SQL but the validated schema.
+//! (the fill procedure), and splices nothing into SQL but the validated schema
+//! and, in the procedure only, the tombstone stream and type as escaped
+//! literals.
 
 mod conn;
 mod errors;
@@ -46,7 +71,7 @@ mod sql;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bb8::{Pool, PooledConnection, RunError};
@@ -54,8 +79,9 @@ use tiberius::{Row, ToSql};
 
 use self::conn::{Client, LastError, Manager};
 use self::errors::{
-    applock_result, classify, driver_error, server_error, Class, Stage, LOCK_TIMEOUT,
+    applock_result, classify, driver_error, server_error, Class, Stage, LEADER_FENCE, LOCK_TIMEOUT,
 };
+use self::preflight::{ProcedureState, Tombstones};
 use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::{
     Checkpoint, DbError, DbErrorKind, DbResult, Engine, EngineKind, FillOutcome, Finding,
@@ -107,6 +133,22 @@ const MODE_UNKNOWN: u8 = 0;
 const MODE_DIRECT: u8 = 1;
 const MODE_PROCEDURE: u8 = 2;
 
+/// Whether and how fills are fenced by the leader lock (see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Fence {
+    /// `try_lead` was never called (no leader election): fills are not fenced.
+    #[default]
+    Unelected,
+    /// `try_lead` was called but has never taken the lock: fills are refused
+    /// ([`FillOutcome::Busy`]) without a query.
+    NotLeading,
+    /// The fence lock of the latest session that took the leader lock, and
+    /// that session's id. Kept after the session is dropped: the server has
+    /// released the lock then, so fills fail closed until a new session
+    /// takes the leader lock.
+    Lock { name: String, session_id: i32 },
+}
+
 /// What a pooled session looks like, for tests and diagnostics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionState {
@@ -133,6 +175,7 @@ pub struct MssqlEngine {
     pool: OnceLock<Pool<Manager>>,
     last_connect_error: LastError,
     mode: AtomicU8,
+    fence: Mutex<Fence>,
 }
 
 impl fmt::Debug for MssqlEngine {
@@ -164,7 +207,11 @@ impl MssqlEngine {
                 secret.scrub(&format!("invalid SQL Server connection string: {}", e.0)),
             )
         })?;
-        let sql = Sql::new(&settings.schema)?;
+        let sql = Sql::new(
+            &settings.schema,
+            &settings.tombstone_stream,
+            &settings.tombstone_type,
+        )?;
         Ok(MssqlEngine {
             settings: settings.clone(),
             config,
@@ -173,6 +220,7 @@ impl MssqlEngine {
             pool: OnceLock::new(),
             last_connect_error: LastError::default(),
             mode: AtomicU8::new(MODE_UNKNOWN),
+            fence: Mutex::new(Fence::Unelected),
         })
     }
 
@@ -243,20 +291,20 @@ impl MssqlEngine {
             .unwrap_or_default())
     }
 
-    /// How fills run for this login: the procedure when it exists and the
-    /// login may execute it, direct otherwise. Asked once, then cached; a
-    /// permanent fill error forgets the answer so the next fill asks again.
+    /// How fills run for this login: the procedure when it exists, the login
+    /// may execute it, it is this version's and it writes this
+    /// configuration's tombstones ([`MssqlEngine::procedure_state`]); direct
+    /// otherwise (and a warning says why an installed procedure is not used).
+    /// Asked once, then cached; a permanent fill error forgets the answer so
+    /// the next fill asks again.
     pub async fn fill_mode(&self) -> DbResult<FillMode> {
         match self.mode.load(Ordering::Acquire) {
             MODE_DIRECT => return Ok(FillMode::Direct),
             MODE_PROCEDURE => return Ok(FillMode::Procedure),
             _ => {}
         }
-        let rows = self.read_first(&self.sql.fill_mode, &[]).await?;
-        let use_procedure = match rows.first() {
-            Some(row) => get::<bool>(row, "use_procedure")?.unwrap_or(false),
-            None => false,
-        };
+        let state = self.procedure_state().await?;
+        let use_procedure = state.usable();
         let mode = if use_procedure {
             FillMode::Procedure
         } else {
@@ -268,6 +316,13 @@ impl MssqlEngine {
             MODE_DIRECT
         };
         if self.mode.swap(code, Ordering::AcqRel) != code {
+            if let Some(problem) = state.problem(
+                &format!("[{}].[gap_healer_fill]", self.settings.schema),
+                &self.settings.tombstone_stream,
+                &self.settings.tombstone_type,
+            ) {
+                tracing::warn!(schema = %self.settings.schema, "{problem}");
+            }
             tracing::info!(
                 mode = mode.as_str(),
                 schema = %self.settings.schema,
@@ -278,13 +333,78 @@ impl MssqlEngine {
         Ok(mode)
     }
 
+    /// The installed fill procedure as this login sees it: whether it exists
+    /// and may be executed, whether its parameters are this version's
+    /// (`sql/mssql/fill_mode.sql`), and, if so, which tombstones it writes: a
+    /// call with NULL bounds, which writes nothing and answers with the
+    /// procedure's constants. Needs no right beyond EXECUTE on it (a login
+    /// with only EXECUTE cannot read the procedure's definition).
+    pub(crate) async fn procedure_state(&self) -> DbResult<ProcedureState> {
+        let sets = self.read(&self.sql.fill_mode, &[]).await?;
+        let mut sets = sets.into_iter();
+        let facts = sets.next().unwrap_or_default();
+        let (exists, execute) = match facts.first() {
+            Some(row) => (
+                get::<bool>(row, "procedure_exists")?.unwrap_or(false),
+                get::<bool>(row, "procedure_execute")?.unwrap_or(false),
+            ),
+            None => (false, false),
+        };
+        let parameters = sets
+            .next()
+            .unwrap_or_default()
+            .iter()
+            .map(|row| {
+                Ok(get::<&str>(row, "parameter_name")?
+                    .unwrap_or_default()
+                    .to_string())
+            })
+            .collect::<DbResult<Vec<String>>>()?;
+        if let Some(state) = ProcedureState::from_catalog(
+            exists,
+            execute,
+            &parameters,
+            &self.sql.procedure_parameters,
+        ) {
+            return Ok(state);
+        }
+        let none = Option::<i64>::None;
+        let no_fence = Option::<&str>::None;
+        let zero = 0_i32;
+        let params: [&dyn ToSql; 5] = [&none, &none, &zero, &zero, &no_fence];
+        let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
+            Ok(answer) => answer,
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => return Ok(ProcedureState::Unanswered(e.message)),
+        };
+        // A fill of no range: refused by the range check, nothing written.
+        if answer.error_number != Some(50002) || answer.rows_filled.is_some() {
+            return Ok(ProcedureState::Unanswered(format!(
+                "a call with no range answered error {:?} at {:?}",
+                answer.error_number, answer.error_stage
+            )));
+        }
+        match (&answer.stream_name, &answer.message_type) {
+            (Some(stream), Some(kind)) => Ok(ProcedureState::from_description(
+                stream,
+                kind,
+                &self.settings.tombstone_stream,
+                &self.settings.tombstone_type,
+            )),
+            _ => Ok(ProcedureState::Unanswered(
+                "its result row names no tombstone stream or type".into(),
+            )),
+        }
+    }
+
     fn forget_fill_mode(&self) {
         self.mode.store(MODE_UNKNOWN, Ordering::Release);
     }
 
-    /// `CREATE OR ALTER PROCEDURE <schema>.gap_healer_fill`: what `gap-healer
-    /// install` runs. The login needs CREATE PROCEDURE in the database and
-    /// ALTER on the schema.
+    /// `CREATE OR ALTER PROCEDURE <schema>.gap_healer_fill` for this
+    /// configuration's tombstone stream and type, which become constants of
+    /// the procedure: what `gap-healer install` runs. The login needs CREATE
+    /// PROCEDURE in the database and ALTER on the schema.
     pub async fn install(&self) -> DbResult<()> {
         let mut session = self.checkout().await?;
         let result = session
@@ -297,7 +417,12 @@ impl MssqlEngine {
         drop(session);
         result.map_err(|e| self.driver_error(&e))?;
         self.forget_fill_mode();
-        tracing::info!(schema = %self.settings.schema, "installed the gap_healer_fill procedure");
+        tracing::info!(
+            schema = %self.settings.schema,
+            tombstone_stream = %self.settings.tombstone_stream,
+            tombstone_type = %self.settings.tombstone_type,
+            "installed the gap_healer_fill procedure"
+        );
         Ok(())
     }
 
@@ -328,52 +453,22 @@ impl MssqlEngine {
         }
     }
 
-    async fn fill_once(&self, range: PosRange, lock_timeout: Duration) -> DbResult<FillOutcome> {
-        let width = range.width();
-        if width > MAX_FILL_ROWS {
-            return Err(DbError::permanent(format!(
-                "refused to fill {range}: {width} positions, more than {MAX_FILL_ROWS} per transaction"
-            )));
-        }
-        let mode = self.fill_mode().await?;
-        let text = match mode {
-            FillMode::Direct => &self.sql.fill,
-            FillMode::Procedure => &self.sql.fill_call,
-        };
-        let key_ms = millis_i32(lock_timeout);
-        let stream_ms = stream_lock_timeout_ms(key_ms);
-        let stream = self.settings.tombstone_stream.as_str();
-        let kind = self.settings.tombstone_type.as_str();
-        let params: [&dyn ToSql; 6] = [
-            &range.start,
-            &range.end,
-            &stream,
-            &kind,
-            &key_ms,
-            &stream_ms,
-        ];
-
-        let started = Instant::now();
+    /// Runs the fill batch or the procedure call and reads its one result
+    /// row. The session goes back to the pool only when that row came back
+    /// and says no transaction is open: any failure of the batch itself (it
+    /// did not reach its result row) leaves the session in an unknown state,
+    /// so it stays unclean and bb8 closes it, and the server rolls back
+    /// whatever it had open.
+    async fn fill_batch(&self, text: &str, params: &[&dyn ToSql]) -> DbResult<FillRow> {
         let mut session = self.checkout().await?;
-        let result = run(&mut session.client, text, &params).await;
-        // Any failure of the batch itself (it did not reach its result row)
-        // leaves the session in an unknown state: it stays unclean and bb8
-        // closes it, so the server rolls back whatever it had open.
-        let sets = match result {
-            Ok(sets) => sets,
-            Err(e) => {
-                let err = self.driver_error(&e);
-                if err.kind == DbErrorKind::Permanent {
-                    self.forget_fill_mode();
-                }
-                return Err(err);
-            }
-        };
-        let answer = sets
+        let sets = run(&mut session.client, text, params)
+            .await
+            .map_err(|e| self.driver_error(&e))?;
+        let answer = match sets
             .first()
             .and_then(|rows| rows.first())
-            .map(FillRow::from_row);
-        let answer = match answer {
+            .map(FillRow::from_row)
+        {
             Some(Ok(answer)) => answer,
             Some(Err(e)) => return Err(self.driver_error(&e)),
             None => {
@@ -384,12 +479,97 @@ impl MssqlEngine {
         };
         if answer.open_transactions != 0 {
             return Err(DbError::transient(format!(
-                "the fill of {range} left {} transaction(s) open; connection discarded",
+                "the fill batch left {} transaction(s) open; connection discarded",
                 answer.open_transactions
             )));
         }
         session.clean = true;
-        drop(session);
+        Ok(answer)
+    }
+
+    async fn fill_once(&self, range: PosRange, lock_timeout: Duration) -> DbResult<FillOutcome> {
+        let width = range.width();
+        if width > MAX_FILL_ROWS {
+            return Err(DbError::permanent(format!(
+                "refused to fill {range}: {width} positions, more than {MAX_FILL_ROWS} per transaction"
+            )));
+        }
+        let fence = match self.fence.lock().map(|f| f.clone()) {
+            Ok(fence) => fence,
+            // A poisoned lock: a thread panicked while setting it. Fail closed.
+            Err(_) => Fence::NotLeading,
+        };
+        let fence_name = match &fence {
+            Fence::Unelected => None,
+            Fence::NotLeading => {
+                tracing::debug!(range = %range, "not filling: this engine has not taken the leader lock");
+                return Ok(FillOutcome::Busy);
+            }
+            Fence::Lock { name, .. } => Some(name.as_str()),
+        };
+        let mode = self.fill_mode().await?;
+        let key_ms = millis_i32(lock_timeout);
+        let stream_ms = stream_lock_timeout_ms(key_ms);
+        let stream = self.settings.tombstone_stream.as_str();
+        let kind = self.settings.tombstone_type.as_str();
+
+        let started = Instant::now();
+        let answer = match mode {
+            // The procedure's tombstone stream and type are its own constants.
+            FillMode::Procedure => {
+                let params: [&dyn ToSql; 5] =
+                    [&range.start, &range.end, &key_ms, &stream_ms, &fence_name];
+                self.fill_batch(&self.sql.fill_call, &params).await
+            }
+            FillMode::Direct => {
+                let params: [&dyn ToSql; 7] = [
+                    &range.start,
+                    &range.end,
+                    &stream,
+                    &kind,
+                    &key_ms,
+                    &stream_ms,
+                    &fence_name,
+                ];
+                self.fill_batch(&self.sql.fill, &params).await
+            }
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(err) => {
+                if err.kind == DbErrorKind::Permanent {
+                    self.forget_fill_mode();
+                }
+                return Err(err);
+            }
+        };
+        if (
+            answer.stream_name.as_deref(),
+            answer.message_type.as_deref(),
+        ) != (Some(stream), Some(kind))
+        {
+            // The procedure was created again, for other tombstones, since
+            // the mode was chosen. What happened stands; the next fill asks again.
+            tracing::warn!(
+                range = %range,
+                stream = ?answer.stream_name,
+                message_type = ?answer.message_type,
+                "the fill procedure wrote or would have written other tombstones than configured; \
+                 choosing the fill mode again"
+            );
+            self.forget_fill_mode();
+        }
+        if answer.error_number == Some(i32::try_from(LEADER_FENCE).unwrap_or(i32::MAX))
+            && Stage::from_fill(&answer.error_stage) == Stage::Leader
+        {
+            if let Fence::Lock { session_id, .. } = &fence {
+                tracing::warn!(
+                    range = %range,
+                    leader_session_id = session_id,
+                    "not filling: the leader lock session has ended (leader fence); another healer may lead"
+                );
+            }
+        }
 
         let outcome = self.outcome(range, mode, &answer);
         tracing::debug!(
@@ -446,6 +626,9 @@ struct FillRow {
     error_stage: String,
     error_message: String,
     open_transactions: i32,
+    /// The tombstones this fill writes (procedure mode: the procedure's constants).
+    stream_name: Option<String>,
+    message_type: Option<String>,
 }
 
 impl FillRow {
@@ -462,6 +645,8 @@ impl FillRow {
                 .unwrap_or_default()
                 .to_string(),
             open_transactions: row.try_get::<i32, _>("open_transactions")?.unwrap_or(-1),
+            stream_name: row.try_get::<&str, _>("stream_name")?.map(str::to_string),
+            message_type: row.try_get::<&str, _>("message_type")?.map(str::to_string),
         })
     }
 }
@@ -632,8 +817,9 @@ impl Engine for MssqlEngine {
     async fn install(&self) -> DbResult<String> {
         MssqlEngine::install(self).await?;
         Ok(format!(
-            "created {}.gap_healer_fill (WITH EXECUTE AS OWNER): grant EXECUTE on it and SELECT on the tables to the healer's login (see `gap-healer sql --engine mssql`)",
-            self.settings.schema
+            "created {}.gap_healer_fill (WITH EXECUTE AS OWNER), which writes tombstones of type {:?} into stream {:?} and no other: \
+             grant EXECUTE on it and SELECT on the tables to the healer's login (see `gap-healer sql --engine mssql`)",
+            self.settings.schema, self.settings.tombstone_type, self.settings.tombstone_stream
         ))
     }
 
@@ -670,7 +856,20 @@ impl Engine for MssqlEngine {
             .map(preflight::Column::from_row)
             .collect::<tiberius::Result<Vec<_>>>()
             .map_err(|e| self.driver_error(&e))?;
-        Ok(preflight::findings(schema, &facts, &columns))
+        let procedure = self
+            .procedure_state()
+            .await
+            .unwrap_or_else(|e| ProcedureState::Unanswered(e.message));
+        Ok(preflight::findings(
+            schema,
+            &facts,
+            &columns,
+            &procedure,
+            Tombstones {
+                stream: &self.settings.tombstone_stream,
+                kind: &self.settings.tombstone_type,
+            },
+        ))
     }
 }
 
@@ -703,6 +902,8 @@ fn lock_mode_is_held(mode: Option<&str>) -> bool {
 pub struct MssqlLeaderSession {
     client: Client,
     session_id: i32,
+    /// The name of the fence lock this session holds besides the leader lock.
+    fence: String,
     /// A query on this session started and did not complete (its future was
     /// dropped by a timeout, or it failed): the session is not trusted again,
     /// and every later check is an error.
@@ -715,12 +916,18 @@ impl MssqlLeaderSession {
     pub fn session_id(&self) -> i32 {
         self.session_id
     }
+
+    /// The name of the fence lock this session holds (see the module doc).
+    pub fn fence(&self) -> &str {
+        &self.fence
+    }
 }
 
 impl fmt::Debug for MssqlLeaderSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MssqlLeaderSession")
             .field("session_id", &self.session_id)
+            .field("fence", &self.fence)
             .field("in_doubt", &self.in_doubt)
             .finish_non_exhaustive()
     }
@@ -734,6 +941,7 @@ impl MssqlEngine {
         let mut session = MssqlLeaderSession {
             client,
             session_id: 0,
+            fence: String::new(),
             in_doubt: true,
         };
         let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&key]).await {
@@ -754,9 +962,23 @@ impl MssqlEngine {
         session.session_id = get::<i16>(row, "session_id")?.map_or(0, i32::from);
         session.in_doubt = false;
         if applock_result(code)? {
+            // The fence lock, taken in the same batch: without it this
+            // session must not lead (dropping it releases the leader lock).
+            let fence_code = get::<i32>(row, "fence_result")?
+                .ok_or_else(|| DbError::permanent("the leader lock batch took no fence lock"))?;
+            if !applock_result(fence_code)? {
+                return Err(DbError::transient(
+                    "the leader fence lock was held by another session; not leading",
+                ));
+            }
+            session.fence = get::<&str>(row, "fence")?
+                .filter(|name| !name.is_empty())
+                .ok_or_else(|| DbError::permanent("the leader lock batch named no fence lock"))?
+                .to_string();
             tracing::debug!(
                 session_id = session.session_id,
                 key,
+                fence = %session.fence,
                 "took the SQL Server leader lock"
             );
             Ok(Some(session))
@@ -771,18 +993,40 @@ impl LeaderLock for MssqlEngine {
     type Session = MssqlLeaderSession;
 
     /// Opens a dedicated session (within the connect timeout, login and lock
-    /// together) and takes the lock without waiting. `Ok(None)`: another
-    /// session holds it; the new session is closed again.
+    /// together) and takes the lock without waiting, and with it the fence
+    /// lock. `Ok(None)`: another session holds it; the new session is closed
+    /// again. From the first call on, this engine's fills are fenced: by the
+    /// fence lock of the latest session that took the leader lock, or, while
+    /// none has, refused ([`FillOutcome::Busy`]).
     async fn try_lead(&self, key: &str) -> DbResult<Option<MssqlLeaderSession>> {
-        check_leader_key(key)?;
         let limit = self.settings.connect_timeout;
-        match tokio::time::timeout(limit, self.open_leader_session(key)).await {
-            Ok(result) => result,
-            Err(_) => Err(DbError::transient(format!(
-                "no SQL Server leader session within {}",
-                humantime::format_duration(limit)
-            ))),
+        let result = match check_leader_key(key) {
+            Err(e) => Err(e),
+            Ok(()) => match tokio::time::timeout(limit, self.open_leader_session(key)).await {
+                Ok(result) => result,
+                Err(_) => Err(DbError::transient(format!(
+                    "no SQL Server leader session within {}",
+                    humantime::format_duration(limit)
+                ))),
+            },
+        };
+        // From the first call on, fills are fenced: by the latest session's
+        // fence lock, or refused while no session has taken the lock yet.
+        let next = match &result {
+            Ok(Some(session)) => Some(Fence::Lock {
+                name: session.fence.clone(),
+                session_id: session.session_id,
+            }),
+            _ => None,
+        };
+        if let Ok(mut fence) = self.fence.lock() {
+            match next {
+                Some(lock) => *fence = lock,
+                None if *fence == Fence::Unelected => *fence = Fence::NotLeading,
+                None => {}
+            }
         }
+        result
     }
 
     /// `APPLOCK_MODE` on the lock's own session. Any failure, including a
@@ -826,10 +1070,24 @@ pub fn check_connection_string(
 }
 
 /// What `gap-healer sql --engine mssql` prints: the fill procedure for
-/// `schema` and the grants a placeholder user `[gap_healer]` needs, with
-/// comments. `schema` must be the validated plain identifier.
+/// `schema`, writing tombstones of `tombstone_type` into `tombstone_stream`
+/// and no other (both are constants of the procedure), and the grants a
+/// placeholder user `[gap_healer]` needs, with comments. `schema` must be the
+/// validated plain identifier; the stream and type may be any text (they are
+/// escaped), but SQL Server's columns hold at most 850 and 128 UTF-16 code
+/// units of them, which the config layer and [`MssqlEngine::new`] enforce.
+pub fn setup_sql_for(schema: &str, tombstone_stream: &str, tombstone_type: &str) -> String {
+    sql::setup_script(schema, tombstone_stream, tombstone_type)
+}
+
+/// [`setup_sql_for`] with the default tombstone stream and type
+/// (`__tombstones__`, `$tombstone`).
 pub fn setup_sql(schema: &str) -> String {
-    sql::setup_script(schema)
+    setup_sql_for(
+        schema,
+        crate::config::DEFAULT_TOMBSTONE_STREAM,
+        crate::config::DEFAULT_TOMBSTONE_TYPE,
+    )
 }
 
 #[cfg(test)]
@@ -1004,6 +1262,8 @@ mod tests {
             error_stage: stage.into(),
             error_message: "message".into(),
             open_transactions: 0,
+            stream_name: Some("__tombstones__".into()),
+            message_type: Some("$tombstone".into()),
         };
         let m = FillMode::Direct;
         assert_eq!(
@@ -1024,6 +1284,15 @@ mod tests {
         );
         assert_eq!(
             engine.outcome(range, m, &row(Some(1222), "stream")),
+            Ok(FillOutcome::Busy)
+        );
+        // The leader fence: this process no longer leads.
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(50006), "leader")),
+            Ok(FillOutcome::Busy)
+        );
+        assert_eq!(
+            engine.outcome(range, FillMode::Procedure, &row(Some(50006), "leader")),
             Ok(FillOutcome::Busy)
         );
         let deadlock = engine
@@ -1142,5 +1411,94 @@ mod tests {
             .unwrap();
         assert!(procedure < go && go < grant);
         assert!(script.contains("WITH EXECUTE AS OWNER"));
+        // The defaults, baked in.
+        assert_eq!(
+            script,
+            setup_sql_for("eventuous", "__tombstones__", "$tombstone")
+        );
+        assert!(script.contains("DECLARE @stream_name NVARCHAR(850) = N'__tombstones__';"));
+        assert!(script.contains("DECLARE @message_type NVARCHAR(128) = N'$tombstone';"));
+    }
+
+    #[test]
+    fn setup_sql_for_escapes_a_quote_in_the_stream_name() {
+        let script = setup_sql_for("eventuous", "O'Brien's \"tombstones\"", "gap'filler");
+        assert!(
+            script.contains("DECLARE @stream_name NVARCHAR(850) = N'O''Brien''s \"tombstones\"';"),
+            "{script}"
+        );
+        assert!(script.contains("DECLARE @message_type NVARCHAR(128) = N'gap''filler';"));
+        // A name that tries to end the literal stays inside it.
+        let hostile = setup_sql_for("eventuous", "x'; DROP TABLE eventuous.Messages; --", "t");
+        assert!(hostile.contains(
+            "DECLARE @stream_name NVARCHAR(850) = N'x''; DROP TABLE eventuous.Messages; --';"
+        ));
+        let engine = MssqlEngine::new(&StoreSettings {
+            tombstone_stream: "O'Brien's".into(),
+            ..settings("Server=db;User Id=app;Password=x")
+        })
+        .unwrap();
+        assert!(engine
+            .sql
+            .fill_procedure
+            .contains("DECLARE @stream_name NVARCHAR(850) = N'O''Brien''s';"));
+    }
+
+    #[test]
+    fn tombstone_names_too_long_for_sql_server_are_refused() {
+        let mut s = settings("Server=db;User Id=app;Password=x");
+        s.tombstone_stream = format!("{}😀", "s".repeat(849)); // 851 UTF-16 units
+        let err = MssqlEngine::new(&s).unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        let mut s = settings("Server=db;User Id=app;Password=x");
+        s.tombstone_type = "t".repeat(129);
+        assert!(MssqlEngine::new(&s).is_err());
+    }
+
+    #[tokio::test]
+    async fn fills_are_fenced_once_leader_election_is_used() {
+        // Nothing listens on port 1: every query fails to connect.
+        let engine = MssqlEngine::new(&settings(
+            "Server=tcp:127.0.0.1,1;User Id=app;Password=Hunter2;TrustServerCertificate=true",
+        ))
+        .unwrap();
+        let range = r(10, 12);
+        // No election: no fence, the fill goes to the database (and fails).
+        assert_eq!(*engine.fence.lock().unwrap(), Fence::Unelected);
+        let err = engine
+            .fill(range, Duration::from_secs(1))
+            .await
+            .expect_err("no server");
+        assert!(err.is_transient(), "{err:?}");
+
+        // An election that never took the lock: refused without a query.
+        assert!(engine.try_lead("gap-healer:eventuous").await.is_err());
+        assert_eq!(*engine.fence.lock().unwrap(), Fence::NotLeading);
+        let started = Instant::now();
+        assert_eq!(
+            engine.fill(range, Duration::from_secs(1)).await,
+            Ok(FillOutcome::Busy)
+        );
+        assert!(started.elapsed() < Duration::from_millis(200));
+
+        // A session that took the lock: its fence is passed (and a later
+        // failed try does not drop it: the database decides).
+        *engine.fence.lock().unwrap() = Fence::Lock {
+            name: "gap-healer fence 57 x".into(),
+            session_id: 57,
+        };
+        assert!(engine.try_lead("gap-healer:eventuous").await.is_err());
+        assert_eq!(
+            *engine.fence.lock().unwrap(),
+            Fence::Lock {
+                name: "gap-healer fence 57 x".into(),
+                session_id: 57,
+            }
+        );
+        assert!(engine
+            .fill(range, Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .is_transient());
     }
 }

@@ -40,7 +40,43 @@ const MAX_FILL_RANGES: usize = 1_000;
 /// Wait for the tombstone stream's row (another healer filling) before `Busy`.
 const STREAM_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Manager = PostgresConnectionManager<MakeRustlsConnect>;
+/// bb8-postgres's manager, plus a way to retire a session whose state went
+/// stale: a session opened while the database was read-only keeps that
+/// default after the database is made writable, so a session that met 25006
+/// is closed rather than reused.
+struct Manager(PostgresConnectionManager<MakeRustlsConnect>);
+
+struct PgConn {
+    client: tokio_postgres::Client,
+    retire: bool,
+}
+
+impl std::ops::Deref for PgConn {
+    type Target = tokio_postgres::Client;
+    fn deref(&self) -> &Self::Target {
+        &self.client
+    }
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = PgConn;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<PgConn, tokio_postgres::Error> {
+        Ok(PgConn {
+            client: self.0.connect().await?,
+            retire: false,
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut PgConn) -> Result<(), tokio_postgres::Error> {
+        self.0.is_valid(&mut conn.client).await
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.retire || conn.client.is_closed()
+    }
+}
 
 pub struct PostgresEngine {
     pool: Pool<Manager>,
@@ -49,6 +85,11 @@ pub struct PostgresEngine {
     tls: MakeRustlsConnect,
     tls_mode: tls::TlsMode,
     last_connect_error: LastConnectError,
+    /// The leader lock's session (backend pid) and key, once this process has
+    /// led: every fill checks, inside its transaction, that this session still
+    /// holds the lock, so a leader whose lock session died cannot fill after
+    /// another healer took over. `None` without election: no fence.
+    fence: Mutex<Option<(i32, i64)>>,
     cs: ConnectionString,
     sql: Queries,
     schema: String,
@@ -68,6 +109,7 @@ struct Queries {
     lock_stream: String,
     create_stream: String,
     bump_stream: String,
+    fence: String,
 }
 
 impl Queries {
@@ -77,7 +119,7 @@ impl Queries {
             scan: s(SCAN_SQL),
             probe: s(PROBE_SQL),
             fill: s(FILL_SQL),
-            head: s("SELECT MAX(global_position) FROM __schema__.messages"),
+            head: s("SELECT MAX(global_position)::bigint FROM __schema__.messages"),
             floor: format!(
                 "SELECT s.seqstart FROM pg_sequence s \
                  WHERE s.seqrelid = pg_get_serial_sequence('{schema}.messages', 'global_position')::regclass"
@@ -87,6 +129,7 @@ impl Queries {
                 "INSERT INTO __schema__.streams (stream_name, version) VALUES ($1, -1) ON CONFLICT (stream_name) DO NOTHING",
             ),
             bump_stream: s("UPDATE __schema__.streams SET version = version + $2 WHERE stream_id = $1"),
+            fence: HELD_BY.to_string(),
         }
     }
 }
@@ -119,7 +162,10 @@ impl PostgresEngine {
             .connection_timeout(settings.connect_timeout)
             .retry_connection(false)
             .error_sink(Box::new(last_connect_error.clone()))
-            .build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
+            .build_unchecked(Manager(PostgresConnectionManager::new(
+                config.clone(),
+                tls.clone(),
+            )));
         let schema = settings.schema.to_ascii_lowercase();
         Ok(PostgresEngine {
             pool,
@@ -127,6 +173,7 @@ impl PostgresEngine {
             tls,
             tls_mode: mode,
             last_connect_error,
+            fence: Mutex::new(None),
             cs,
             sql: Queries::new(&schema),
             schema,
@@ -217,6 +264,19 @@ impl PostgresEngine {
             // Created and deleted between two statements: let the next cycle retry.
             return Ok(FillOutcome::Busy);
         };
+        let fence = self.fence.lock().ok().and_then(|f| *f);
+        if let Some((pid, key)) = fence {
+            let still_leader: bool = tx
+                .query_one(&self.sql.fence, &[&pid, &key])
+                .await
+                .map_err(|e| (e, Step::Stream))?
+                .get(0);
+            if !still_leader {
+                // Another healer may lead now: write nothing (the transaction
+                // rolls back when dropped) and let the leader flag catch up.
+                return Ok(FillOutcome::Busy);
+            }
+        }
         let stream_id: i32 = row.get(0);
         let version: i32 = row.get(1);
         let starts: Vec<i64> = ranges.iter().map(|r| r.start).collect();
@@ -421,7 +481,11 @@ impl Engine for PostgresEngine {
             return Ok(FillOutcome::Filled { rows: 0 });
         };
         let mut conn = self.conn().await?;
-        match self.try_fill(&mut conn, ranges, lock_timeout).await {
+        let result = self.try_fill(&mut conn.client, ranges, lock_timeout).await;
+        if let Err((e, _)) = &result {
+            conn.retire = e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION);
+        }
+        match result {
             Ok(outcome) => Ok(outcome),
             Err((e, step)) => match (e.code(), step) {
                 (Some(&SqlState::LOCK_NOT_AVAILABLE), Step::Insert) => Ok(FillOutcome::Held),
@@ -449,6 +513,33 @@ impl Engine for PostgresEngine {
                 }
                 _ => Err(self.error(&e, &format!("fill {range}"))),
             },
+        }
+    }
+
+    async fn verify_shape(&self) -> DbResult<()> {
+        const SHAPE: [&str; 6] = [
+            "schema",
+            "table messages",
+            "table streams",
+            "messages.global_position",
+            "messages columns",
+            "streams columns",
+        ];
+        let differs: Vec<String> = self
+            .preflight()
+            .await?
+            .into_iter()
+            .filter(|f| !f.ok && SHAPE.contains(&f.what.as_str()))
+            .map(|f| format!("{}: {}", f.what, f.detail))
+            .collect();
+        if differs.is_empty() {
+            Ok(())
+        } else {
+            Err(DbError::permanent(format!(
+                "the store in schema {} does not have the Eventuous shape gap-healer needs: {}",
+                self.schema,
+                differs.join("; ")
+            )))
         }
     }
 
@@ -703,6 +794,11 @@ impl Engine for PostgresEngine {
     }
 }
 
+/// Whether backend `$1` holds the session advisory lock with bigint key `$2`.
+const HELD_BY: &str =
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 \
+     AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $2)";
+
 /// The advisory lock key for a leader lock name: FNV-1a, stable across
 /// versions and processes, so every healer of a store computes the same one.
 pub fn advisory_key(name: &str) -> i64 {
@@ -744,12 +840,20 @@ impl super::LeaderLock for PostgresEngine {
             let _ = connection.await;
         });
         let session = PgLeaderSession { client, connection };
-        let taken: bool = session
+        let row = session
             .client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&advisory_key(key)])
+            .query_one(
+                "SELECT pg_try_advisory_lock($1), pg_backend_pid()",
+                &[&advisory_key(key)],
+            )
             .await
-            .map_err(|e| self.error(&e, "leader lock"))?
-            .get(0);
+            .map_err(|e| self.error(&e, "leader lock"))?;
+        let (taken, pid): (bool, i32) = (row.get(0), row.get(1));
+        if taken {
+            if let Ok(mut fence) = self.fence.lock() {
+                *fence = Some((pid, advisory_key(key)));
+            }
+        }
         Ok(taken.then_some(session))
     }
 

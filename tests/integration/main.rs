@@ -4,6 +4,8 @@
 //! unless a server is given (see mssql_support.rs).
 
 mod cli;
+mod faults;
+mod hostile;
 mod leader;
 mod mssql;
 mod mssql_support;

@@ -872,13 +872,18 @@ async fn leader_lock_one_holder_released_on_drop_and_on_kill() {
     assert!(first.still_held(&mut leader, LEADER_KEY).await.unwrap());
     assert!(first.still_held(&mut leader, LEADER_KEY).await.unwrap());
 
-    // The server sees one exclusive, session-owned application lock, on the
-    // session the engine reported, which is not a pooled connection.
+    // The server sees two exclusive, session-owned application locks (the
+    // leader lock and the leader fence), on the session the engine reported,
+    // which is not a pooled connection.
     let spid = leader.session_id();
     assert!(spid > 0);
+    assert!(
+        leader.fence().starts_with("gap-healer fence "),
+        "{leader:?}"
+    );
     assert_eq!(
         app_lock_holders(&db).await,
-        vec![(spid, "SESSION".to_string(), "X".to_string())]
+        vec![(spid, "SESSION".to_string(), "X".to_string()); 2]
     );
     assert_ne!(first.session_state().await.unwrap().session_id, spid);
 
@@ -940,6 +945,296 @@ async fn leader_lock_needs_no_rights_beyond_connecting() {
     // The admin's engine sees it taken: the same lock, whatever the login.
     assert!(db.engine().try_lead(LEADER_KEY).await.unwrap().is_none());
     drop(session);
+    db.drop().await;
+}
+
+// ---------------------------------------------------------------------------
+// The leader fence: a fill through the pool cannot outlive the leader's lock
+// session.
+
+/// A hole below the head, returned as its one position.
+async fn hole(db: &TestDb) -> i64 {
+    let p = db.rolled_back_append("A", 1).await[0];
+    db.append("B", 1).await;
+    p
+}
+
+/// `KILL`s the leader's lock session; another engine takes the lock then
+/// (the server has released it); the old leader's fill through its pool is
+/// Busy and writes nothing, the new leader's fill works.
+async fn fill_after_kill_is_busy(db: &TestDb, old: &MssqlEngine, new: &MssqlEngine) {
+    let mut leader = old.try_lead(LEADER_KEY).await.unwrap().expect("free lock");
+    assert!(old.still_held(&mut leader, LEADER_KEY).await.unwrap());
+    // While the lock session lives, the fence lets fills through.
+    let p = hole(db).await;
+    assert_eq!(
+        old.fill(single(p), Duration::from_secs(2)).await.unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+
+    let q = hole(db).await;
+    let version = db.tombstone_version().await;
+    let ident = db.ident_current().await;
+    let mut master = db.master().await;
+    crate::mssql_support::exec(&mut master, &format!("KILL {};", leader.session_id())).await;
+    // Another healer takes the lock as soon as the server has released it.
+    let taken = lead_within(new, LEADER_KEY, Duration::from_secs(10)).await;
+    // The old leader has not noticed (no check ran), and still fills through
+    // its pool: refused by the fence, nothing written.
+    assert_eq!(
+        old.fill(single(q), Duration::from_secs(2)).await.unwrap(),
+        FillOutcome::Busy
+    );
+    assert!(db.message_at(q).await.is_none(), "the fenced fill wrote");
+    assert_eq!(db.tombstone_version().await, version);
+    assert_eq!(db.ident_current().await, ident);
+    // The pooled connection it used is clean.
+    let s = old.session_state().await.unwrap();
+    assert!(
+        s.identity_insert_free && s.open_transactions == 0 && s.lock_timeout_ms == -1,
+        "{s:?}"
+    );
+    // Its check fails or says not held.
+    assert!(!matches!(
+        old.still_held(&mut leader, LEADER_KEY).await,
+        Ok(true)
+    ));
+    // The new leader fills.
+    assert_eq!(
+        new.fill(single(q), Duration::from_secs(2)).await.unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+    // The old leader's fills stay refused until it leads again.
+    let r = hole(db).await;
+    assert_eq!(
+        old.fill(single(r), Duration::from_secs(2)).await.unwrap(),
+        FillOutcome::Busy
+    );
+    assert!(db.message_at(r).await.is_none());
+    drop(leader);
+    drop(taken);
+    db.assert_tombstone_stream_contiguous().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_fence_direct_mode_fill_after_the_lock_session_was_killed_is_busy() {
+    let mut db = store_with_streams().await;
+    // Exactly the direct-mode rights: the fence needs no more.
+    let cs = db.login_with(&DIRECT_GRANTS).await;
+    let old = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    let new = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    assert_eq!(old.fill_mode().await.unwrap(), FillMode::Direct);
+    fill_after_kill_is_busy(&db, &old, &new).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_fence_procedure_mode_fill_after_the_lock_session_was_killed_is_busy() {
+    let mut db = store_with_streams().await;
+    db.engine().install().await.expect("install as the admin");
+    let cs = db.login_with(&PROCEDURE_GRANTS).await;
+    let old = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    let new = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    assert_eq!(old.fill_mode().await.unwrap(), FillMode::Procedure);
+    fill_after_kill_is_busy(&db, &old, &new).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_fence_absent_without_election() {
+    let db = store_with_streams().await;
+    // Another process holds the leader lock; this engine never calls
+    // try_lead (`--no-leader-election`): its fills are not fenced.
+    let other = db.engine();
+    let held = other
+        .try_lead(LEADER_KEY)
+        .await
+        .unwrap()
+        .expect("free lock");
+    for mode in [FillMode::Direct, FillMode::Procedure] {
+        if mode == FillMode::Procedure {
+            db.engine().install().await.expect("install");
+        }
+        let engine = db.engine();
+        assert_eq!(engine.fill_mode().await.unwrap(), mode);
+        let p = hole(&db).await;
+        assert_eq!(
+            engine
+                .fill(single(p), Duration::from_secs(2))
+                .await
+                .unwrap(),
+            FillOutcome::Filled { rows: 1 }
+        );
+    }
+    drop(held);
+    // An engine whose election never took the lock does not fill.
+    let follower = db.engine();
+    let held = other.try_lead(LEADER_KEY).await.unwrap();
+    let held = match held {
+        Some(s) => s,
+        None => lead_within(&other, LEADER_KEY, Duration::from_secs(10)).await,
+    };
+    assert!(follower.try_lead(LEADER_KEY).await.unwrap().is_none());
+    let p = hole(&db).await;
+    assert_eq!(
+        follower
+            .fill(single(p), Duration::from_secs(2))
+            .await
+            .unwrap(),
+        FillOutcome::Busy
+    );
+    assert!(db.message_at(p).await.is_none());
+    drop(held);
+    db.assert_tombstone_stream_contiguous().await;
+    db.drop().await;
+}
+
+// ---------------------------------------------------------------------------
+// The procedure writes only the tombstone stream it was created for.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn procedure_is_fixed_to_its_tombstone_stream_and_type() {
+    let mut db = store_with_streams().await;
+    let stream = "O'Brien's tombstones $(x)";
+    let kind = "gap'filler";
+    let mut admin = db.settings();
+    admin.tombstone_stream = stream.into();
+    admin.tombstone_type = kind.into();
+    MssqlEngine::new(&admin)
+        .unwrap()
+        .install()
+        .await
+        .expect("install with a quoted stream name");
+    let cs = db.login_with(&PROCEDURE_GRANTS).await;
+
+    // A login with EXECUTE cannot name a stream: there is no such parameter.
+    let a_version = db
+        .scalar("SELECT CAST([Version] AS BIGINT) FROM eventuous.Streams WHERE StreamName = N'A'")
+        .await;
+    let p = hole(&db).await;
+    let mut login = crate::mssql_support::connect(&cs).await.unwrap();
+    let result = async {
+        login
+            .query(
+                "EXEC eventuous.gap_healer_fill @start = @P1, @end = @P1, @stream_name = N'A', \
+                 @message_type = N'Evil', @lock_timeout_ms = 1000, @stream_lock_timeout_ms = 1000, \
+                 @leader_fence = NULL;",
+                &[&p],
+            )
+            .await?
+            .into_results()
+            .await
+    }
+    .await;
+    let err = result.expect_err("the procedure took a stream name");
+    assert_eq!(err.code(), Some(8145), "{err:?}"); // not a parameter of the procedure
+    assert!(db.message_at(p).await.is_none());
+    assert_eq!(
+        db.scalar(
+            "SELECT CAST([Version] AS BIGINT) FROM eventuous.Streams WHERE StreamName = N'A'"
+        )
+        .await,
+        a_version
+    );
+
+    // This configuration's engine uses it, and the tombstone lands in its stream.
+    let mut mine = db.settings_for(&cs);
+    mine.tombstone_stream = stream.into();
+    mine.tombstone_type = kind.into();
+    let engine = MssqlEngine::new(&mine).unwrap();
+    let findings = engine.preflight().await.unwrap();
+    assert!(findings.iter().all(|f| f.ok), "{findings:#?}");
+    assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Procedure);
+    assert_eq!(
+        engine
+            .fill(single(p), Duration::from_secs(2))
+            .await
+            .unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+    let m = db.message_at(p).await.unwrap();
+    assert_eq!((m.stream.as_str(), m.message_type.as_str()), (stream, kind));
+
+    // Another configuration's engine does not use it: check says so, the
+    // fill goes direct (which this login may not do) and writes nothing.
+    let other = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    let findings = other.preflight().await.unwrap();
+    let procedure = findings
+        .iter()
+        .find(|f| f.what == "fill procedure")
+        .expect("a fill procedure finding");
+    assert!(!procedure.ok, "{procedure:?}");
+    assert!(procedure.detail.contains("O'Brien"), "{procedure:?}");
+    assert!(!findings.iter().find(|f| f.what == "fill mode").unwrap().ok);
+    assert_eq!(other.fill_mode().await.unwrap(), FillMode::Direct);
+    let q = hole(&db).await;
+    let err = other
+        .fill(single(q), Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, DbErrorKind::Permanent, "{err:?}");
+    assert!(db.message_at(q).await.is_none());
+    assert_eq!(
+        db.tombstone_version().await,
+        None,
+        "no __tombstones__ stream"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn an_older_parameterised_procedure_is_not_used() {
+    let mut db = store_with_streams().await;
+    let mut c = db.client().await;
+    // Version 1's signature (the caller chose the stream and type); its body
+    // does not matter, it must never run.
+    crate::mssql_support::exec(
+        &mut c,
+        "CREATE PROCEDURE eventuous.gap_healer_fill @start BIGINT, @end BIGINT, \
+         @stream_name NVARCHAR(850), @message_type NVARCHAR(128), @lock_timeout_ms INT, \
+         @stream_lock_timeout_ms INT WITH EXECUTE AS OWNER AS BEGIN \
+         THROW 50099, N'the old procedure ran', 1; END;",
+    )
+    .await;
+    let cs = db.login_with(&PROCEDURE_GRANTS).await;
+    let engine = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
+    let findings = engine.preflight().await.unwrap();
+    let procedure = findings
+        .iter()
+        .find(|f| f.what == "fill procedure")
+        .unwrap();
+    assert!(
+        !procedure.ok && procedure.detail.contains("older gap-healer's procedure"),
+        "{procedure:?}"
+    );
+    assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Direct);
+    let p = hole(&db).await;
+    let err = engine
+        .fill(single(p), Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        !err.message.contains("50099"),
+        "the old procedure ran: {err:?}"
+    );
+    assert!(db.message_at(p).await.is_none());
+
+    // Installed again: the same engine switches to it at its next fill.
+    db.engine().install().await.unwrap();
+    assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Procedure);
+    assert_eq!(
+        engine
+            .fill(single(p), Duration::from_secs(2))
+            .await
+            .unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+    db.assert_tombstone_stream_contiguous().await;
     db.drop().await;
 }
 

@@ -19,6 +19,8 @@ pub(crate) enum Stage {
     Check,
     /// Creating or locking the tombstone stream's Streams row.
     Stream,
+    /// The leader fence: the leader's lock session must still hold its lock.
+    Leader,
     /// The fill's check of the highest committed position.
     Head,
     /// The tombstone insert into Messages.
@@ -35,6 +37,7 @@ impl Stage {
     pub(crate) fn from_fill(stage: &str) -> Stage {
         match stage {
             "stream" => Stage::Stream,
+            "leader" => Stage::Leader,
             "head" => Stage::Head,
             "messages" => Stage::Messages,
             "version" => Stage::Version,
@@ -48,6 +51,7 @@ impl Stage {
             Stage::Read => "read",
             Stage::Check => "check",
             Stage::Stream => "stream",
+            Stage::Leader => "leader",
             Stage::Head => "head",
             Stage::Messages => "messages",
             Stage::Version => "version",
@@ -100,16 +104,21 @@ pub(crate) const LOCK_TIMEOUT: u32 = 1222;
 pub(crate) const DUPLICATE_KEY_CONSTRAINT: u32 = 2627;
 /// Duplicate key row in a unique index.
 pub(crate) const DUPLICATE_KEY_INDEX: u32 = 2601;
+/// gap-healer's own: the leader's lock session has ended (the leader fence of
+/// `fill.sql`).
+pub(crate) const LEADER_FENCE: u32 = 50006;
 
 /// The one classification of SQL Server error numbers.
 ///
 /// - 2627/2601 on the tombstone insert: a position of the range is committed.
 /// - 1222 on the tombstone insert: a position is held by an open append.
 /// - 1222 on the tombstone stream's row: another healer is filling.
+/// - 50006 at the leader fence: this process no longer leads (its lock
+///   session has ended), so another healer may be filling: busy.
 /// - 1222 anywhere else (a read waiting on a page or table lock): transient.
 /// - deadlocks and the documented transient errors: transient.
 /// - everything else (missing objects, missing rights, gap-healer's own
-///   checks 50001..50005): permanent.
+///   other checks 50001..50005): permanent.
 pub(crate) fn classify(code: u32, stage: Stage) -> Class {
     match (code, stage) {
         (DUPLICATE_KEY_CONSTRAINT | DUPLICATE_KEY_INDEX, Stage::Messages) => {
@@ -117,6 +126,7 @@ pub(crate) fn classify(code: u32, stage: Stage) -> Class {
         }
         (LOCK_TIMEOUT, Stage::Messages) => Class::Outcome(FillOutcome::Held),
         (LOCK_TIMEOUT, Stage::Stream) => Class::Outcome(FillOutcome::Busy),
+        (LEADER_FENCE, Stage::Leader) => Class::Outcome(FillOutcome::Busy),
         (LOCK_TIMEOUT, _) => Class::Transient,
         (c, _) if TRANSIENT_SERVER_ERRORS.contains(&c) => Class::Transient,
         _ => Class::Permanent,
@@ -198,10 +208,11 @@ pub(crate) fn connect_error(err: &bb8_tiberius::Error, secret: &ConnectionString
 mod tests {
     use super::*;
 
-    const ALL_STAGES: [Stage; 7] = [
+    const ALL_STAGES: [Stage; 8] = [
         Stage::Read,
         Stage::Check,
         Stage::Stream,
+        Stage::Leader,
         Stage::Head,
         Stage::Messages,
         Stage::Version,
@@ -218,6 +229,12 @@ mod tests {
             (2601, Stage::Messages, Outcome(Committed)),
             (1222, Stage::Messages, Outcome(Held)),
             (1222, Stage::Stream, Outcome(Busy)),
+            (50006, Stage::Leader, Outcome(Busy)),
+            // The fence's number anywhere else is no outcome.
+            (50006, Stage::Stream, Permanent),
+            (50006, Stage::Check, Permanent),
+            // A lock timeout at the fence: retry.
+            (1222, Stage::Leader, Transient),
             // A lock timeout anywhere else: a page or table lock, retry.
             (1222, Stage::Read, Transient),
             (1222, Stage::Head, Transient),
@@ -276,14 +293,14 @@ mod tests {
 
     #[test]
     fn outcomes_only_come_from_the_insert_and_the_stream_lock() {
-        for code in [0, 1, 208, 1205, 1222, 2601, 2627, 3960, 40613, 50005] {
+        for code in [0, 1, 208, 1205, 1222, 2601, 2627, 3960, 40613, 50005, 50006] {
             for stage in ALL_STAGES {
                 if let Class::Outcome(o) = classify(code, stage) {
                     assert!(
                         matches!(
                             (stage, o),
                             (Stage::Messages, FillOutcome::Committed | FillOutcome::Held)
-                                | (Stage::Stream, FillOutcome::Busy)
+                                | (Stage::Stream | Stage::Leader, FillOutcome::Busy)
                         ),
                         "{code} at {stage:?} -> {o:?}"
                     );

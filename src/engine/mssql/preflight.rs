@@ -1,5 +1,7 @@
 //! `gap-healer check` for SQL Server: what `sql/mssql/preflight.sql` returns,
-//! turned into findings. Pure functions, so every verdict has a unit test.
+//! and what the engine learnt about the installed fill procedure
+//! ([`ProcedureState`], also how the engine picks its fill mode), turned into
+//! findings. Pure functions, so every verdict has a unit test.
 
 use tiberius::Row;
 
@@ -16,7 +18,6 @@ pub(crate) struct Rights {
     pub streams_insert: bool,
     pub streams_update: bool,
     pub checkpoints_select: bool,
-    pub procedure_execute: bool,
 }
 
 /// The first result set of `preflight.sql`.
@@ -32,7 +33,6 @@ pub(crate) struct Facts {
     pub messages_exists: bool,
     pub streams_exists: bool,
     pub checkpoints_exists: bool,
-    pub procedure_exists: bool,
     /// `None`: absent, or the login may not read its definition.
     pub procedure_current: Option<bool>,
     pub global_position_clustered_pk: bool,
@@ -78,7 +78,6 @@ impl Facts {
             messages_exists: flag(row, "messages_exists")?,
             streams_exists: flag(row, "streams_exists")?,
             checkpoints_exists: flag(row, "checkpoints_exists")?,
-            procedure_exists: flag(row, "procedure_exists")?,
             procedure_current: row.try_get::<bool, _>("procedure_current")?,
             global_position_clustered_pk: flag(row, "global_position_clustered_pk")?,
             identity_seed: row.try_get::<i64, _>("identity_seed")?,
@@ -94,7 +93,6 @@ impl Facts {
                 streams_insert: perm(row, "streams_insert")?,
                 streams_update: perm(row, "streams_update")?,
                 checkpoints_select: perm(row, "checkpoints_select")?,
-                procedure_execute: perm(row, "procedure_execute")?,
             },
         })
     }
@@ -109,6 +107,128 @@ impl Column {
             identity: flag(row, "is_identity")?,
         })
     }
+}
+
+/// The installed fill procedure, as this login and this configuration see it
+/// (`sql/mssql/fill_mode.sql`, then a describing call of the procedure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ProcedureState {
+    /// Not installed, or invisible to the login.
+    Absent,
+    /// Installed, but the login may not EXECUTE it.
+    NoExecute,
+    /// Another parameter list than this version's procedure: an older
+    /// gap-healer's (which took the tombstone stream and type as parameters)
+    /// or something else of that name.
+    OtherInterface {
+        parameters: Vec<String>,
+        expected: Vec<String>,
+    },
+    /// Made for another tombstone stream or type than this configuration's.
+    OtherTombstones { stream: String, kind: String },
+    /// The describing call failed or answered something unexpected.
+    Unanswered(String),
+    /// This version's procedure, for this configuration's tombstones.
+    Usable,
+}
+
+impl ProcedureState {
+    /// From fill_mode.sql's answer alone; `None` when the procedure has the
+    /// expected parameters and must be asked for its tombstones.
+    pub(crate) fn from_catalog(
+        exists: bool,
+        execute: bool,
+        parameters: &[String],
+        expected: &[String],
+    ) -> Option<ProcedureState> {
+        if !exists {
+            Some(ProcedureState::Absent)
+        } else if !execute {
+            Some(ProcedureState::NoExecute)
+        } else if !parameters
+            .iter()
+            .map(|p| p.to_lowercase())
+            .eq(expected.iter().map(|p| p.to_lowercase()))
+        {
+            Some(ProcedureState::OtherInterface {
+                parameters: parameters.to_vec(),
+                expected: expected.to_vec(),
+            })
+        } else {
+            None
+        }
+    }
+
+    /// From the tombstones the procedure says it writes. Compared exactly:
+    /// the stream's row is found by `StreamName = @stream_name` under the
+    /// column's collation, but the healer's own checks and its users compare
+    /// the configured text.
+    pub(crate) fn from_description(
+        stream: &str,
+        kind: &str,
+        want_stream: &str,
+        want_kind: &str,
+    ) -> ProcedureState {
+        if stream == want_stream && kind == want_kind {
+            ProcedureState::Usable
+        } else {
+            ProcedureState::OtherTombstones {
+                stream: stream.to_string(),
+                kind: kind.to_string(),
+            }
+        }
+    }
+
+    pub(crate) fn usable(&self) -> bool {
+        *self == ProcedureState::Usable
+    }
+
+    /// Why an installed procedure is not used, or `None` (usable, absent, or
+    /// not executable: nothing wrong with the procedure itself).
+    pub(crate) fn problem(
+        &self,
+        procedure: &str,
+        want_stream: &str,
+        want_kind: &str,
+    ) -> Option<String> {
+        let fix = "procedure mode is not used until it is created again for this configuration: run                    `gap-healer install` (or the script of `gap-healer sql --engine mssql`) with this                    schema, tombstone stream and tombstone type";
+        match self {
+            ProcedureState::OtherInterface {
+                parameters,
+                expected,
+            } => {
+                let what = if parameters
+                    .iter()
+                    .any(|p| p.eq_ignore_ascii_case("@stream_name"))
+                {
+                    "an older gap-healer's procedure, which let its caller choose the tombstone stream \
+                     and type"
+                } else {
+                    "not this gap-healer version's procedure"
+                };
+                Some(format!(
+                    "{procedure} has the parameters ({}), not ({}): {what}; {fix}",
+                    parameters.join(", "),
+                    expected.join(", "),
+                ))
+            }
+            ProcedureState::OtherTombstones { stream, kind } => Some(format!(
+                "{procedure} writes tombstones of type {kind:?} into stream {stream:?}, but this \
+                 configuration's are type {want_kind:?} in stream {want_stream:?}; {fix}"
+            )),
+            ProcedureState::Unanswered(why) => Some(format!(
+                "{procedure} did not say which tombstones it writes ({why}); {fix}"
+            )),
+            ProcedureState::Absent | ProcedureState::NoExecute | ProcedureState::Usable => None,
+        }
+    }
+}
+
+/// The tombstone stream and type this configuration wants.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tombstones<'a> {
+    pub stream: &'a str,
+    pub kind: &'a str,
 }
 
 /// (column, type) of the Eventuous tables gap-healer relies on.
@@ -170,7 +290,13 @@ fn grant(what: &[(&str, bool)], object: &str, user: &str) -> Option<String> {
 }
 
 /// Every finding of `gap-healer check` for SQL Server.
-pub(crate) fn findings(schema: &str, f: &Facts, columns: &[Column]) -> Vec<Finding> {
+pub(crate) fn findings(
+    schema: &str,
+    f: &Facts,
+    columns: &[Column],
+    state: &ProcedureState,
+    want: Tombstones<'_>,
+) -> Vec<Finding> {
     let s = quote_ident(schema);
     let user = quote_ident(if f.user.is_empty() {
         "gap_healer"
@@ -330,7 +456,6 @@ pub(crate) fn findings(schema: &str, f: &Facts, columns: &[Column]) -> Vec<Findi
     }
 
     let procedure = format!("{s}.[gap_healer_fill]");
-    let procedure_ok = f.procedure_exists && r.procedure_execute;
     let direct_missing: Vec<String> = [
         grant(
             &[
@@ -356,11 +481,16 @@ pub(crate) fn findings(schema: &str, f: &Facts, columns: &[Column]) -> Vec<Findi
     .collect();
     let direct_ok = direct_missing.is_empty();
 
-    if procedure_ok {
+    if let Some(problem) = state.problem(&procedure, want.stream, want.kind) {
+        out.push(Finding::fail("fill procedure", problem));
+    }
+    if state.usable() {
         out.push(Finding::pass(
             "fill mode",
             format!(
-                "procedure mode: EXECUTE on {procedure}, which runs as its owner (no ALTER needed)"
+                "procedure mode: EXECUTE on {procedure}, which runs as its owner (no ALTER needed) and \
+                 writes tombstones of type {:?} into stream {:?} only",
+                want.kind, want.stream
             ),
         ));
         if f.procedure_current == Some(false) {
@@ -370,22 +500,27 @@ pub(crate) fn findings(schema: &str, f: &Facts, columns: &[Column]) -> Vec<Findi
             ));
         }
     } else if direct_ok {
-        let why = if f.procedure_exists {
-            format!("{procedure} exists but the login may not EXECUTE it")
-        } else {
-            format!("{procedure} is not installed")
+        let why = match state {
+            ProcedureState::Absent => format!("{procedure} is not installed"),
+            ProcedureState::NoExecute => {
+                format!("{procedure} exists but the login may not EXECUTE it")
+            }
+            _ => format!("{procedure} is not used: see \"fill procedure\""),
         };
         out.push(Finding::pass(
             "fill mode",
             format!("direct mode: ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams ({why})"),
         ));
     } else {
-        let procedure_missing = if f.procedure_exists {
-            format!("GRANT EXECUTE ON OBJECT::{procedure} TO {user};")
-        } else {
-            "the procedure: run `gap-healer install` (or the script of `gap-healer sql --engine mssql`), then \
-             GRANT EXECUTE on it"
-                .to_string()
+        let procedure_missing = match state {
+            ProcedureState::Absent => {
+                "the procedure: run `gap-healer install` (or the script of `gap-healer sql \
+                 --engine mssql`), then GRANT EXECUTE on it"
+                    .to_string()
+            }
+            ProcedureState::NoExecute => format!("GRANT EXECUTE ON OBJECT::{procedure} TO {user};"),
+            _ => "the procedure created again for this configuration (see \"fill procedure\")"
+                .to_string(),
         };
         out.push(Finding::fail(
             "fill mode",
@@ -442,7 +577,6 @@ mod tests {
             messages_exists: true,
             streams_exists: true,
             checkpoints_exists: true,
-            procedure_exists: false,
             procedure_current: None,
             global_position_clustered_pk: true,
             identity_seed: Some(0),
@@ -458,9 +592,43 @@ mod tests {
                 streams_insert: true,
                 streams_update: true,
                 checkpoints_select: true,
-                procedure_execute: false,
             },
         }
+    }
+
+    const WANT: Tombstones<'static> = Tombstones {
+        stream: "__tombstones__",
+        kind: "$tombstone",
+    };
+
+    /// The findings for a store without the procedure.
+    fn check(f: &Facts, columns: &[Column]) -> Vec<Finding> {
+        findings("eventuous", f, columns, &ProcedureState::Absent, WANT)
+    }
+
+    fn expected() -> Vec<String> {
+        [
+            "@start",
+            "@end",
+            "@lock_timeout_ms",
+            "@stream_lock_timeout_ms",
+            "@leader_fence",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn v1() -> Vec<String> {
+        [
+            "@start",
+            "@end",
+            "@stream_name",
+            "@message_type",
+            "@lock_timeout_ms",
+            "@stream_lock_timeout_ms",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     fn find<'a>(out: &'a [Finding], what: &str) -> &'a Finding {
@@ -471,7 +639,7 @@ mod tests {
 
     #[test]
     fn healthy_store_in_direct_mode() {
-        let out = findings("eventuous", &healthy(), &eventuous_columns());
+        let out = check(&healthy(), &eventuous_columns());
         assert!(out.iter().all(|f| f.ok), "{out:#?}");
         assert!(find(&out, "fill mode").detail.starts_with("direct mode"));
         assert!(find(&out, "identity cache")
@@ -483,22 +651,162 @@ mod tests {
     #[test]
     fn procedure_mode_with_exactly_its_rights() {
         let mut f = healthy();
-        f.procedure_exists = true;
         f.procedure_current = None; // EXECUTE does not let the login read the definition
         f.rights = Rights {
             messages_select: true,
             streams_select: true,
             checkpoints_select: true,
-            procedure_execute: true,
             ..Rights::default()
         };
-        let out = findings("eventuous", &f, &eventuous_columns());
+        let usable = ProcedureState::Usable;
+        let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
         assert!(out.iter().all(|f| f.ok), "{out:#?}");
-        assert!(find(&out, "fill mode").detail.starts_with("procedure mode"));
+        let mode = find(&out, "fill mode");
+        assert!(mode.detail.starts_with("procedure mode"), "{mode:?}");
+        assert!(mode.detail.contains("\"__tombstones__\""), "{mode:?}");
 
         f.procedure_current = Some(false);
-        let out = findings("eventuous", &f, &eventuous_columns());
+        let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
         assert!(!find(&out, "fill procedure").ok);
+    }
+
+    #[test]
+    fn procedure_states_from_the_catalog_and_the_description() {
+        let want = expected();
+        assert_eq!(
+            ProcedureState::from_catalog(false, false, &[], &want),
+            Some(ProcedureState::Absent)
+        );
+        assert_eq!(
+            ProcedureState::from_catalog(true, false, &want, &want),
+            Some(ProcedureState::NoExecute)
+        );
+        // This version's parameters (sys.parameters may spell them in any case).
+        assert_eq!(ProcedureState::from_catalog(true, true, &want, &want), None);
+        let upper: Vec<String> = want.iter().map(|p| p.to_uppercase()).collect();
+        assert_eq!(
+            ProcedureState::from_catalog(true, true, &upper, &want),
+            None
+        );
+        // Version 1: the caller chose the stream and type.
+        let old = ProcedureState::from_catalog(true, true, &v1(), &want).unwrap();
+        assert!(
+            matches!(old, ProcedureState::OtherInterface { .. }),
+            "{old:?}"
+        );
+        assert!(!old.usable());
+        let why = old
+            .problem("[eventuous].[gap_healer_fill]", "s", "t")
+            .unwrap();
+        assert!(why.contains("older gap-healer's procedure"), "{why}");
+        assert!(
+            why.contains("@stream_name") && why.contains("@leader_fence"),
+            "{why}"
+        );
+        assert!(why.contains("gap-healer install"), "{why}");
+        // Fewer, more, reordered or no parameters: another interface too.
+        let more = [want.clone(), vec!["@x".to_string()]].concat();
+        let mut swapped = want.clone();
+        swapped.swap(0, 1);
+        for other in [&want[..4], &more[..], &swapped[..], &[]] {
+            assert!(
+                matches!(
+                    ProcedureState::from_catalog(true, true, other, &want),
+                    Some(ProcedureState::OtherInterface { .. })
+                ),
+                "{other:?}"
+            );
+        }
+        let why = ProcedureState::from_catalog(true, true, &more, &want)
+            .unwrap()
+            .problem("p", "s", "t")
+            .unwrap();
+        assert!(why.contains("not this gap-healer version's"), "{why}");
+
+        assert_eq!(
+            ProcedureState::from_description(
+                "__tombstones__",
+                "$tombstone",
+                "__tombstones__",
+                "$tombstone"
+            ),
+            ProcedureState::Usable
+        );
+        for (stream, kind) in [
+            ("orders-1", "$tombstone"),
+            ("__tombstones__", "Other"),
+            ("__TOMBSTONES__", "$tombstone"),
+        ] {
+            let state =
+                ProcedureState::from_description(stream, kind, "__tombstones__", "$tombstone");
+            assert_eq!(
+                state,
+                ProcedureState::OtherTombstones {
+                    stream: stream.into(),
+                    kind: kind.into()
+                }
+            );
+            let why = state
+                .problem(
+                    "[eventuous].[gap_healer_fill]",
+                    "__tombstones__",
+                    "$tombstone",
+                )
+                .unwrap();
+            assert!(why.contains(&format!("{stream:?}")), "{why}");
+            assert!(why.contains("procedure mode is not used"), "{why}");
+        }
+        for quiet in [
+            ProcedureState::Absent,
+            ProcedureState::NoExecute,
+            ProcedureState::Usable,
+        ] {
+            assert_eq!(quiet.problem("p", "s", "t"), None);
+        }
+    }
+
+    #[test]
+    fn an_unusable_procedure_fails_check_and_falls_back_to_direct_mode() {
+        let other = ProcedureState::OtherTombstones {
+            stream: "orders-1".into(),
+            kind: "$tombstone".into(),
+        };
+        let old = ProcedureState::from_catalog(true, true, &v1(), &expected()).unwrap();
+        let unanswered = ProcedureState::Unanswered("error 229".into());
+        for state in [&other, &old, &unanswered] {
+            // With direct-mode rights: direct mode, and the procedure flagged.
+            let out = findings("eventuous", &healthy(), &eventuous_columns(), state, WANT);
+            let procedure = find(&out, "fill procedure");
+            assert!(!procedure.ok, "{state:?}");
+            assert!(
+                procedure.detail.contains("gap-healer install"),
+                "{procedure:?}"
+            );
+            let mode = find(&out, "fill mode");
+            assert!(
+                mode.ok && mode.detail.starts_with("direct mode"),
+                "{mode:?}"
+            );
+            assert!(mode.detail.contains("is not used"), "{mode:?}");
+
+            // With procedure-mode rights only: neither mode.
+            let mut f = healthy();
+            f.rights = Rights {
+                messages_select: true,
+                streams_select: true,
+                checkpoints_select: true,
+                ..Rights::default()
+            };
+            let out = findings("eventuous", &f, &eventuous_columns(), state, WANT);
+            let mode = find(&out, "fill mode");
+            assert!(!mode.ok, "{mode:?}");
+            assert!(
+                mode.detail.contains("created again for this configuration"),
+                "{mode:?}"
+            );
+        }
+        let out = findings("eventuous", &healthy(), &eventuous_columns(), &other, WANT);
+        assert!(find(&out, "fill procedure").detail.contains("\"orders-1\""));
     }
 
     #[test]
@@ -510,7 +818,7 @@ mod tests {
             checkpoints_select: true,
             ..Rights::default()
         };
-        let out = findings("eventuous", &f, &eventuous_columns());
+        let out = check(&f, &eventuous_columns());
         let mode = find(&out, "fill mode");
         assert!(!mode.ok);
         assert!(
@@ -531,8 +839,13 @@ mod tests {
             mode.detail
         );
 
-        f.procedure_exists = true;
-        let out = findings("eventuous", &f, &eventuous_columns());
+        let out = findings(
+            "eventuous",
+            &f,
+            &eventuous_columns(),
+            &ProcedureState::NoExecute,
+            WANT,
+        );
         assert!(find(&out, "fill mode")
             .detail
             .contains("GRANT EXECUTE ON OBJECT::[eventuous].[gap_healer_fill] TO [healer];"));
@@ -547,7 +860,7 @@ mod tests {
         }
         let mut f = healthy();
         f.global_position_clustered_pk = false;
-        let out = findings("eventuous", &f, &cols);
+        let out = check(&f, &cols);
         let m = find(&out, "Messages table");
         assert!(!m.ok);
         assert!(m.detail.contains("no column Created"), "{}", m.detail);
@@ -568,12 +881,12 @@ mod tests {
             .into_iter()
             .filter(|c| c.table != "Checkpoints")
             .collect();
-        let out = findings("eventuous", &f, &cols);
+        let out = check(&f, &cols);
         let c = find(&out, "Checkpoints table");
         assert!(c.ok && c.detail.contains("absent"), "{c:?}");
 
         f.schema_exists = false;
-        let out = findings("eventuous", &f, &cols);
+        let out = check(&f, &cols);
         assert_eq!(out.len(), 2);
         assert!(!find(&out, "schema").ok);
     }
@@ -587,14 +900,14 @@ mod tests {
         ] {
             let mut f = healthy();
             f.read_committed_snapshot = rcsi;
-            let out = findings("eventuous", &f, &eventuous_columns());
+            let out = check(&f, &eventuous_columns());
             assert!(find(&out, "READ_COMMITTED_SNAPSHOT")
                 .detail
                 .starts_with(word));
         }
         let mut f = healthy();
         f.identity_cache = Some(0);
-        let out = findings("eventuous", &f, &eventuous_columns());
+        let out = check(&f, &eventuous_columns());
         assert!(find(&out, "identity cache")
             .detail
             .starts_with("IDENTITY_CACHE = OFF"));

@@ -1,14 +1,18 @@
 //! The T-SQL the engine runs, from `sql/mssql/*.sql`, with the schema put in.
 //!
-//! The only text ever spliced into SQL is the schema, which the config layer
-//! validated as a plain identifier and which is bracketed here (`]` doubled,
-//! as QUOTENAME does). Positions, the tombstone stream's name and type and the
-//! lock timeouts are bound parameters (`@P1`, `@P2`, ...), and so is the
-//! leader lock's name.
+//! The schema is spliced into every statement: the config layer validated it
+//! as a plain identifier, and it is bracketed here (`]` doubled, as QUOTENAME
+//! does). Positions, the lock timeouts, the leader lock's name and the leader
+//! fence are bound parameters (`@P1`, `@P2`, ...), and so are the tombstone
+//! stream's name and type in every statement the engine runs as the login.
 //!
 //! One text is not a file: the fill procedure, which [`fill_procedure`]
 //! builds from `fill.sql` (its DECLAREs become the parameters, the text
 //! between its body markers the body), so the two fill modes cannot drift.
+//! The procedure is the one text with values in it: the tombstone stream and
+//! type are constants there ([`nvarchar_literal`]), fixed when it is created,
+//! so that a login with only EXECUTE on it cannot make it write into any
+//! other stream.
 
 use crate::engine::{DbError, DbResult};
 
@@ -45,7 +49,19 @@ const _: () = assert!(
 );
 
 /// The marker comment in the procedure that `preflight.sql` looks for.
-pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 1";
+/// Version 2: the tombstone stream and type are constants of the procedure,
+/// and it takes the leader fence.
+pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 2";
+
+/// The DECLAREs of `fill.sql` that are constants of the procedure, not its
+/// parameters: the tombstone stream and type, fixed by `gap-healer install`.
+pub(crate) const PROCEDURE_CONSTANTS: [&str; 2] = ["stream_name", "message_type"];
+
+/// Longest tombstone stream name and type, in UTF-16 code units: the
+/// NVARCHAR(850) and NVARCHAR(128) of fill.sql (and of Eventuous's
+/// StreamName and MessageType), which would silently cut longer values.
+pub(crate) const MAX_STREAM_UNITS: usize = 850;
+pub(crate) const MAX_TYPE_UNITS: usize = 128;
 
 /// The lines of `fill.sql` that delimit the procedure's body.
 const BODY_BEGIN: &str = "-- BEGIN FILL BODY";
@@ -57,14 +73,21 @@ const PROCEDURE_COMMENT: &str = "\
 --
 -- Created by `gap-healer install` (CREATE OR ALTER) and printed by
 -- `gap-healer sql --engine mssql`. Built from sql/mssql/fill.sql: its
--- parameters are that file's DECLAREs and its body is that file's fill body,
--- so it does exactly what a direct-mode fill does, WITH EXECUTE AS OWNER:
+-- parameters are that file's DECLAREs but two (below) and its body is that
+-- file's fill body, so it does exactly what a direct-mode fill does, WITH
+-- EXECUTE AS OWNER:
 -- SET IDENTITY_INSERT needs ALTER on Messages (or its ownership), which the
 -- owner has, so the healer's login needs only EXECUTE on this procedure and
 -- SELECT on the tables.
 --
+-- The tombstone stream and message type are NOT parameters: they are the
+-- constants at the top of the body, fixed when the procedure is created
+-- (gap-healer's configured tombstone_stream and tombstone_type). Whoever may
+-- execute it can fill holes of Messages with tombstones of that one stream,
+-- nothing else. To change them, create the procedure again.
+--
 -- Result: one row (rows_filled, error_number, error_stage, error_message,
--- open_transactions); see the end of the body.
+-- open_transactions, stream_name, message_type); see the end of the body.
 ";
 /// `[name]`, with `]` doubled as QUOTENAME does.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -85,7 +108,8 @@ pub(crate) fn render(template: &str, schema: &str) -> String {
     template.replace(SCHEMA_PLACEHOLDER, &quote_ident(schema))
 }
 
-/// Every statement of the engine, rendered once for one schema.
+/// Every statement of the engine, rendered once for one schema (and, in the
+/// procedure, one tombstone stream and type).
 #[derive(Clone, Debug)]
 pub(crate) struct Sql {
     pub(crate) head: String,
@@ -95,6 +119,8 @@ pub(crate) struct Sql {
     pub(crate) identity: String,
     pub(crate) fill: String,
     pub(crate) fill_procedure: String,
+    /// The procedure's parameter names as sys.parameters lists them (`@start`, ...).
+    pub(crate) procedure_parameters: Vec<String>,
     pub(crate) fill_call: String,
     pub(crate) fill_mode: String,
     pub(crate) preflight: String,
@@ -102,12 +128,14 @@ pub(crate) struct Sql {
 }
 
 impl Sql {
-    pub(crate) fn new(schema: &str) -> DbResult<Sql> {
+    pub(crate) fn new(schema: &str, tombstone_stream: &str, tombstone_type: &str) -> DbResult<Sql> {
         if !is_plain_identifier(schema) {
             return Err(DbError::permanent(format!(
                 "schema {schema:?} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters)"
             )));
         }
+        check_name("tombstone stream", tombstone_stream, MAX_STREAM_UNITS)?;
+        check_name("tombstone type", tombstone_type, MAX_TYPE_UNITS)?;
         Ok(Sql {
             head: render(HEAD, schema),
             scan: render(SCAN, schema),
@@ -115,7 +143,11 @@ impl Sql {
             checkpoints: render(CHECKPOINTS, schema),
             identity: render(IDENTITY, schema),
             fill: render(FILL, schema),
-            fill_procedure: render(&fill_procedure(), schema),
+            fill_procedure: render(&fill_procedure(tombstone_stream, tombstone_type), schema),
+            procedure_parameters: procedure_parameters(FILL)
+                .iter()
+                .map(|(name, _, _)| format!("@{name}"))
+                .collect(),
             fill_call: render(FILL_CALL, schema),
             fill_mode: render(FILL_MODE, schema),
             preflight: render(PREFLIGHT, schema),
@@ -136,6 +168,57 @@ impl Sql {
     }
 }
 
+/// A tombstone stream name or type must fit its NVARCHAR column whole
+/// (counted in UTF-16 code units, as NVARCHAR counts) and not be empty.
+fn check_name(what: &str, value: &str, max_units: usize) -> DbResult<()> {
+    let units = value.encode_utf16().count();
+    if units == 0 || units > max_units {
+        return Err(DbError::permanent(format!(
+            "the {what} must be 1 to {max_units} UTF-16 code units for SQL Server; it has {units}"
+        )));
+    }
+    Ok(())
+}
+
+/// `text` as a T-SQL NVARCHAR expression that evaluates to exactly `text`:
+/// `N'...'` literals with every `'` doubled. So that the printed setup
+/// script survives sqlcmd and SSMS unchanged, too: control and line
+/// separator characters become `NCHAR(n)` (no literal spans lines, and none
+/// of them is outside the BMP), and a literal never contains `$(` (sqlcmd
+/// would take it for a scripting variable), the two characters going into
+/// two literals. The pieces are joined with `+`; `N''` for an empty text.
+pub(crate) fn nvarchar_literal(text: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut run = String::new();
+    let flush = |run: &mut String, parts: &mut Vec<String>| {
+        if !run.is_empty() {
+            parts.push(format!("N'{run}'"));
+            run.clear();
+        }
+    };
+    for c in text.chars() {
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+            flush(&mut run, &mut parts);
+            parts.push(format!("NCHAR({})", u32::from(c)));
+            continue;
+        }
+        if c == '(' && run.ends_with('$') {
+            flush(&mut run, &mut parts);
+        }
+        if c == '\'' {
+            run.push_str("''");
+        } else {
+            run.push(c);
+        }
+    }
+    flush(&mut run, &mut parts);
+    if parts.is_empty() {
+        "N''".to_string()
+    } else {
+        parts.join(" + ")
+    }
+}
+
 /// The fill body of `fill.sql`: the lines strictly between the markers,
 /// without blank lines at either end.
 fn fill_body(fill: &str) -> Vec<&str> {
@@ -153,7 +236,8 @@ fn fill_body(fill: &str) -> Vec<&str> {
 }
 
 /// `(name, type, marker)` of each `DECLARE @name TYPE = @Pn;` line of
-/// `fill.sql` before its body: the procedure's parameters, in order.
+/// `fill.sql` before its body, in order: the direct batch's parameters, and
+/// the procedure's parameters and constants.
 fn fill_parameters(fill: &str) -> Vec<(&str, &str, &str)> {
     fill.lines()
         .take_while(|line| line.trim_end() != BODY_BEGIN)
@@ -168,14 +252,45 @@ fn fill_parameters(fill: &str) -> Vec<(&str, &str, &str)> {
         .collect()
 }
 
-/// `CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]`, built from
-/// `fill.sql` (see its header): one body for both modes, nothing to keep in
-/// step by hand. The body is indented by four spaces; `fill.sql` keeps every
-/// string literal on one line, so that changes no literal.
-pub(crate) fn fill_procedure() -> String {
-    let parameters: Vec<String> = fill_parameters(FILL)
+/// The DECLAREs of `fill.sql` that are the procedure's parameters: all but
+/// [`PROCEDURE_CONSTANTS`], in order.
+fn procedure_parameters(fill: &str) -> Vec<(&str, &str, &str)> {
+    fill_parameters(fill)
+        .into_iter()
+        .filter(|(name, _, _)| !PROCEDURE_CONSTANTS.contains(name))
+        .collect()
+}
+
+/// `CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]` for one
+/// tombstone stream and type, built from `fill.sql` (see its header): one
+/// body for both modes, nothing to keep in step by hand. Its parameters are
+/// fill.sql's DECLAREs but [`PROCEDURE_CONSTANTS`], which are DECLAREd at the
+/// top of the body with `tombstone_stream` and `tombstone_type` as literals
+/// ([`nvarchar_literal`]). The body is indented by four spaces; `fill.sql`
+/// keeps every string literal on one line, so that changes no literal.
+pub(crate) fn fill_procedure(tombstone_stream: &str, tombstone_type: &str) -> String {
+    let declared = fill_parameters(FILL);
+    let parameters: Vec<String> = procedure_parameters(FILL)
         .iter()
         .map(|(name, kind, _)| format!("    @{name} {kind}"))
+        .collect();
+    let constants: Vec<String> = PROCEDURE_CONSTANTS
+        .iter()
+        .map(|constant| {
+            let kind = declared
+                .iter()
+                .find(|(name, _, _)| name == constant)
+                .map_or("NVARCHAR(850)", |(_, kind, _)| kind);
+            let value = if *constant == "stream_name" {
+                tombstone_stream
+            } else {
+                tombstone_type
+            };
+            format!(
+                "    DECLARE @{constant} {kind} = {};",
+                nvarchar_literal(value)
+            )
+        })
         .collect();
     let body: Vec<String> = fill_body(FILL)
         .iter()
@@ -195,31 +310,37 @@ pub(crate) fn fill_procedure() -> String {
          AS\n\
          BEGIN\n    \
          -- {PROCEDURE_INTERFACE}\n\
+         \n    \
+         -- The tombstone stream and type, fixed when this procedure was created.\n\
+         {constants}\n\
          \n\
          {body}\n\
          END;\n",
         parameters = parameters.join(",\n"),
+        constants = constants.join("\n"),
         body = body.join("\n"),
     )
 }
 
-/// What `gap-healer sql --engine mssql` prints: the fill procedure and the
-/// grants for a placeholder user, as one sqlcmd/SSMS script.
-pub(crate) fn setup_script(schema: &str) -> String {
+/// What `gap-healer sql --engine mssql` prints: the fill procedure for one
+/// tombstone stream and type, and the grants for a placeholder user, as one
+/// sqlcmd/SSMS script.
+pub(crate) fn setup_script(schema: &str, tombstone_stream: &str, tombstone_type: &str) -> String {
     format!(
         "-- gap-healer {version}: SQL Server setup for schema {quoted}.\n\
          -- Run it in the event store's database (sqlcmd or SSMS) as a user who may\n\
          -- create procedures in the schema and grant rights on it (db_owner, say).\n\
-         -- It creates the fill procedure (procedure mode), then grants a placeholder\n\
-         -- user [gap_healer] what procedure mode needs. `gap-healer install` runs\n\
-         -- the first part only.\n\
+         -- It creates the fill procedure (procedure mode) for the tombstone stream\n\
+         -- and type configured when this was printed (the constants at the top of\n\
+         -- its body), then grants a placeholder user [gap_healer] what procedure\n\
+         -- mode needs. `gap-healer install` runs the first part only.\n\
          \n\
          {procedure}GO\n\
          \n\
          {grants}",
         version = env!("CARGO_PKG_VERSION"),
         quoted = quote_ident(schema),
-        procedure = render(&fill_procedure(), schema),
+        procedure = render(&fill_procedure(tombstone_stream, tombstone_type), schema),
         grants = render(GRANTS, schema),
     )
 }
@@ -227,6 +348,52 @@ pub(crate) fn setup_script(schema: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STREAM: &str = "__tombstones__";
+    const TYPE: &str = "$tombstone";
+
+    fn sql(schema: &str) -> DbResult<Sql> {
+        Sql::new(schema, STREAM, TYPE)
+    }
+
+    /// Evaluates what [`nvarchar_literal`] produces: `N'..'` literals
+    /// (doubled quotes) and `NCHAR(n)` joined by ` + `. Panics on anything else.
+    fn eval_nvarchar(expr: &str) -> String {
+        let mut out = String::new();
+        let mut rest = expr;
+        loop {
+            if let Some(r) = rest.strip_prefix("N'") {
+                let mut chars = r.char_indices().peekable();
+                let mut end = None;
+                while let Some((i, c)) = chars.next() {
+                    if c == '\'' {
+                        if matches!(chars.peek(), Some((_, '\''))) {
+                            chars.next();
+                            out.push('\'');
+                        } else {
+                            end = Some(i);
+                            break;
+                        }
+                    } else {
+                        out.push(c);
+                    }
+                }
+                let end = end.expect("a closed literal");
+                rest = &r[end + 1..];
+            } else if let Some(r) = rest.strip_prefix("NCHAR(") {
+                let close = r.find(')').expect("NCHAR(n)");
+                let n: u32 = r[..close].parse().expect("a number");
+                out.push(char::from_u32(n).expect("a character"));
+                rest = &r[close + 1..];
+            } else {
+                panic!("unexpected text in {expr:?} at {rest:?}");
+            }
+            if rest.is_empty() {
+                return out;
+            }
+            rest = rest.strip_prefix(" + ").expect("pieces joined by +");
+        }
+    }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
     const ALL: [(&str, &str); 13] = [
@@ -265,7 +432,7 @@ mod tests {
 
     #[test]
     fn schema_is_bracketed_everywhere() {
-        let sql = Sql::new("eventuous").unwrap();
+        let sql = sql("eventuous").unwrap();
         for text in [
             &sql.head,
             &sql.scan,
@@ -289,7 +456,7 @@ mod tests {
             .fill_procedure
             .contains("CREATE OR ALTER PROCEDURE [eventuous].[gap_healer_fill]"));
         assert!(sql.preflight.contains("N'[eventuous].[Messages]'"));
-        let script = setup_script("Store_2");
+        let script = setup_script("Store_2", STREAM, TYPE);
         assert!(
             script.contains("GRANT EXECUTE ON OBJECT::[Store_2].[gap_healer_fill] TO [gap_healer]")
         );
@@ -322,34 +489,133 @@ mod tests {
             "a b",
             &"x".repeat(129),
         ] {
-            assert!(Sql::new(bad).is_err(), "{bad:?}");
+            assert!(sql(bad).is_err(), "{bad:?}");
         }
         for good in ["eventuous", "_x", "Store_2", &"x".repeat(128)] {
-            assert!(Sql::new(good).is_ok(), "{good:?}");
+            assert!(sql(good).is_ok(), "{good:?}");
         }
         assert_eq!(quote_ident("a]b"), "[a]]b]");
     }
 
     #[test]
-    fn no_user_value_is_ever_spliced() {
-        // The tombstone stream, type, positions and timeouts are parameters:
-        // the fill texts do not depend on them at all.
-        let sql = Sql::new("eventuous").unwrap();
-        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6"] {
+    fn no_user_value_is_spliced_into_what_the_login_runs() {
+        // The tombstone stream, type, positions, timeouts and the fence are
+        // parameters of the direct batch and the procedure call: those texts
+        // do not depend on them at all.
+        let sql = Sql::new("eventuous", "it's $(x)", "o'type").unwrap();
+        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6", "@P7"] {
             assert!(sql.fill.contains(marker), "fill.sql binds {marker}");
+        }
+        assert!(!sql.fill.contains("@P8"));
+        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5"] {
             assert!(
                 sql.fill_call.contains(marker),
                 "fill_call.sql binds {marker}"
             );
         }
-        assert!(!sql.fill.contains("@P7"));
-        assert!(!sql.fill.contains("__tombstones__") && !sql.fill.contains("$tombstone"));
+        assert!(!sql.fill_call.contains("@P6"));
+        assert_eq!(sql.fill, Sql::new("eventuous", STREAM, TYPE).unwrap().fill);
+        assert_eq!(sql.fill_call, render(FILL_CALL, "eventuous"));
+        for text in [&sql.fill, &sql.fill_call] {
+            assert!(!text.contains("__tombstones__") && !text.contains("$tombstone"));
+            assert!(!text.contains("it''s") && !text.contains("o''type"));
+        }
         assert!(sql.scan.contains("@P1") && sql.scan.contains("@P2") && !sql.scan.contains("@P3"));
+        // The procedure alone has them, as literals.
+        assert!(sql
+            .fill_procedure
+            .contains("DECLARE @stream_name NVARCHAR(850) = N'it''s $' + N'(x)';"));
+        assert!(sql
+            .fill_procedure
+            .contains("DECLARE @message_type NVARCHAR(128) = N'o''type';"));
+    }
+
+    #[test]
+    fn literals_evaluate_to_the_text_and_survive_sqlcmd() {
+        for text in [
+            "__tombstones__",
+            "$tombstone",
+            "o'brien's",
+            "'",
+            "''",
+            "'; DROP TABLE x; --",
+            "N'",
+            "a$(b)c",
+            "$$((",
+            "$",
+            "(",
+            "tab\there",
+            "line\nbreak\r\u{0}\u{7f}\u{85}",
+            "sep\u{2028}para\u{2029}",
+            "ünï ç😀de",
+            "GO",
+            "]",
+        ] {
+            let expr = nvarchar_literal(text);
+            assert_eq!(eval_nvarchar(&expr), text, "{expr}");
+            assert!(!expr.contains("$("), "{expr}");
+            assert!(
+                !expr.contains(|c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}'),
+                "{expr:?}"
+            );
+            // Outside the pieces' quotes there is nothing but ` + ` and NCHAR(n).
+            let stripped: String = expr.split(" + ").filter(|p| !p.starts_with("N'")).collect();
+            assert!(
+                stripped.chars().all(|c| "NCHAR()0123456789".contains(c)),
+                "{expr}"
+            );
+        }
+        assert_eq!(nvarchar_literal(""), "N''");
+        assert_eq!(nvarchar_literal("o'brien"), "N'o''brien'");
+        assert_eq!(nvarchar_literal("a$(b)"), "N'a$' + N'(b)'");
+        assert_eq!(nvarchar_literal("a\nb"), "N'a' + NCHAR(10) + N'b'");
+    }
+
+    #[test]
+    fn tombstone_names_must_fit_their_columns() {
+        assert!(Sql::new("eventuous", &"s".repeat(850), &"t".repeat(128)).is_ok());
+        // Counted in UTF-16 units, as NVARCHAR counts: the emoji is two.
+        let astral = format!("{}😀", "s".repeat(849));
+        let err = Sql::new("eventuous", &astral, TYPE).unwrap_err();
+        assert!(err.message.contains("tombstone stream"), "{}", err.message);
+        assert!(Sql::new("eventuous", &"s".repeat(851), TYPE).is_err());
+        assert!(Sql::new("eventuous", STREAM, &"t".repeat(129)).is_err());
+        assert!(Sql::new("eventuous", "", TYPE).is_err());
+        assert!(Sql::new("eventuous", STREAM, "").is_err());
+    }
+
+    #[test]
+    fn setup_script_bakes_in_a_quoted_stream_name() {
+        let script = setup_script("eventuous", "Bob's tombstones", "it's a $(type)");
+        assert!(
+            script.contains("    DECLARE @stream_name NVARCHAR(850) = N'Bob''s tombstones';\n"),
+            "{script}"
+        );
+        assert!(
+            script
+                .contains("    DECLARE @message_type NVARCHAR(128) = N'it''s a $' + N'(type)';\n"),
+            "{script}"
+        );
+        // Neither is a parameter, and the call cannot pass one.
+        let create = script
+            .find("CREATE OR ALTER PROCEDURE [eventuous].[gap_healer_fill]")
+            .unwrap();
+        let as_ = create + script[create..].find("\nAS\n").unwrap();
+        let signature = &script[create..as_];
+        assert!(!signature.contains("@stream_name") && !signature.contains("@message_type"));
+        assert!(!FILL_CALL.contains("@stream_name") && !FILL_CALL.contains("@message_type"));
+        // No line of the script holds an odd number of quotes outside a
+        // comment, so no literal spans lines (and sqlcmd's GO stays a GO).
+        for line in script.lines() {
+            let code = line.split("--").next().unwrap_or_default();
+            assert!(code.matches('\'').count() % 2 == 0, "{line}");
+        }
+        assert!(!script.contains("$("), "sqlcmd would substitute it");
     }
 
     #[test]
     fn probe_repeats_only_numbered_markers() {
-        let sql = Sql::new("eventuous").unwrap();
+        let sql = sql("eventuous").unwrap();
         assert!(
             PROBE.matches(PROBE_ROW).count() == 1,
             "probe.sql has exactly one VALUES row"
@@ -368,7 +634,7 @@ mod tests {
 
     #[test]
     fn the_procedure_is_the_fill_body_with_the_fill_parameters() {
-        let procedure = fill_procedure();
+        let procedure = fill_procedure(STREAM, TYPE);
         let body = fill_body(FILL);
         assert!(body.len() > 100, "the markers enclose the body");
         assert!(body.iter().any(|l| l.contains("SET IDENTITY_INSERT")));
@@ -390,10 +656,11 @@ mod tests {
             assert_eq!(lines[first + i], want, "body line {i}");
         }
         assert_eq!(lines.last(), Some(&"END;"));
-        // The direct batch's DECLAREs, and nothing else, are the parameters.
-        let parameters = fill_parameters(FILL);
+        // The direct batch's DECLAREs: the procedure's parameters, and its
+        // constants.
+        let declared = fill_parameters(FILL);
         assert_eq!(
-            parameters,
+            declared,
             vec![
                 ("start", "BIGINT", "@P1"),
                 ("end", "BIGINT", "@P2"),
@@ -401,26 +668,87 @@ mod tests {
                 ("message_type", "NVARCHAR(128)", "@P4"),
                 ("lock_timeout_ms", "INT", "@P5"),
                 ("stream_lock_timeout_ms", "INT", "@P6"),
+                ("leader_fence", "NVARCHAR(255)", "@P7"),
+            ]
+        );
+        let parameters = procedure_parameters(FILL);
+        assert_eq!(
+            parameters.iter().map(|(n, _, _)| *n).collect::<Vec<_>>(),
+            vec![
+                "start",
+                "end",
+                "lock_timeout_ms",
+                "stream_lock_timeout_ms",
+                "leader_fence"
             ]
         );
         assert!(procedure.contains(
             "CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]\n    @start BIGINT,\n    @end BIGINT,\n    \
-             @stream_name NVARCHAR(850),\n    @message_type NVARCHAR(128),\n    @lock_timeout_ms INT,\n    \
-             @stream_lock_timeout_ms INT\nWITH EXECUTE AS OWNER\nAS\nBEGIN\n"
+             @lock_timeout_ms INT,\n    @stream_lock_timeout_ms INT,\n    @leader_fence NVARCHAR(255)\n\
+             WITH EXECUTE AS OWNER\nAS\nBEGIN\n"
         ));
-        // The procedure is called with the same names bound to the same markers.
-        for (name, _, marker) in &parameters {
+        // The constants come before the body, with fill.sql's types.
+        let stream = lines
+            .iter()
+            .position(|l| *l == "    DECLARE @stream_name NVARCHAR(850) = N'__tombstones__';")
+            .expect("the stream constant");
+        let kind = lines
+            .iter()
+            .position(|l| *l == "    DECLARE @message_type NVARCHAR(128) = N'$tombstone';")
+            .expect("the type constant");
+        assert!(stream < first && kind < first);
+        // The procedure is called with its parameters' names bound to
+        // @P1.. in order, and with nothing else.
+        for (i, (name, _, _)) in parameters.iter().enumerate() {
             assert!(
-                FILL_CALL.contains(&format!("@{name} = {marker}")),
-                "fill_call.sql binds @{name} = {marker}"
+                FILL_CALL.contains(&format!("@{name} = @P{}", i + 1)),
+                "fill_call.sql binds @{name} = @P{}",
+                i + 1
             );
         }
+        assert_eq!(FILL_CALL.matches(" = @P").count(), parameters.len());
+        let rendered = Sql::new("eventuous", STREAM, TYPE).unwrap();
+        assert_eq!(
+            rendered.procedure_parameters,
+            vec![
+                "@start",
+                "@end",
+                "@lock_timeout_ms",
+                "@stream_lock_timeout_ms",
+                "@leader_fence"
+            ]
+        );
         // Nothing of the direct batch's preamble leaks into the procedure.
         assert!(!procedure.contains("= @P"));
         assert!(!procedure.contains(BODY_BEGIN) && !procedure.contains(BODY_END));
         // preflight.sql recognises this procedure by its marker.
         assert!(procedure.contains(PROCEDURE_INTERFACE));
         assert!(PREFLIGHT.contains(PROCEDURE_INTERFACE));
+    }
+
+    #[test]
+    fn the_fill_checks_the_leader_fence_after_locking_the_stream_row() {
+        let body = fill_body(FILL).join("\n");
+        let row_lock = body.find("WITH (UPDLOCK, ROWLOCK)").unwrap();
+        let fence = body
+            .find("APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Transaction') = 1")
+            .expect("the fence inside the transaction");
+        let begin = body.find("BEGIN TRANSACTION;").unwrap();
+        let insert = body.find("INSERT INTO __schema__.[Messages]").unwrap();
+        assert!(begin < row_lock && row_lock < fence && fence < insert);
+        // And before the one write outside the transaction (the stream row).
+        let early = body
+            .find("APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Session') = 1")
+            .expect("the fence before creating the stream row");
+        let create = body.find("INSERT INTO __schema__.[Streams]").unwrap();
+        assert!(early < create && create < begin);
+        assert_eq!(body.matches("THROW 50006").count(), 2);
+        assert_eq!(body.matches("@leader_fence IS NOT NULL").count(), 2);
+        // The stage the engine classifies as Busy.
+        assert!(body.contains("SET @stage = N'leader';"));
+        // The answer names the tombstones.
+        assert!(body.contains("@stream_name AS stream_name,"));
+        assert!(body.contains("@message_type AS message_type;"));
     }
 
     #[test]
@@ -460,9 +788,20 @@ mod tests {
             "@LockTimeout = 0",
             "@lock_result AS lock_result",
             "@@SPID AS session_id",
+            // The fence: a second session-owned lock with a fresh name, taken
+            // only with the leader lock.
+            "IF @lock_result >= 0",
+            "CAST(NEWID() AS NVARCHAR(36))",
+            "EXEC @fence_result = sp_getapplock",
+            "@Resource = @fence",
+            "@fence_result AS fence_result",
+            "@fence AS fence",
         ] {
             assert!(code.contains(part), "leader_lock.sql: {part}");
         }
+        assert_eq!(code.matches("@LockOwner = 'Session'").count(), 2);
+        assert_eq!(code.matches("@LockTimeout = 0").count(), 2);
+        assert_eq!(code.matches("@DbPrincipal = 'public'").count(), 2);
         assert!(LEADER_CHECK.contains("APPLOCK_MODE('public', @P1, 'Session') AS lock_mode"));
     }
 

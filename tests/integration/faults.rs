@@ -1,0 +1,1093 @@
+//! Fault handling of the real binary against real PostgreSQL servers: the
+//! database down at start and going away under a running daemon, connections
+//! killed in the middle of a fill, statement timeouts, a read-only database,
+//! and the leader's lock session dying under it.
+//!
+//! The shared server (127.0.0.1:5432) is never restarted here (that is the
+//! chaos test's job, in its own binary): a fault that needs a server to stop,
+//! start or change database-wide settings gets a throwaway cluster of its own
+//! ([`Throwaway`]), made with initdb on a free port and removed afterwards.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output as ProcOutput, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use crate::support::*;
+
+const FIXTURE: &str = include_str!("../fixtures/eventuous_postgres.sql");
+
+/// The newest PostgreSQL's bin directory (`/usr/lib/postgresql/<v>/bin`).
+fn pg_bin() -> PathBuf {
+    let version = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL server binaries under /usr/lib/postgresql")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .max()
+        .expect("a version under /usr/lib/postgresql");
+    PathBuf::from(format!("/usr/lib/postgresql/{version}/bin"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A PostgreSQL cluster of one test's own, on a free port of 127.0.0.1, with
+/// its socket in its directory. initdb refuses root, so as root the tools run
+/// as the postgres user. Stopped and deleted on drop.
+pub struct Throwaway {
+    pub dir: PathBuf,
+    pub port: u16,
+    bin: PathBuf,
+    root: bool,
+}
+
+impl Throwaway {
+    /// initdb (trust for the socket; `auth_host` for TCP); not started.
+    pub fn init(tag: &str, auth_host: &str) -> Throwaway {
+        let dir = std::env::temp_dir().join(format!(
+            "gh-pg-{tag}-{}",
+            &Uuid::new_v4().simple().to_string()[..8]
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = Throwaway {
+            port: free_port(),
+            bin: pg_bin(),
+            root: is_root(),
+            dir,
+        };
+        if t.root {
+            let ok = Command::new("chown")
+                .args(["postgres:postgres", t.dir.to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(ok.success(), "chown {} to postgres", t.dir.display());
+        }
+        let data = t.data();
+        t.tool(
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                &format!("--auth-host={auth_host}"),
+                "--no-sync",
+                "--no-instructions",
+            ],
+        );
+        t
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn tool(&self, name: &str, args: &[&str]) -> ProcOutput {
+        let path = self.bin.join(name);
+        let mut cmd = if self.root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&path);
+            c
+        } else {
+            Command::new(&path)
+        };
+        let out = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            out.status.success(),
+            "{name} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    pub fn start(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=40 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let data = self.data();
+        let log = self.dir.join("server.log");
+        self.tool(
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-l",
+                log.to_str().unwrap(),
+                "-o",
+                &options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
+    }
+
+    /// A fast shutdown: every session ends, as when a server goes down.
+    pub fn stop(&self) {
+        let data = self.data();
+        self.tool(
+            "pg_ctl",
+            &["-D", data.to_str().unwrap(), "-m", "fast", "-w", "stop"],
+        );
+    }
+
+    /// Over TCP, as the healer connects.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db}",
+            self.port
+        )
+    }
+
+    /// Over the Unix socket as postgres (trusted even when TCP wants a password).
+    pub async fn admin(&self, db: &str) -> Client {
+        let cs = format!(
+            "host={} port={} user=postgres dbname={db}",
+            self.dir.display(),
+            self.port
+        );
+        let (client, conn) = tokio_postgres::connect(&cs, NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("throwaway server at {}: {e}", self.dir.display()));
+        tokio::spawn(conn);
+        client
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        let data = self.data();
+        let path = self.bin.join("pg_ctl");
+        let mut cmd = if self.root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&path);
+            c
+        } else {
+            Command::new(&path)
+        };
+        let _ = cmd
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Creates the Eventuous tables in `schema` through `client`.
+pub async fn create_store(client: Client, schema: &str) -> Store {
+    client
+        .batch_execute(&FIXTURE.replace("__schema__", schema))
+        .await
+        .expect("create schema");
+    Store {
+        schema: schema.to_string(),
+        client,
+    }
+}
+
+/// One Eventuous-style append of one event on the store's own connection
+/// (works on any server, unlike `Store::append`); its position.
+pub async fn append_on(store: &Store, stream: &str, commit: bool) -> i64 {
+    let (s, c) = (&store.schema, &store.client);
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute(
+        &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"),
+        &[&stream],
+    )
+    .await
+    .unwrap();
+    let row = c
+        .query_one(
+            &format!(
+                "SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"
+            ),
+            &[&stream],
+        )
+        .await
+        .unwrap();
+    let (id, version): (i32, i32) = (row.get(0), row.get(1));
+    let position: i64 = c
+        .query_one(
+            &format!(
+                "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, json_data, created)
+                 VALUES (gen_random_uuid(), $1, $2, $3, '{{}}', now() AT TIME ZONE 'utc') RETURNING global_position"
+            ),
+            &[&EVENT_TYPE, &id, &(version + 1)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        &format!("UPDATE {s}.streams SET version = version + 1 WHERE stream_id = $1"),
+        &[&id],
+    )
+    .await
+    .unwrap();
+    c.batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
+        .await
+        .unwrap();
+    position
+}
+
+/// `gap-healer run` with the connection string in GAP_HEALER_CONNECTION_STRING
+/// (never on the command line), its log (JSON unless `extra` says otherwise)
+/// captured.
+pub fn daemon(cs: &str, schema: &str, extra: &[&str]) -> Daemon {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "run",
+        "--engine",
+        "postgres",
+        "--schema",
+        schema,
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ])
+    .args(extra);
+    if !extra.contains(&"--log-format") {
+        cmd.args(["--log-format", "json"]);
+    }
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GAP_HEALER_") || k == "RUST_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("GAP_HEALER_CONNECTION_STRING", cs);
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gap-healer run");
+    let stderr = child.stderr.take().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                if let Some(tx) = tx.take() {
+                    let addr: String = addr
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != '"')
+                        .collect();
+                    let _ = tx.send(addr);
+                }
+            }
+            let mut l = sink.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("gap-healer did not start: {}", log.lock().unwrap()));
+    Daemon {
+        child,
+        addr: addr.parse().expect("listen address"),
+        log,
+    }
+}
+
+fn log_of(d: &Daemon) -> String {
+    d.log.lock().unwrap().clone()
+}
+
+/// Log lines whose message starts with `message`.
+fn lines_with(d: &Daemon, message: &str) -> Vec<serde_json::Value> {
+    log_of(d)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+        })
+        .collect()
+}
+
+fn alive(d: &mut Daemon) -> bool {
+    d.child.try_wait().unwrap().is_none()
+}
+
+/// Waits up to `limit` for `cond`, checking every 50 ms.
+async fn wait_for<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if cond().await {
+            return true;
+        }
+        if started.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn ready(d: &Daemon) -> u16 {
+    d.get("/readyz").await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_down_at_start_then_up_then_down_and_up_again() {
+    let pg = Throwaway::init("down", "trust");
+    // A password the server does not need (trust), so the logs can be
+    // searched for it.
+    let cs = format!(
+        "{} password=DownPw_71x connect_timeout=1",
+        pg.url("postgres")
+    );
+    let mut d = daemon(
+        &cs,
+        "store",
+        &[
+            "--gap-timeout",
+            "200ms",
+            "--poll-interval",
+            "100ms",
+            "--connect-timeout",
+            "1s",
+            "--start-from",
+            "0",
+        ],
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        alive(&mut d),
+        "exited with the database down:\n{}",
+        log_of(&d)
+    );
+    assert_eq!(
+        d.get("/healthz").await.0,
+        200,
+        "live while the database is down"
+    );
+    let (code, body) = d.get("/readyz").await;
+    assert_eq!(code, 503, "not ready while the database is down: {body}");
+    assert!(body.contains("database"), "{body}");
+    let retries = lines_with(&d, "scan failed");
+    assert!(!retries.is_empty(), "no retry lines:\n{}", log_of(&d));
+    // Backoff, not a hot loop: at most a handful of attempts in 3 s.
+    assert!(retries.len() <= 10, "{} scan retries in 3 s", retries.len());
+    for r in &retries {
+        assert_eq!(r["level"], "WARN", "{r}");
+        assert!(r["retry_in_ms"].as_u64().is_some(), "{r}");
+        assert!(r["error"].as_str().is_some_and(|e| !e.is_empty()), "{r}");
+    }
+    assert!(
+        !lines_with(&d, "leader election: cannot reach the database").is_empty(),
+        "{}",
+        log_of(&d)
+    );
+    // The scan's line says only that no connection came; the election's says why.
+    assert!(
+        lines_with(&d, "leader election: cannot reach the database")
+            .iter()
+            .any(|l| l["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Connection refused"))),
+        "{}",
+        log_of(&d)
+    );
+    println!(
+        "database down at start: {} retry lines in 3 s, e.g. {}",
+        retries.len(),
+        retries[0]
+    );
+
+    // The server comes up: the daemon connects, becomes ready and heals.
+    pg.start();
+    let store = create_store(pg.admin("postgres").await, "store").await;
+    append_on(&store, "A", true).await;
+    append_on(&store, "X", false).await;
+    append_on(&store, "B", true).await;
+    let up = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(40), || async { ready(&d).await == 200 }).await,
+        "not ready after the server came up:\n{}",
+        log_of(&d)
+    );
+    println!("server up: ready after {:?}", up.elapsed());
+    assert!(
+        wait_for(Duration::from_secs(20), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "hole not filled after the server came up:\n{}",
+        log_of(&d)
+    );
+    assert!(!lines_with(&d, "database reachable again").is_empty());
+
+    // The server goes away under the running daemon: not ready, still alive.
+    drop(store);
+    pg.stop();
+    assert!(
+        wait_for(Duration::from_secs(20), || async { ready(&d).await == 503 }).await,
+        "still ready with the server down:\n{}",
+        log_of(&d)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        alive(&mut d),
+        "exited when the server went down:\n{}",
+        log_of(&d)
+    );
+    assert_eq!(d.get("/healthz").await.0, 200);
+
+    // And comes back: the daemon heals new holes again.
+    pg.start();
+    let store = Store {
+        schema: "store".into(),
+        client: pg.admin("postgres").await,
+    };
+    append_on(&store, "Y", false).await;
+    append_on(&store, "C", true).await;
+    let back = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(40), || async {
+            store.missing().await.is_empty() && ready(&d).await == 200
+        })
+        .await,
+        "not healing after the server came back:\n{}",
+        log_of(&d)
+    );
+    println!(
+        "server back: hole healed and ready after {:?}",
+        back.elapsed()
+    );
+    assert_eq!(store.tombstone_positions().await, vec![2, 4]);
+    store.assert_tombstone_stream_consistent().await;
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("DownPw_71x"), "password in the log:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// The backends of the connections whose application_name is `app`.
+async fn backends(store: &Store, app: &str) -> Vec<(i32, Option<String>, String)> {
+    store
+        .client
+        .query(
+            "SELECT pid, wait_event_type::text, COALESCE(query, '') FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// Waits until one of the healer's connections waits on a lock in its fill
+/// insert, then terminates every one of its connections (fill, pool, leader).
+async fn kill_while_fill_waits(store: &Store, app: &str) -> usize {
+    assert!(
+        wait_for(Duration::from_secs(15), || async {
+            backends(store, app).await.iter().any(|(_, wait, q)| {
+                wait.as_deref() == Some("Lock") && q.contains("OVERRIDING SYSTEM VALUE")
+            })
+        })
+        .await,
+        "the fill never waited on the held key: {:?}",
+        backends(store, app).await
+    );
+    let killed: i64 = store
+        .client
+        .query_one(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) t",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    killed as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
+    let store = Store::new("fault_kill").await;
+    let app = format!("gh-{}", store.schema);
+    let cs = format!("{} application_name={app}", store.url());
+    store.append("A", 1, Ending::Commit).await;
+    let open = store.append_open("slow", 1).await;
+    store.append("B", 1, Ending::Commit).await;
+    let mut d = daemon(
+        &cs,
+        &store.schema,
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "50ms",
+            "--lock-timeout",
+            "20s",
+            "--start-from",
+            "0",
+        ],
+    );
+
+    // 1. Killed while waiting on an append that then rolls back: the fill is
+    //    retried and fills the position.
+    let killed = kill_while_fill_waits(&store, &app).await;
+    assert!(
+        killed >= 2,
+        "the fill's and the leader's connections: {killed}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            !lines_with(&d, "fill failed; retrying later").is_empty()
+        })
+        .await,
+        "the broken fill was not reported:\n{}",
+        log_of(&d)
+    );
+    assert!(
+        store.tombstone_positions().await.is_empty(),
+        "the killed fill wrote nothing"
+    );
+    open.rollback().await;
+    assert!(
+        wait_for(Duration::from_secs(30), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "the fill was not retried after the connection was killed:\n{}",
+        log_of(&d)
+    );
+    assert_eq!(store.tombstone_positions().await, vec![2]);
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
+
+    // 2. Killed while waiting on an append that then commits: the event stays.
+    let open = store.append_open("slow2", 1).await;
+    let held = open.positions[0];
+    store.append("C", 1, Ending::Commit).await;
+    kill_while_fill_waits(&store, &app).await;
+    open.commit()
+        .await
+        .expect("the held append commits: no tombstone took its key");
+    store.append("X", 1, Ending::RollbackAfterInsert).await;
+    store.append("D", 1, Ending::Commit).await;
+    assert!(
+        wait_for(Duration::from_secs(30), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "not healing after the second kill:\n{}",
+        log_of(&d)
+    );
+    let rows = store.rows().await;
+    assert!(
+        rows.iter()
+            .any(|r| r.0 == held && r.1 == "slow2" && r.2 == EVENT_TYPE),
+        "{rows:?}"
+    );
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 2);
+    assert!(alive(&mut d), "{}", log_of(&d));
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            d.metric("gap_healer_leader").await == Some(1.0)
+        })
+        .await,
+        "leadership not regained:\n{}",
+        log_of(&d)
+    );
+    let errors = d
+        .metric("gap_healer_fill_attempts_total{outcome=\"error\"}")
+        .await;
+    assert!(errors >= Some(2.0), "{errors:?}");
+    let failed = lines_with(&d, "fill failed; retrying later");
+    println!(
+        "connection killed mid-fill: {} fill error(s) reported, e.g. {}",
+        failed.len(),
+        failed[0]
+    );
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_schema().await;
+}
+
+/// A login role with exactly the rights `gap-healer sql` prints.
+async fn healer_role(store: &Store, role: &str) {
+    let out = cli(
+        &["sql", "--engine", "postgres", "--schema", &store.schema],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    store
+        .client
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .await
+        .unwrap();
+    store
+        .client
+        .batch_execute(&out.stdout.replace("gap_healer", role))
+        .await
+        .expect("apply the printed grants");
+}
+
+async fn drop_role(store: Store, role: &str) {
+    store.drop_schema().await;
+    let c = connect().await;
+    c.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_is_reported_and_retried() {
+    let store = Store::new("fault_stmt").await;
+    let role = format!("{}_role", store.schema);
+    healer_role(&store, &role).await;
+    // Shorter than the healer's lock_timeout: a fill waiting on a held key is
+    // cancelled by the server (57014) before the healer gives up on the lock.
+    store
+        .client
+        .batch_execute(&format!(
+            "ALTER ROLE {role} SET statement_timeout = '300ms'"
+        ))
+        .await
+        .unwrap();
+    let cs = pg_url()
+        .split_whitespace()
+        .filter(|kv| !kv.starts_with("user="))
+        .chain([format!("user={role}").as_str()])
+        .collect::<Vec<_>>()
+        .join(" ");
+    store.append("A", 1, Ending::Commit).await;
+    let open = store.append_open("slow", 1).await;
+    store.append("B", 1, Ending::Commit).await;
+    let mut d = daemon(
+        &cs,
+        &store.schema,
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "100ms",
+            "--lock-timeout",
+            "3s",
+            "--start-from",
+            "0",
+        ],
+    );
+    assert!(
+        wait_for(Duration::from_secs(15), || async {
+            lines_with(&d, "fill failed; retrying later").len() >= 2
+        })
+        .await,
+        "no statement timeout reported:\n{}",
+        log_of(&d)
+    );
+    let failed = lines_with(&d, "fill failed; retrying later");
+    assert!(
+        failed
+            .iter()
+            .all(|l| l["error"].as_str().is_some_and(|e| e.contains("57014"))),
+        "{failed:?}"
+    );
+    println!("statement timeout: {}", failed[0]);
+    assert!(alive(&mut d));
+    assert_eq!(d.get("/healthz").await.0, 200);
+    assert!(store.tombstone_positions().await.is_empty());
+    open.rollback().await;
+    assert!(
+        wait_for(Duration::from_secs(40), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "not retried after the statement timeouts:\n{}",
+        log_of(&d)
+    );
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
+    let errors = d
+        .metric("gap_healer_db_errors_total{operation=\"fill\"}")
+        .await;
+    assert!(errors >= Some(2.0), "{errors:?}");
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    drop_role(store, &role).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_database_is_reported_and_retried_never_a_crash_loop() {
+    let pg = Throwaway::init("ro", "trust");
+    pg.start();
+    pg.admin("postgres")
+        .await
+        .batch_execute("CREATE DATABASE ro")
+        .await
+        .unwrap();
+    let store = create_store(pg.admin("ro").await, "store").await;
+    append_on(&store, "A", true).await;
+    append_on(&store, "X", false).await;
+    append_on(&store, "B", true).await;
+    store
+        .client
+        .batch_execute("ALTER DATABASE ro SET default_transaction_read_only = on")
+        .await
+        .unwrap();
+    let app = "gh-fault-ro";
+    let cs = format!("{} application_name={app}", pg.url("ro"));
+    let mut d = daemon(
+        &cs,
+        "store",
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    );
+    let watch = Duration::from_secs(5);
+    tokio::time::sleep(watch).await;
+    let failed = lines_with(&d, "fill failed; retrying later");
+    assert!(
+        !failed.is_empty(),
+        "no fill error reported:\n{}",
+        log_of(&d)
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|l| l["error"].as_str().is_some_and(|e| e.contains("25006"))),
+        "{failed:?}"
+    );
+    // Retried with backoff: 0.5 s, 1 s, 2 s, ... not every poll.
+    assert!(
+        failed.len() <= 6,
+        "{} fill attempts in {watch:?}",
+        failed.len()
+    );
+    assert!(alive(&mut d), "{}", log_of(&d));
+    assert_eq!(d.get("/healthz").await.0, 200);
+    assert_eq!(store.missing().await, vec![2]);
+    println!(
+        "read-only database: {} fill attempts in {watch:?}, e.g. {}",
+        failed.len(),
+        failed[0]
+    );
+
+    // Writable again. Sessions keep the database default they started with,
+    // so, as a DBA would, end the healer's sessions: it reconnects and fills.
+    store
+        .client
+        .batch_execute("ALTER DATABASE ro RESET default_transaction_read_only")
+        .await
+        .unwrap();
+    store
+        .client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(40), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "not filled once writable:\n{}",
+        log_of(&d)
+    );
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    drop(pg);
+}
+
+/// A database that was read-only (`ALTER DATABASE ... SET
+/// default_transaction_read_only`) and is writable again: the healer should
+/// heal without anyone ending its sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_database_made_writable_again_heals_without_reconnecting() {
+    let pg = Throwaway::init("ro2", "trust");
+    pg.start();
+    pg.admin("postgres")
+        .await
+        .batch_execute("CREATE DATABASE ro")
+        .await
+        .unwrap();
+    let store = create_store(pg.admin("ro").await, "store").await;
+    append_on(&store, "A", true).await;
+    append_on(&store, "X", false).await;
+    append_on(&store, "B", true).await;
+    let admin = pg.admin("postgres").await;
+    admin
+        .batch_execute("ALTER DATABASE ro SET default_transaction_read_only = on")
+        .await
+        .unwrap();
+    let d = daemon(
+        &pg.url("ro"),
+        "store",
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            !lines_with(&d, "fill failed; retrying later").is_empty()
+        })
+        .await
+    );
+    admin
+        .batch_execute("ALTER DATABASE ro RESET default_transaction_read_only")
+        .await
+        .unwrap();
+    let healed = wait_for(Duration::from_secs(45), || async {
+        store.missing().await.is_empty()
+    })
+    .await;
+    let (_, _, log) = d.terminate();
+    assert!(
+        healed,
+        "still failing 45 s after the database became writable:\n{log}"
+    );
+}
+
+/// Leader safety when only the leader's lock session dies (a network blip on
+/// one connection, `idle_session_timeout`, a proxy restart): the server frees
+/// the lock at once, a follower takes it within a second, while the old leader
+/// learns of it only at its next heartbeat (up to 1 s, plus 1 s timeout),
+/// still filling through its pooled connections meanwhile. The log must show
+/// no fill by one process after another became the leader and before it
+/// stepped down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_session_killed_no_fill_while_another_leads() {
+    let store = Store::new("fault_leader").await;
+    let (app_a, app_b) = (
+        format!("gha-{}", store.schema),
+        format!("ghb-{}", store.schema),
+    );
+    let flags = [
+        "--gap-timeout",
+        "0s",
+        "--poll-interval",
+        "20ms",
+        "--start-from",
+        "0",
+    ];
+    let a = daemon(
+        &format!("{} application_name={app_a}", store.url()),
+        &store.schema,
+        &flags,
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = daemon(
+        &format!("{} application_name={app_b}", store.url()),
+        &store.schema,
+        &flags,
+    );
+    // Holes appear all the time, so whoever leads fills every ~20 ms.
+    let holes = {
+        let schema = store.schema.clone();
+        tokio::spawn(async move {
+            let s = Store {
+                schema,
+                client: connect().await,
+            };
+            for _ in 0..400 {
+                append_on(&s, "X", false).await;
+                append_on(&s, "A", true).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let mut violations = Vec::new();
+    for round in 0..4 {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // Kill the current leader's lock session only.
+        let leader_app = if a.metric("gap_healer_leader").await == Some(1.0) {
+            &app_a
+        } else {
+            &app_b
+        };
+        store
+            .client
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1
+                   AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)",
+                &[leader_app],
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let _ = round;
+    }
+    holes.abort();
+    let (_, _, log_a) = a.terminate();
+    let (_, _, log_b) = b.terminate();
+    // What each log says: when the process became the leader, and when each
+    // of its fills started (logged time minus the fill's duration).
+    let parse = |log: &str| {
+        let mut became = Vec::new();
+        let mut fills = Vec::new();
+        for v in log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            let ts = v["timestamp"].as_str().unwrap_or_default();
+            let Ok(at) = humantime::parse_rfc3339(ts) else {
+                continue;
+            };
+            let m = v["message"].as_str().unwrap_or_default();
+            if m.starts_with("became the leader") {
+                became.push(at);
+            } else if m.starts_with("filled hole with tombstones") {
+                let ms = v["ms"].as_i64().unwrap_or(0);
+                fills.push(at - Duration::from_millis(ms.max(0) as u64 + 1));
+            }
+        }
+        (became, fills)
+    };
+    let (became_a, fills_a) = parse(&log_a);
+    let (became_b, fills_b) = parse(&log_b);
+    // The fencing invariant: a fill may only start while its process is the
+    // most recent one to have taken the lock. A stale leader (its lock
+    // session gone, its heartbeat not yet noticed) must not fill once the
+    // other process has taken over; its fence refuses inside the transaction.
+    for (fills, own, other, who) in [
+        (&fills_a, &became_a, &became_b, "A"),
+        (&fills_b, &became_b, &became_a, "B"),
+    ] {
+        for f in fills {
+            let mine = own.iter().filter(|t| *t < f).max();
+            let theirs = other.iter().filter(|t| *t < f).max();
+            if let (Some(mine), Some(theirs)) = (mine, theirs) {
+                if theirs > mine {
+                    violations.push(format!(
+                        "{who} started a fill at {} after the other took the lock at {} (its own lead began {})",
+                        humantime::format_rfc3339_micros(*f),
+                        humantime::format_rfc3339_micros(*theirs),
+                        humantime::format_rfc3339_micros(*mine)
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "took the lock: A {} times, B {} times; fills: A {}, B {}",
+        became_a.len(),
+        became_b.len(),
+        fills_a.len(),
+        fills_b.len()
+    );
+    store.drop_schema().await;
+    assert!(
+        became_a.len() + became_b.len() >= 3,
+        "the lock changed hands too rarely"
+    );
+    assert!(
+        violations.is_empty(),
+        "two fillers at once, {} fills in all, e.g.:\n{}",
+        violations.len(),
+        violations[..violations.len().min(10)].join("\n")
+    );
+}
+
+/// Never a crash loop on a missing table either: the daemon keeps running,
+/// says what is wrong, and heals once the table exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_tables_are_reported_and_the_daemon_waits_for_them() {
+    let c = connect().await;
+    let schema = format!(
+        "gh_fault_missing_{}",
+        &Uuid::new_v4().simple().to_string()[..8]
+    );
+    c.batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let mut d = daemon(
+        &pg_url(),
+        &schema,
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let failed = lines_with(&d, "scan failed");
+    assert!(!failed.is_empty(), "{}", log_of(&d));
+    assert!(
+        failed.iter().all(|l| l["level"] == "ERROR"),
+        "permanent errors are errors: {failed:?}"
+    );
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("messages does not exist")),
+        "{}",
+        failed[0]
+    );
+    assert!(failed.len() <= 8, "{} attempts in 3 s", failed.len());
+    assert!(alive(&mut d));
+    assert_eq!(d.get("/readyz").await.0, 503);
+    c.batch_execute(&format!("DROP SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let store = create_store(c, &schema).await;
+    store.append("A", 1, Ending::Commit).await;
+    store.append("X", 1, Ending::RollbackAfterInsert).await;
+    store.append("B", 1, Ending::Commit).await;
+    assert!(
+        wait_for(Duration::from_secs(40), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "not healing once the tables exist:\n{}",
+        log_of(&d)
+    );
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_schema().await;
+}
