@@ -163,7 +163,11 @@ fn key_values(raw: &str) -> Result<Vec<(String, String, String)>, String> {
         let key: String = chars[key_start..i].iter().collect();
         skip_ws(&mut i);
         if i >= chars.len() || chars[i] != '=' {
-            return Err(format!("expected `=` after `{key}`"));
+            // Position only: a malformed string may be all password.
+            return Err(format!(
+                "expected `key=value` at character {}",
+                key_start + 1
+            ));
         }
         i += 1;
         skip_ws(&mut i);
@@ -173,7 +177,12 @@ fn key_values(raw: &str) -> Result<Vec<(String, String, String)>, String> {
             i += 1;
             loop {
                 match chars.get(i) {
-                    None => return Err(format!("unterminated quoted value of `{key}`")),
+                    None => {
+                        return Err(format!(
+                            "unterminated quoted value starting at character {}",
+                            value_start + 1
+                        ))
+                    }
                     Some('\\') => {
                         if let Some(c) = chars.get(i + 1) {
                             value.push(*c);
@@ -270,5 +279,9 @@ mod tests {
             .unwrap();
         assert!(e.contains("/nonexistent.pem"), "{e}");
         assert!(key_values("host=db password='open").is_err());
+        for malformed in ["Zq71;o", "host=db Secret9x", "host=db password='Secret9x"] {
+            let e = parse(malformed).err().unwrap();
+            assert!(!e.contains("Zq71") && !e.contains("Secret9x"), "{e}");
+        }
     }
 }
