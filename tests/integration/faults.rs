@@ -8,10 +8,8 @@
 //! start or change database-wide settings gets a throwaway cluster of its own
 //! ([`Throwaway`]), made with initdb on a free port and removed afterwards.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Output as ProcOutput, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls};
@@ -268,60 +266,15 @@ pub async fn append_on(store: &Store, stream: &str, commit: bool) -> i64 {
 /// (never on the command line), its log (JSON unless `extra` says otherwise)
 /// captured.
 pub fn daemon(cs: &str, schema: &str, extra: &[&str]) -> Daemon {
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "run",
-        "--engine",
-        "postgres",
-        "--schema",
-        schema,
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ])
-    .args(extra);
+    let mut args: Vec<String> = ["run", "--engine", "postgres", "--schema", schema]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
     if !extra.contains(&"--log-format") {
-        cmd.args(["--log-format", "json"]);
+        args.extend(["--log-format".into(), "json".into()]);
     }
-    for (k, _) in std::env::vars() {
-        if k.starts_with("GAP_HEALER_") || k == "RUST_LOG" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("GAP_HEALER_CONNECTION_STRING", cs);
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start gap-healer run");
-    let stderr = child.stderr.take().unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.split("listening on ").nth(1) {
-                if let Some(tx) = tx.take() {
-                    let addr: String = addr
-                        .chars()
-                        .take_while(|c| !c.is_whitespace() && *c != '"')
-                        .collect();
-                    let _ = tx.send(addr);
-                }
-            }
-            let mut l = sink.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|_| panic!("gap-healer did not start: {}", log.lock().unwrap()));
-    Daemon {
-        child,
-        addr: addr.parse().expect("listen address"),
-        log,
-    }
+    Daemon::spawn(&args, &[("GAP_HEALER_CONNECTION_STRING", cs)])
 }
 
 fn log_of(d: &Daemon) -> String {

@@ -475,16 +475,23 @@ impl Daemon {
     pub fn start(store: &Store, extra: &[&str]) -> Daemon {
         let mut args = vec!["run".to_string()];
         args.extend(store_args(store));
-        args.extend([
-            "--metrics-addr".into(),
-            "127.0.0.1:0".into(),
-            "--log-format".into(),
-            "json".into(),
-        ]);
+        args.extend(["--log-format".into(), "json".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(BIN)
-            .args(&args)
-            .env_remove("RUST_LOG")
+        Daemon::spawn(&args, &[])
+    }
+
+    /// `gap-healer ARGS --metrics-addr 127.0.0.1:0` with only the given
+    /// GAP_HEALER_* variables; waits for its "listening on" line.
+    pub fn spawn(args: &[String], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).args(["--metrics-addr", "127.0.0.1:0"]);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("GAP_HEALER_") || k == "RUST_LOG" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.envs(env.iter().copied());
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
