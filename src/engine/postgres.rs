@@ -152,6 +152,15 @@ impl PostgresEngine {
         if config.get_application_name().is_none() {
             config.application_name("gap-healer");
         }
+        // The probe's cost estimate grows with the table times the tracked
+        // ranges; past jit_above_cost every probe was JIT-compiled (13.6 ms
+        // instead of under 2 at 10M rows, docs/benchmarks.md). The healer's
+        // queries are short: no JIT for its sessions.
+        let options = match config.get_options() {
+            Some(given) if !given.trim().is_empty() => format!("{given} -c jit=off"),
+            _ => "-c jit=off".to_string(),
+        };
+        config.options(&options);
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(settings.connect_timeout);
         }

@@ -1,0 +1,1025 @@
+//! What every section of the harness shares: the connection, a schema per
+//! benchmark (created from the Eventuous fixture, dropped afterwards), an
+//! Eventuous-style append function, concurrent writers, the two kinds of
+//! readers, the real `gap-healer` binary, `/proc` sampling and percentiles.
+//!
+//! Everything runs against the local PostgreSQL (`GAP_HEALER_TEST_PG`, by
+//! default `host=127.0.0.1 port=5432 user=postgres dbname=test`).
+
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use gap_healer::engine::postgres::PostgresEngine;
+use gap_healer::engine::StoreSettings;
+use gap_healer::secret::ConnectionString;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_postgres::{Client, NoTls};
+
+pub const FIXTURE: &str = include_str!("../../tests/fixtures/eventuous_postgres.sql");
+pub const TOMBSTONE_STREAM: &str = "__tombstones__";
+pub const TOMBSTONE_TYPE: &str = "$tombstone";
+/// Prefix of every schema the harness creates; the pid follows the tag.
+pub const SCHEMA_PREFIX: &str = "ghb_";
+
+/// The append function every writer calls: Eventuous's append in one round
+/// trip (stream row locked, rows inserted with the identity, Version moved),
+/// optionally behind one global advisory lock (seed 003's store), optionally
+/// failing after its insert (a rollback that burns its positions).
+const APPEND_FN: &str = r#"
+CREATE FUNCTION __schema__.bench_append(_stream varchar, _n int, _lock boolean, _fail boolean)
+RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    _id int;
+    _version int;
+    _last bigint;
+BEGIN
+    IF _lock THEN
+        PERFORM pg_advisory_xact_lock(3003);
+    END IF;
+    SELECT stream_id, version INTO _id, _version
+    FROM __schema__.streams WHERE stream_name = _stream FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO __schema__.streams (stream_name) VALUES (_stream)
+        RETURNING stream_id, version INTO _id, _version;
+    END IF;
+    WITH ins AS (
+        INSERT INTO __schema__.messages
+            (message_id, message_type, stream_id, stream_position, json_data, created)
+        SELECT gen_random_uuid(), 'BenchEvent', _id, _version + g, '{"n": 1}',
+               now() AT TIME ZONE 'utc'
+        FROM generate_series(1, _n) AS g
+        RETURNING global_position
+    )
+    SELECT max(global_position) INTO _last FROM ins;
+    UPDATE __schema__.streams SET version = _version + _n WHERE stream_id = _id;
+    IF _fail THEN
+        RAISE EXCEPTION 'bench: append rolled back' USING ERRCODE = 'P0001';
+    END IF;
+    RETURN _last;
+END
+$fn$;
+"#;
+
+/// The local PostgreSQL.
+pub fn pg_url() -> String {
+    std::env::var("GAP_HEALER_TEST_PG")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+}
+
+/// The application name of every session the harness opens, so its share of
+/// the server's CPU can be told from other work on the machine.
+pub fn app_name() -> String {
+    format!("ghb_{}", std::process::id())
+}
+
+/// The application name of the daemons the harness starts.
+pub fn healer_app_name() -> String {
+    format!("ghb_{}_healer", std::process::id())
+}
+
+pub async fn connect() -> Result<Client> {
+    let (client, conn) = tokio_postgres::connect(&pg_url_named(&app_name()), NoTls)
+        .await
+        .with_context(|| format!("PostgreSQL at {}", pg_url()))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// How big a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// Seconds: proves every section still works (CI).
+    Smoke,
+    /// At most 10 minutes on a 2-core machine: the figures in docs/benchmarks.md.
+    Default,
+    /// Longer runs and no extrapolation.
+    Full,
+}
+
+impl Size {
+    pub fn parse(s: &str) -> Option<Size> {
+        match s {
+            "smoke" => Some(Size::Smoke),
+            "default" => Some(Size::Default),
+            "full" => Some(Size::Full),
+            _ => None,
+        }
+    }
+
+    /// `smoke`, `default` or `full` value of a knob.
+    pub fn pick<T>(self, smoke: T, default: T, full: T) -> T {
+        match self {
+            Size::Smoke => smoke,
+            Size::Default => default,
+            Size::Full => full,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.pick("smoke", "default", "full")
+    }
+}
+
+/// Drops `ghb_*` schemas left by harness runs whose process is gone (a run
+/// that was killed); schemas of a run still going are left alone.
+pub async fn drop_stale_schemas(client: &Client) -> Result<()> {
+    let rows = client
+        .query(
+            "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'ghb\\_%'",
+            &[],
+        )
+        .await?;
+    for row in rows {
+        let name: String = row.get(0);
+        let pid = name.rsplit('_').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// One benchmark's store: its own schema with the Eventuous tables and the
+/// append function. Drop it with [`Schema::drop`].
+pub struct Schema {
+    pub name: String,
+    pub client: Client,
+}
+
+impl Schema {
+    pub async fn create(tag: &str) -> Result<Schema> {
+        let client = connect().await?;
+        let name = format!("{SCHEMA_PREFIX}{tag}_{}", std::process::id());
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+            .await?;
+        client
+            .batch_execute(&FIXTURE.replace("__schema__", &name))
+            .await
+            .context("create the Eventuous schema")?;
+        client
+            .batch_execute(&APPEND_FN.replace("__schema__", &name))
+            .await
+            .context("create the append function")?;
+        Ok(Schema { name, client })
+    }
+
+    /// Drops the schema, on a new connection if this one was lost.
+    pub async fn drop(self) -> Result<()> {
+        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
+        if self.client.batch_execute(&sql).await.is_err() {
+            connect().await?.batch_execute(&sql).await?;
+        }
+        Ok(())
+    }
+
+    pub fn settings(&self) -> StoreSettings {
+        StoreSettings {
+            connection_string: ConnectionString::new(pg_url()),
+            schema: self.name.clone(),
+            tombstone_stream: TOMBSTONE_STREAM.into(),
+            tombstone_type: TOMBSTONE_TYPE.into(),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    pub fn engine(&self) -> Result<Arc<PostgresEngine>> {
+        Ok(Arc::new(PostgresEngine::new(&self.settings())?))
+    }
+
+    /// Appends `n` events to `stream` and commits; the last position.
+    pub async fn append(&self, stream: &str, n: i32) -> Result<i64> {
+        let row = self
+            .client
+            .query_one(
+                &format!("SELECT {}.bench_append($1, $2, false, false)", self.name),
+                &[&stream, &n],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Moves the identity so the next append lands `gap` positions further on.
+    pub async fn jump_identity(&self, gap: i64) -> Result<()> {
+        let s = &self.name;
+        self.client
+            .execute(
+                &format!(
+                    "SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'),
+                       (SELECT last_value FROM {s}.messages_global_position_seq) + $1)"
+                ),
+                &[&gap],
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn head(&self) -> Result<i64> {
+        let s = &self.name;
+        Ok(self
+            .client
+            .query_one(
+                &format!("SELECT COALESCE(MAX(global_position), 0) FROM {s}.messages"),
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+
+    /// Positions missing between 1 and the head.
+    pub async fn missing(&self) -> Result<i64> {
+        let s = &self.name;
+        Ok(self
+            .client
+            .query_one(
+                &format!("SELECT COALESCE(MAX(global_position), 0) - COUNT(*) FROM {s}.messages"),
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+
+    /// Positions of every committed event that is not a tombstone.
+    pub async fn event_positions(&self) -> Result<Vec<i64>> {
+        let s = &self.name;
+        Ok(self
+            .client
+            .query(
+                &format!(
+                    "SELECT global_position FROM {s}.messages WHERE message_type <> $1 ORDER BY 1"
+                ),
+                &[&TOMBSTONE_TYPE],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    pub async fn tombstones(&self) -> Result<i64> {
+        let s = &self.name;
+        Ok(self
+            .client
+            .query_one(
+                &format!("SELECT COUNT(*) FROM {s}.messages WHERE message_type = $1"),
+                &[&TOMBSTONE_TYPE],
+            )
+            .await?
+            .get(0))
+    }
+}
+
+/// What the writers do.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub writers: usize,
+    /// Events per append, inclusive bounds.
+    pub batch: (i32, i32),
+    /// Share of appends that fail after their insert (their positions burn).
+    pub rollback: f64,
+    /// Share of appends that keep their transaction open `hold` after inserting.
+    pub slow: f64,
+    pub hold: Duration,
+    /// Seed 003's global `pg_advisory_xact_lock`, and where it is taken.
+    pub lock: AppendLock,
+    /// Pause between two appends of one writer (`None`: as fast as it can).
+    pub pace: Option<Duration>,
+    /// Record (last position, commit time on the database clock) per commit.
+    pub record_commits: bool,
+    /// Events committed so far by all writers, for measuring windows of a run.
+    pub progress: Option<Arc<AtomicU64>>,
+    /// Run in each writer's session first (e.g. `SET commit_delay`).
+    pub session_sql: Option<&'static str>,
+}
+
+impl Workload {
+    /// 8 writers, batches of 1 to 5 events, 1 % rollbacks, as fast as they can.
+    pub fn eight_writers() -> Workload {
+        Workload {
+            writers: 8,
+            batch: (1, 5),
+            rollback: 0.01,
+            slow: 0.0,
+            hold: Duration::ZERO,
+            lock: AppendLock::None,
+            pace: None,
+            record_commits: false,
+            progress: None,
+            session_sql: None,
+        }
+    }
+}
+
+/// Seed 003's one lock for every append of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendLock {
+    /// Appends run in parallel (Eventuous).
+    None,
+    /// Taken first thing inside the one-round-trip append function: the
+    /// shortest hold this design allows.
+    InAppend,
+    /// Taken by a statement of its own in the append's transaction, as seed
+    /// 003's code does: held over the lock's reply, the append and the commit.
+    Statement,
+}
+
+/// What the writers did.
+#[derive(Clone, Debug, Default)]
+pub struct Written {
+    pub appends: u64,
+    pub events: u64,
+    pub rollbacks: u64,
+    pub slow: u64,
+    pub elapsed: Duration,
+    /// (highest position of the append, seconds since the epoch on the
+    /// database clock just after its commit), when recorded.
+    pub commits: Vec<(i64, f64)>,
+}
+
+impl Written {
+    pub fn events_per_sec(&self) -> f64 {
+        self.events as f64 / self.elapsed.as_secs_f64()
+    }
+    pub fn appends_per_sec(&self) -> f64 {
+        self.appends as f64 / self.elapsed.as_secs_f64()
+    }
+    fn add(&mut self, o: Written) {
+        self.appends += o.appends;
+        self.events += o.events;
+        self.rollbacks += o.rollbacks;
+        self.slow += o.slow;
+        self.commits.extend(o.commits);
+    }
+}
+
+/// Runs `w.writers` writers, each on its own connection and its own streams,
+/// until `stop` is set; returns their totals.
+pub async fn write(schema: &str, w: &Workload, stop: Arc<AtomicBool>) -> Result<Written> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for id in 0..w.writers {
+        let client = connect().await?;
+        let schema = schema.to_string();
+        let w = w.clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            writer(client, &schema, id, &w, &stop).await
+        }));
+    }
+    let mut total = Written::default();
+    for t in tasks {
+        total.add(t.await??);
+    }
+    total.elapsed = started.elapsed();
+    Ok(total)
+}
+
+async fn writer(
+    client: Client,
+    schema: &str,
+    id: usize,
+    w: &Workload,
+    stop: &AtomicBool,
+) -> Result<Written> {
+    if let Some(sql) = w.session_sql {
+        client.batch_execute(sql).await?;
+    }
+    let append = client
+        .prepare(&format!(
+            "SELECT {schema}.bench_append($1::varchar, $2::int, $3::boolean, $4::boolean)"
+        ))
+        .await?;
+    let clock = client
+        .prepare("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+        .await?;
+    let lock = client.prepare("SELECT pg_advisory_xact_lock(3003)").await?;
+    let in_append = w.lock == AppendLock::InAppend;
+    let mut rng = StdRng::seed_from_u64(0x5eed + id as u64);
+    let mut out = Written::default();
+    let (yes, no) = (true, false);
+    while !stop.load(Ordering::Relaxed) {
+        let stream = format!("w{id}-{}", rng.random_range(0..50));
+        let n = rng.random_range(w.batch.0..=w.batch.1);
+        let roll: f64 = rng.random();
+        let fail = roll < w.rollback;
+        let slow = !fail && roll < w.rollback + w.slow;
+        let explicit = slow || w.lock == AppendLock::Statement;
+        if explicit {
+            client.batch_execute("BEGIN").await?;
+            if w.lock == AppendLock::Statement {
+                client.query_one(&lock, &[]).await?;
+            }
+        }
+        let flag = if fail { &yes } else { &no };
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&stream, &n, &in_append, flag];
+        let committed: Option<(i64, f64)> = if fail {
+            match client.query_one(&append, &params).await {
+                Err(e) if e.code().is_some_and(|c| c.code() == "P0001") => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => bail!("the failing append committed"),
+            }
+            if explicit {
+                client.batch_execute("ROLLBACK").await?;
+            }
+            out.rollbacks += 1;
+            None
+        } else if explicit {
+            let row = client.query_one(&append, &params).await?;
+            if slow {
+                tokio::time::sleep(w.hold).await;
+                out.slow += 1;
+            }
+            // Pipelined: the clock is read right after the commit.
+            let (commit, at) = tokio::join!(
+                client.batch_execute("COMMIT"),
+                client.query_one(&clock, &[])
+            );
+            commit?;
+            Some((row.get(0), at?.get(0)))
+        } else {
+            // Pipelined: the clock is read right after the implicit commit.
+            let (row, at) = tokio::join!(
+                client.query_one(&append, &params),
+                client.query_one(&clock, &[])
+            );
+            Some((row?.get(0), at?.get(0)))
+        };
+        if let Some(commit) = committed {
+            out.appends += 1;
+            out.events += n as u64;
+            if let Some(p) = &w.progress {
+                p.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            if w.record_commits {
+                out.commits.push(commit);
+            }
+        }
+        if let Some(p) = w.pace {
+            tokio::time::sleep(p).await;
+        }
+    }
+    Ok(out)
+}
+
+/// A reader without gap handling: `global_position > last_seen`, as seed
+/// 003's projections read. Returns the event positions it saw.
+pub async fn naive_reader(schema: String, stop: Arc<AtomicBool>) -> Result<HashSet<i64>> {
+    let client = connect().await?;
+    let page = client
+        .prepare(&format!(
+            "SELECT global_position, message_type::text FROM {schema}.messages
+             WHERE global_position > $1 ORDER BY global_position LIMIT 1000"
+        ))
+        .await?;
+    let mut last = 0i64;
+    let mut seen = HashSet::new();
+    let mut final_polls = 0;
+    loop {
+        let rows = client.query(&page, &[&last]).await?;
+        for r in &rows {
+            let p: i64 = r.get(0);
+            let kind: String = r.get(1);
+            if kind != TOMBSTONE_TYPE {
+                seen.insert(p);
+            }
+            last = p;
+        }
+        if rows.len() < 1000 {
+            if stop.load(Ordering::Relaxed) {
+                final_polls += 1;
+                if final_polls >= 3 {
+                    return Ok(seen);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// What an Eventuous-rules reader did.
+#[derive(Clone, Debug, Default)]
+pub struct Followed {
+    pub handled: HashSet<i64>,
+    pub tombstones_ignored: u64,
+    /// How long it stood at each hole before moving on.
+    pub stops: Vec<Duration>,
+    /// The next position it expected when it ended.
+    pub next: i64,
+    /// It reached `until` before its deadline.
+    pub caught_up: bool,
+}
+
+/// An all-stream subscription following Eventuous 0.17's rules: reads in
+/// position order from the next expected position; at a hole it stops and
+/// re-reads later (it would skip only once the row after the hole is an hour
+/// old); it ignores `$tombstone` rows. After `stop` it goes on until it has
+/// handled everything up to the head read then, or until `deadline` after stop.
+pub async fn eventuous_reader(
+    schema: String,
+    stop: Arc<AtomicBool>,
+    deadline: Duration,
+) -> Result<Followed> {
+    let client = connect().await?;
+    let page = client
+        .prepare(&format!(
+            "SELECT global_position, message_type::text,
+                    created < (now() AT TIME ZONE 'utc') - interval '1 hour'
+             FROM {schema}.messages WHERE global_position >= $1
+             ORDER BY global_position LIMIT 500"
+        ))
+        .await?;
+    let head = client
+        .prepare(&format!(
+            "SELECT COALESCE(MAX(global_position), 0) FROM {schema}.messages"
+        ))
+        .await?;
+    let mut out = Followed {
+        next: 1,
+        ..Default::default()
+    };
+    let mut gap_since: Option<(i64, Instant)> = None;
+    let mut until: Option<(i64, Instant)> = None;
+    loop {
+        if until.is_none() && stop.load(Ordering::Relaxed) {
+            let h: i64 = client.query_one(&head, &[]).await?.get(0);
+            until = Some((h, Instant::now() + deadline));
+        }
+        let rows = client.query(&page, &[&out.next]).await?;
+        let mut stopped_at_hole = false;
+        for r in &rows {
+            let (p, kind, old): (i64, String, bool) = (r.get(0), r.get(1), r.get(2));
+            if p > out.next && !old {
+                if gap_since.map(|(g, _)| g) != Some(out.next) {
+                    gap_since = Some((out.next, Instant::now()));
+                }
+                stopped_at_hole = true;
+                break;
+            }
+            if let Some((_, since)) = gap_since.take() {
+                out.stops.push(since.elapsed());
+            }
+            if kind == TOMBSTONE_TYPE {
+                out.tombstones_ignored += 1;
+            } else {
+                out.handled.insert(p);
+            }
+            out.next = p + 1;
+        }
+        if let Some((h, end)) = until {
+            if out.next > h {
+                out.caught_up = true;
+                return Ok(out);
+            }
+            if Instant::now() >= end {
+                return Ok(out);
+            }
+        }
+        if stopped_at_hole || rows.len() < 500 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The real `gap-healer run`, with its stderr drained into a bounded log.
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<Vec<String>>>,
+    http: reqwest::Client,
+}
+
+/// The binary cargo built next to this benchmark (release for `cargo bench`).
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_gap-healer")
+}
+
+impl Daemon {
+    /// `gap-healer run` on `schema` with `--gap-timeout 1s --poll-interval
+    /// 250ms --start-from 0 --log-format json --no-leader-election` and the
+    /// defaults otherwise (its sessions named [`healer_app_name`]); `flags`
+    /// replace or add `--key value` pairs.
+    pub fn start(schema: &str, flags: &[(&str, &str)]) -> Result<Daemon> {
+        let url = pg_url_named(&healer_app_name());
+        let mut pairs: Vec<(&str, &str)> = vec![
+            ("--engine", "postgres"),
+            ("--connection-string", &url),
+            ("--schema", schema),
+            ("--gap-timeout", "1s"),
+            ("--poll-interval", "250ms"),
+            ("--metrics-addr", "127.0.0.1:0"),
+            ("--start-from", "0"),
+            ("--log-format", "json"),
+        ];
+        for (k, v) in flags {
+            match pairs.iter_mut().find(|(key, _)| key == k) {
+                Some(pair) => pair.1 = v,
+                None => pairs.push((k, v)),
+            }
+        }
+        let mut args = vec!["run".to_string(), "--no-leader-election".to_string()];
+        for (k, v) in pairs {
+            args.push(k.to_string());
+            args.push(v.to_string());
+        }
+        let mut cmd = Command::new(binary());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("GAP_HEALER_") || k == "RUST_LOG" {
+                cmd.env_remove(k);
+            }
+        }
+        let mut child = cmd
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("start gap-healer run")?;
+        let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("listening on ").nth(1) {
+                    if let Some(tx) = tx.take() {
+                        let addr: String = addr
+                            .chars()
+                            .take_while(|c| !c.is_whitespace() && *c != '"')
+                            .collect();
+                        let _ = tx.send(addr);
+                    }
+                }
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line);
+                    if l.len() > 20_000 {
+                        l.drain(..10_000);
+                    }
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = log.lock().map(|l| l.join("\n")).unwrap_or_default();
+                bail!("gap-healer did not start: {log}");
+            }
+        };
+        Ok(Daemon {
+            child,
+            addr: addr.parse().context("listen address")?,
+            log,
+            http: reqwest::Client::new(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// One sample of the scrape, e.g. `gap_healer_tombstones_inserted_total`.
+    pub async fn metric(&self, sample: &str) -> Result<f64> {
+        let body = self
+            .http
+            .get(format!("http://{}/metrics", self.addr))
+            .send()
+            .await?
+            .text()
+            .await?;
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .ok_or_else(|| anyhow!("{sample} not in the scrape"))
+    }
+
+    /// Waits until `sample` reaches `want` or `limit` passes; the value then.
+    pub async fn wait_metric(&self, sample: &str, want: f64, limit: Duration) -> Result<f64> {
+        let end = Instant::now() + limit;
+        loop {
+            let v = self.metric(sample).await.unwrap_or(0.0);
+            if v >= want || Instant::now() >= end {
+                return Ok(v);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Log lines containing `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|s| s.contains(needle)).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// SIGTERM, then waits up to 10 s.
+    pub fn stop(mut self) -> Result<()> {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        let end = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() >= end {
+                self.child.kill()?;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process's memory and CPU from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcSample {
+    pub rss_kib: u64,
+    pub hwm_kib: u64,
+    /// utime + stime, in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+pub fn proc_sample(pid: u32) -> Result<ProcSample> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces): state is field 3,
+    // utime field 14, stime field 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let stime: u64 = fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok(ProcSample {
+        rss_kib: kib("VmRSS:"),
+        hwm_kib: kib("VmHWM:"),
+        cpu_ticks: utime + stime,
+    })
+}
+
+/// Clock ticks per second of /proc's CPU times.
+pub fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The `q` quantile (0..=1) of sorted values, nearest rank.
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+pub fn ms(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1e3;
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 1.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{:.0} µs", v * 1e3)
+    }
+}
+
+pub fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// 12345678 -> "12,345,678".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What a section contributes to the report.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// (what, figure, target, verdict) rows of the summary table.
+    pub summary: Vec<[String; 4]>,
+    /// Markdown blocks with the details, in order.
+    pub details: Vec<String>,
+    /// Sections that failed once and were run again, with the first error.
+    pub retried: Vec<String>,
+}
+
+impl Report {
+    pub fn row(&mut self, what: &str, figure: String, target: &str, met: Option<bool>) {
+        let verdict = match met {
+            Some(true) => "met",
+            Some(false) => "**missed**",
+            None => "",
+        };
+        self.summary.push([
+            what.to_string(),
+            figure,
+            target.to_string(),
+            verdict.to_string(),
+        ]);
+    }
+
+    pub fn detail(&mut self, block: String) {
+        println!("{block}");
+        self.details.push(block);
+    }
+}
+
+/// The 1-minute load average (other work on the machine shows here).
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// (busy, total) jiffies of all CPUs since boot, from /proc/stat.
+pub fn cpu_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    // idle and iowait
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Share of all CPUs busy between two [`cpu_jiffies`] samples, in %.
+pub fn busy_pct(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.1.saturating_sub(before.1).max(1);
+    after.0.saturating_sub(before.0) as f64 / total as f64 * 100.0
+}
+
+/// `pg_url()` with an application name, so the daemon's sessions can be found.
+pub fn pg_url_named(app: &str) -> String {
+    let url = pg_url();
+    if url.contains("://") {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}application_name={app}")
+    } else {
+        format!("{url} application_name={app}")
+    }
+}
+
+/// `pg_url_named(app)` with server `options` (e.g. `-c jit=off`).
+pub fn pg_url_with(app: &str, options: &str) -> String {
+    let url = pg_url_named(app);
+    if url.contains("://") {
+        let encoded = options.replace(' ', "%20").replace('=', "%3D");
+        format!("{url}&options={encoded}")
+    } else {
+        format!("{url} options='{options}'")
+    }
+}
+
+/// CPU ticks used so far by the server sessions named `app`.
+pub async fn session_ticks(client: &Client, app: &str) -> Result<u64> {
+    let pids: Vec<i32> = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(pids
+        .iter()
+        .filter_map(|p| proc_sample(*p as u32).ok())
+        .map(|s| s.cpu_ticks)
+        .sum())
+}
+
+/// Where the machine's CPU went during a measurement, in cores.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuUse {
+    /// All CPUs' busy time.
+    pub busy: f64,
+    /// The harness process, the processes it was given (daemons), and the
+    /// server sessions named [`app_name`] or [`healer_app_name`].
+    pub ours: f64,
+    /// The rest: other work on the machine, plus the server's own background
+    /// processes (WAL writer, checkpointer) working for everyone.
+    pub other: f64,
+}
+
+/// Samples CPU use every 250 ms until [`CpuWatch::finish`].
+pub struct CpuWatch {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Result<CpuUse>>,
+}
+
+impl CpuWatch {
+    pub async fn start(procs: Vec<u32>) -> Result<CpuWatch> {
+        let client = connect().await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let started = Instant::now();
+                let jiffies0 = cpu_jiffies();
+                // pid -> (ticks when first seen, ticks when last seen)
+                let mut seen: std::collections::HashMap<u32, (u64, u64)> =
+                    std::collections::HashMap::new();
+                let names = [app_name(), healer_app_name()];
+                loop {
+                    let done = stop.load(Ordering::Relaxed);
+                    let rows = client
+                        .query(
+                            "SELECT pid FROM pg_stat_activity WHERE application_name = ANY($1)",
+                            &[&names.as_slice()],
+                        )
+                        .await?;
+                    let pids = rows
+                        .iter()
+                        .map(|r| r.get::<_, i32>(0) as u32)
+                        .chain(procs.iter().copied())
+                        .chain([std::process::id()]);
+                    for pid in pids {
+                        if let Ok(s) = proc_sample(pid) {
+                            seen.entry(pid).or_insert((s.cpu_ticks, s.cpu_ticks)).1 = s.cpu_ticks;
+                        }
+                    }
+                    if done {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                let secs = started.elapsed().as_secs_f64();
+                let jiffies1 = cpu_jiffies();
+                let tck = clock_ticks();
+                let busy = jiffies1.0.saturating_sub(jiffies0.0) as f64 / tck / secs;
+                let ours = seen.values().map(|(a, b)| b - a).sum::<u64>() as f64 / tck / secs;
+                Ok(CpuUse {
+                    busy,
+                    ours,
+                    other: (busy - ours).max(0.0),
+                })
+            }
+        });
+        Ok(CpuWatch { stop, task })
+    }
+
+    pub async fn finish(self) -> Result<CpuUse> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await?
+    }
+}
