@@ -253,7 +253,6 @@ impl<E: Engine> Healer<E> {
             Ok(p) => p,
             Err(e) => {
                 self.db_error("probe", &e);
-                let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
                 self.defer_after_error(&ranges);
                 report.errors += 1;
                 return report;

@@ -822,6 +822,8 @@ pub fn advisory_key(name: &str) -> i64 {
 /// A dedicated session holding `pg_try_advisory_lock`.
 pub struct PgLeaderSession {
     client: tokio_postgres::Client,
+    /// The session's backend pid: what the fill fence checks.
+    pid: i32,
     connection: tokio::task::JoinHandle<()>,
 }
 
@@ -848,9 +850,7 @@ impl super::LeaderLock for PostgresEngine {
         let connection = tokio::spawn(async move {
             let _ = connection.await;
         });
-        let session = PgLeaderSession { client, connection };
-        let row = session
-            .client
+        let row = client
             .query_one(
                 "SELECT pg_try_advisory_lock($1), pg_backend_pid()",
                 &[&advisory_key(key)],
@@ -858,6 +858,11 @@ impl super::LeaderLock for PostgresEngine {
             .await
             .map_err(|e| self.error(&e, "leader lock"))?;
         let (taken, pid): (bool, i32) = (row.get(0), row.get(1));
+        let session = PgLeaderSession {
+            client,
+            pid,
+            connection,
+        };
         if taken {
             if let Ok(mut fence) = self.fence.lock() {
                 *fence = Some((pid, advisory_key(key)));
@@ -867,13 +872,10 @@ impl super::LeaderLock for PostgresEngine {
     }
 
     async fn still_held(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<bool> {
+        // The same question the fill fence asks, from the session itself.
         let held: bool = session
             .client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-                   AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1)",
-                &[&advisory_key(key)],
-            )
+            .query_one(&self.sql.fence, &[&session.pid, &advisory_key(key)])
             .await
             .map_err(|e| self.error(&e, "leader heartbeat"))?
             .get(0);

@@ -69,10 +69,7 @@ async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
     ];
     let a = Daemon::start(&store, &flags);
     let b = Daemon::start(&store, &flags);
-    let started = Instant::now();
-    while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    store.wait_until_healed(Duration::from_secs(10)).await;
     assert!(store.missing().await.is_empty());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let leaders = (
@@ -115,10 +112,7 @@ async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
     assert!(took <= Duration::from_secs(3), "{took:?}");
     store.append("X", 1, Ending::RollbackAfterInsert).await;
     store.append("C", 1, Ending::Commit).await;
-    let started = Instant::now();
-    while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    store.wait_until_healed(Duration::from_secs(10)).await;
     assert!(store.missing().await.is_empty(), "the new leader fills");
     assert_eq!(
         follower

@@ -49,20 +49,26 @@ fn spawn_healer(store: &Store, opts: Options) -> (CancellationToken, tokio::task
     (stop, task)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_reproduction_stuck_without_healer() {
-    let store = Store::new("seed_without").await;
-    let gap_timeout = Duration::from_millis(600);
+/// The seed's reproduction: an event with message id X on stream A, handled;
+/// the same message id again (ON CONFLICT DO NOTHING burns a position); then
+/// an event on stream B, which the subscriber must reach past the hole.
+async fn reproduce_seed(store: &Store, sub: &mut Subscriber) {
     let x = Uuid::new_v4();
     store.append_with_id("A", x).await;
-    let mut sub = Subscriber::new(&store).await;
     assert!(sub
         .poll_until(Duration::from_secs(5), |s| s.handled_stream("A"))
         .await
         .is_some());
-    // The same message id again: ON CONFLICT DO NOTHING burns a position.
     assert!(store.append_with_id("A", x).await.is_empty());
     store.append("B", 1, Ending::Commit).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_reproduction_stuck_without_healer() {
+    let store = Store::new("seed_without").await;
+    let gap_timeout = Duration::from_millis(600);
+    let mut sub = Subscriber::new(&store).await;
+    reproduce_seed(&store, &mut sub).await;
     let handled = sub
         .poll_until(gap_timeout * 5, |s| s.handled_stream("B"))
         .await;
@@ -90,15 +96,8 @@ async fn seed_reproduction_handled_within_gap_timeout_with_healer() {
             "0",
         ],
     );
-    let x = Uuid::new_v4();
-    store.append_with_id("A", x).await;
     let mut sub = Subscriber::new(&store).await;
-    assert!(sub
-        .poll_until(Duration::from_secs(5), |s| s.handled_stream("A"))
-        .await
-        .is_some());
-    assert!(store.append_with_id("A", x).await.is_empty());
-    store.append("B", 1, Ending::Commit).await;
+    reproduce_seed(&store, &mut sub).await;
     let appended = Instant::now();
     let handled = sub
         .poll_until(Duration::from_secs(10), |s| s.handled_stream("B"))
@@ -341,10 +340,7 @@ async fn two_healers_keep_the_tombstone_stream_consistent() {
             "--no-leader-election",
         ],
     );
-    let started = Instant::now();
-    while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(15) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    store.wait_until_healed(Duration::from_secs(15)).await;
     assert!(store.missing().await.is_empty());
     let filled_a = a
         .metric("gap_healer_tombstones_inserted_total")
@@ -412,10 +408,7 @@ async fn killed_mid_run_and_restarted_leaves_no_duplicate_or_missing_tombstone()
             "--no-leader-election",
         ],
     );
-    let started = Instant::now();
-    while !store.missing().await.is_empty() && started.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    store.wait_until_healed(Duration::from_secs(20)).await;
     drop(d);
     assert!(store.missing().await.is_empty());
     let tombstones = store.tombstone_positions().await;

@@ -278,6 +278,19 @@ impl Store {
             .collect()
     }
 
+    /// Polls until no position below the head is missing, or `limit` passes;
+    /// whether it got there.
+    pub async fn wait_until_healed(&self, limit: Duration) -> bool {
+        let started = Instant::now();
+        while !self.missing().await.is_empty() {
+            if started.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+
     /// Asserts invariant 5: the tombstone stream's positions are 0..n-1 and its version n-1.
     pub async fn assert_tombstone_stream_consistent(&self) -> i64 {
         let s = &self.schema;
