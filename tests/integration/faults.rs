@@ -1,7 +1,9 @@
 //! Fault handling of the real binary against real PostgreSQL servers: the
 //! database down at start and going away under a running daemon, connections
 //! killed in the middle of a fill, statement timeouts, a read-only database,
-//! and the leader's lock session dying under it.
+//! a full disk (a tablespace on a tmpfs filled to the last byte: this one
+//! mounts, so it needs root, as CI runs), and the leader's lock session dying
+//! under it.
 //!
 //! The shared server (127.0.0.1:5432) is never restarted here (that is the
 //! chaos test's job, in its own binary): a fault that needs a server to stop,
@@ -1043,4 +1045,191 @@ async fn missing_tables_are_reported_and_the_daemon_waits_for_them() {
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     store.drop_schema().await;
+}
+
+/// A tmpfs of `size` mounted on a directory of its own, owned by postgres:
+/// a real filesystem that really fills up. Unmounted (lazily) on drop.
+struct Tmpfs {
+    dir: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        assert!(
+            is_root(),
+            "the disk-full test mounts a tmpfs and needs root (CI runs as root); run it as root or skip it with --skip disk_full"
+        );
+        let dir = std::env::temp_dir().join(format!(
+            "gh-full-{}",
+            &Uuid::new_v4().simple().to_string()[..8]
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700")])
+            .arg("tmpfs")
+            .arg(&dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount a {size} tmpfs on {}",
+            dir.display()
+        );
+        let t = Tmpfs { dir };
+        let ok = Command::new("chown")
+            .args(["postgres:postgres", t.dir.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "chown {} to postgres", t.dir.display());
+        t
+    }
+
+    /// Writes a ballast file until the filesystem refuses with ENOSPC; its size.
+    fn fill(&self) -> u64 {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(self.dir.join("ballast")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        let mut written = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(n) => written += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+                Err(e) => panic!("filling {}: {e}", self.dir.display()),
+            }
+        }
+        written
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.dir.join("ballast")).unwrap();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A real disk-full: the store's tables live in a tablespace on an 8 MiB
+/// tmpfs, filled to the last byte by a ballast file. Every fill fails with
+/// 53100 and rolls back whole (no tombstone, no tombstone-stream row); the
+/// daemon reports it, backs off, stays up and healthy; once space is freed
+/// the next retry fills the hole without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
+    // Declared first, so dropped after the cluster has stopped.
+    let disk = Tmpfs::mount("8m");
+    let pg = Throwaway::init("full", "trust");
+    pg.start();
+    let admin = pg.admin("postgres").await;
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLESPACE small LOCATION '{}'",
+            disk.dir.display()
+        ))
+        .await
+        .unwrap();
+    admin
+        .batch_execute("CREATE DATABASE store_on_tmpfs TABLESPACE small")
+        .await
+        .unwrap();
+    let store = create_store(pg.admin("store_on_tmpfs").await, "store").await;
+    let file: String = store
+        .client
+        .query_one("SELECT pg_relation_filepath('store.messages')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        file.starts_with("pg_tblspc/"),
+        "store.messages is not on the tmpfs: {file}"
+    );
+    append_on(&store, "A", true).await;
+    // A 3,000-wide hole (an identity cache jump): thousands of tombstones
+    // cannot fit in the pages the table already has.
+    store
+        .client
+        .batch_execute(
+            "SELECT setval(pg_get_serial_sequence('store.messages', 'global_position'), 3001)",
+        )
+        .await
+        .unwrap();
+    append_on(&store, "B", true).await;
+    let hole = store.missing().await;
+    assert_eq!(hole.len(), 3000);
+    let ballast = disk.fill();
+
+    let app = "gh-fault-full";
+    let cs = format!("{} application_name={app}", pg.url("store_on_tmpfs"));
+    let mut d = daemon(
+        &cs,
+        "store",
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    );
+    let watch = Duration::from_secs(6);
+    tokio::time::sleep(watch).await;
+    let failed = lines_with(&d, "fill failed; retrying later");
+    assert!(
+        !failed.is_empty(),
+        "no fill error reported:\n{}",
+        log_of(&d)
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|l| l["error"].as_str().is_some_and(|e| e.contains("53100"))),
+        "not a disk-full error: {failed:?}"
+    );
+    // Backed off (0.5 s, 1 s, 2 s, ...), not retried every 100 ms poll.
+    assert!(
+        failed.len() <= 5,
+        "{} fill attempts in {watch:?}",
+        failed.len()
+    );
+    assert!(alive(&mut d), "{}", log_of(&d));
+    assert_eq!(d.get("/healthz").await.0, 200);
+    let errors = d
+        .metric("gap_healer_fill_attempts_total{outcome=\"error\"}")
+        .await
+        .unwrap_or_default();
+    assert!(errors >= 1.0, "fill errors not counted: {errors}");
+    // Nothing half-written: the hole is whole and no tombstone stream exists.
+    assert_eq!(store.missing().await, hole);
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 0);
+    println!(
+        "disk full: {ballast} bytes of ballast; {} fill attempts in {watch:?}, e.g. {}",
+        failed.len(),
+        failed[0]["error"]
+    );
+
+    disk.free();
+    let freed = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(45), || async {
+            store.missing().await.is_empty()
+        })
+        .await,
+        "not filled once space was freed:\n{}",
+        log_of(&d)
+    );
+    println!(
+        "disk full: healed {:?} after the space was freed",
+        freed.elapsed()
+    );
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 3000);
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    drop(store);
+    drop(admin);
+    drop(pg);
 }
