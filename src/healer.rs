@@ -284,7 +284,14 @@ impl<E: Engine> Healer<E> {
                 }
             }
         }
-        let mut queue = plan::batches(&pieces, max_rows, max_ranges);
+        let retried: Vec<i64> = due
+            .iter()
+            .filter(|h| h.retries > 0 && h.range.width() == 1)
+            .map(|h| h.range.start)
+            .collect();
+        let (shared, alone) = plan::split_known_held(pieces, &retried);
+        let mut queue = plan::batches(&shared, max_rows, max_ranges);
+        queue.extend(alone.into_iter().map(|p| vec![p]));
         queue.reverse();
         while let Some(batch) = queue.pop() {
             if stop.is_cancelled() || !self.leader.is_leader() {
@@ -304,7 +311,7 @@ impl<E: Engine> Healer<E> {
         report: &mut FillReport,
     ) {
         let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
-        let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout);
+        let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
         let what = describe(&batch);
         let started = std::time::Instant::now();
         let outcome = self.engine.fill_ranges(&batch, lock_timeout).await;

@@ -109,16 +109,29 @@ pub fn after_committed(
     AfterRefusal::Retry(batches(&rest, max_rows, max_ranges))
 }
 
-/// Lock timeout for one attempt: the configured one for a single position
-/// (the append there gets its full chance to finish), a short probe for wider
-/// ranges so that finding one held key among thousands stays cheap.
-pub fn lock_timeout_for(batch: &[PosRange], configured: Duration) -> Duration {
+/// Lock timeout for one attempt: a short probe, so that finding the held keys
+/// among thousands stays cheap, except for a single position that is the
+/// cycle's last statement: the append there gets the configured wait to
+/// finish (a late rollback is filled the moment it happens). Giving every
+/// held position the full wait would make a storm of slow appends cost the
+/// cycle one `lock_timeout` each while every other hole waits.
+pub fn lock_timeout_for(batch: &[PosRange], configured: Duration, last: bool) -> Duration {
     const PROBE: Duration = Duration::from_millis(100);
-    if width(batch) == 1 {
+    if width(batch) == 1 && last {
         configured
     } else {
         configured.min(PROBE)
     }
+}
+
+/// Splits the cycle's pieces in two: those that go into shared batches, and
+/// single positions already found held by an earlier cycle, which are tried
+/// alone after the rest. Batched with free holes, a known-held position would
+/// refuse the whole batch and be searched for again, one probe per halving.
+pub fn split_known_held(pieces: Vec<PosRange>, held: &[i64]) -> (Vec<PosRange>, Vec<PosRange>) {
+    pieces
+        .into_iter()
+        .partition(|p| !(p.width() == 1 && held.contains(&p.start)))
 }
 
 /// Delay before retrying a held or failed position: doubles from `base` per
@@ -191,17 +204,13 @@ mod tests {
     #[test]
     fn timeouts_and_delays() {
         let two = Duration::from_secs(2);
-        assert_eq!(lock_timeout_for(&[r(1, 1)], two), two);
+        let probe = Duration::from_millis(100);
+        assert_eq!(lock_timeout_for(&[r(1, 1)], two, true), two);
+        assert_eq!(lock_timeout_for(&[r(1, 1)], two, false), probe);
+        assert_eq!(lock_timeout_for(&[r(1, 2)], two, true), probe);
+        assert_eq!(lock_timeout_for(&[r(1, 1), r(3, 3)], two, true), probe);
         assert_eq!(
-            lock_timeout_for(&[r(1, 2)], two),
-            Duration::from_millis(100)
-        );
-        assert_eq!(
-            lock_timeout_for(&[r(1, 1), r(3, 3)], two),
-            Duration::from_millis(100)
-        );
-        assert_eq!(
-            lock_timeout_for(&[r(1, 2)], Duration::from_millis(20)),
+            lock_timeout_for(&[r(1, 2)], Duration::from_millis(20), false),
             Duration::from_millis(20)
         );
         let base = Duration::from_millis(250);

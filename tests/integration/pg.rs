@@ -575,3 +575,111 @@ async fn scattered_holes_share_transactions_and_one_held_among_them_is_left() {
     assert_eq!(store.assert_tombstone_stream_consistent().await, 5_000);
     store.drop_schema().await;
 }
+
+/// A lock-timeout storm: 24 slow appends hold positions scattered among
+/// 1,000 one-position holes, all due at once. The free 976 must be filled in
+/// the same cycle, each held position costs a bounded wait, none is taken,
+/// and once the appends end, the rolled-back ones are filled and the
+/// committed ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_timeout_storm_fills_the_free_and_takes_no_held_position() {
+    let store = Store::new("storm").await;
+    let s = &store.schema;
+    // 1,000 rows at even positions: 1,000 one-position holes (1, 3, ..., 1,999).
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 999);
+             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE
+             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, 1000) g;"
+        ))
+        .await
+        .unwrap();
+    // 24 open appends, one per connection, at holes spread over the range.
+    let held_at: Vec<i64> = (0..24).map(|i| 1 + 2 * (20 + 40 * i)).collect();
+    let mut open = Vec::new();
+    for (i, p) in held_at.iter().enumerate() {
+        let c = connect().await;
+        c.batch_execute("BEGIN").await.unwrap();
+        c.execute(
+            &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1)"),
+            &[&format!("slow-{i}")],
+        )
+        .await
+        .unwrap();
+        c.execute(
+            &format!(
+                "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+                 OVERRIDING SYSTEM VALUE
+                 SELECT gen_random_uuid(), 'TestEvent', stream_id, 0, $2, '{{}}', now() FROM {s}.streams WHERE stream_name = $1"
+            ),
+            &[&format!("slow-{i}"), p],
+        )
+        .await
+        .unwrap();
+        open.push(c);
+    }
+    let mut h = healer(&store, options(Duration::ZERO));
+    h.scan_step().await.unwrap();
+    assert_eq!(h.tracker().len(), 1_000);
+    let started = Instant::now();
+    let report = h.fill_due(&CancellationToken::new()).await;
+    let took = started.elapsed();
+    println!(
+        "lock-timeout storm, 24 held among 1,000 holes (lock_timeout 500 ms): {} tombstones in {took:?}, {} statements, {} lock timeouts",
+        report.tombstones, report.statements, report.held
+    );
+    assert_eq!(report.tombstones, 976);
+    assert_eq!(store.missing().await, held_at);
+    // The next cycle, with every append still open: the known-held positions
+    // are tried one by one with the short probe (the last with the full
+    // lock_timeout), not batched and searched for again.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let started = Instant::now();
+    let again = h.fill_due(&CancellationToken::new()).await;
+    println!(
+        "  the next cycle, all still held: {:?}, {} statements, {} lock timeouts",
+        started.elapsed(),
+        again.statements,
+        again.held
+    );
+    assert_eq!(
+        (again.tombstones, again.statements, again.held),
+        (0, 24, 24)
+    );
+
+    // Half the slow appends commit, half roll back: every commit succeeds.
+    let mut committed = Vec::new();
+    for (i, c) in open.into_iter().enumerate() {
+        if i % 2 == 0 {
+            c.batch_execute("COMMIT")
+                .await
+                .expect("a tombstone took an open append's key");
+            committed.push(held_at[i]);
+        } else {
+            c.batch_execute("ROLLBACK").await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let report = h.fill_due(&CancellationToken::new()).await;
+    assert_eq!(report.tombstones, 12, "{report:?}");
+    assert!(store.missing().await.is_empty());
+    let kept: Vec<i64> = store
+        .client
+        .query(
+            &format!(
+                "SELECT m.global_position FROM {s}.messages m JOIN {s}.streams st USING (stream_id)
+                 WHERE st.stream_name LIKE 'slow-%' ORDER BY 1"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(kept, committed);
+    assert_eq!(store.assert_tombstone_stream_consistent().await, 988);
+    store.drop_schema().await;
+}
