@@ -1,22 +1,22 @@
-//! The chaos test's moving parts: Eventuous-style writers that survive the
-//! server restarting, an Eventuous 0.17 all-stream subscriber that survives it
-//! too, healer processes of the real binary, and the healers' JSON logs read
-//! back as leadership intervals and fill attempts.
+//! The chaos test's moving parts, whatever the engine: Eventuous-style writers
+//! that survive the server restarting, an Eventuous 0.17 all-stream
+//! subscriber that survives it too, healer processes of the real binary, and
+//! the healers' JSON logs read back as leadership intervals and fill attempts.
+//! What differs per engine (SQL, errors, how to restart the server) is a
+//! [`Backend`]: `postgres.rs` and `mssql.rs`.
 //!
-//! Everything here records what it saw; `tests/chaos.rs` judges it.
+//! Everything here records what it saw; `run.rs` judges it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -24,16 +24,70 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_gap-healer");
 pub const EVENT_TYPE: &str = "ChaosEvent";
 pub const TOMBSTONES: &str = "__tombstones__";
 pub const TOMBSTONE_TYPE: &str = "$tombstone";
-pub const FIXTURE: &str = include_str!("../fixtures/eventuous_postgres.sql");
 /// The healers' gap_timeout; slow appends are held 0.5 to 3 times this long.
 pub const GAP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Streams the writers pick from.
 const STREAMS: usize = 40;
 
-/// The local PostgreSQL (override with GAP_HEALER_TEST_PG).
-pub fn pg_url() -> String {
-    std::env::var("GAP_HEALER_TEST_PG")
-        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+/// One committed row as the verdict reads it: global position, message id,
+/// stream name, stream position, message type, data.
+pub type StoredRow = (i64, Uuid, String, i32, String, serde_json::Value);
+
+/// One stream as the verdict reads it: name, Version, rows, lowest and
+/// highest stream position (0 and -1 without rows).
+pub type StoredStream = (String, i32, i64, i32, i32);
+
+/// What one engine brings to the run.
+pub trait Backend: Send + Sync + 'static {
+    /// A writer's or the subscriber's own connection.
+    type Conn: Send + 'static;
+    /// "PostgreSQL", "SQL Server".
+    const NAME: &'static str;
+    /// The identity's first value: the lowest position there can be.
+    const FIRST: i64;
+    /// Whether an append with a duplicate message id can skip the duplicate
+    /// and go on (PostgreSQL's ON CONFLICT DO NOTHING); on SQL Server the
+    /// append fails.
+    const DUPLICATES_IGNORED: bool;
+
+    fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
+    /// One append attempt in one transaction, on `c`.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        c: &mut Self::Conn,
+        journal: &Journal,
+        w: usize,
+        n: u64,
+        kind: Kind,
+        parts: &[Part],
+        hold: Option<Duration>,
+    ) -> impl Future<Output = Attempt> + Send;
+    /// Whether the events of an append whose COMMIT got no answer are there
+    /// (all: true, none: false, some: a violation, reported in `journal`).
+    fn resolve(&self, journal: &Journal, events: &[Event]) -> impl Future<Output = bool> + Send;
+    /// Up to 500 rows from `next` on, in position order: position, message
+    /// id, message type, and whether the row is over an hour old.
+    fn page(
+        &self,
+        c: &mut Self::Conn,
+        next: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, Uuid, String, bool)>, String>> + Send;
+    /// The healer's store flags and environment for one slot.
+    fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>);
+    /// Restarts the server (or what stands for it) and returns how long until
+    /// a new connection worked, and what was restarted.
+    fn restart(&self) -> impl Future<Output = (Duration, String)> + Send;
+    /// Row count and highest position.
+    fn count_and_head(&self) -> impl Future<Output = (i64, i64)> + Send;
+    fn rows(&self) -> impl Future<Output = Vec<StoredRow>> + Send;
+    fn streams(&self) -> impl Future<Output = Vec<StoredStream>> + Send;
+    /// Distinct `Created` values among the tombstones: fill transactions.
+    fn fill_transactions(&self) -> impl Future<Output = i64> + Send;
+    /// Where the store lives, for the messages ("schema gh_chaos_1234").
+    fn describe(&self) -> String;
+    /// Removes the store (after a run that passed).
+    fn remove(&self) -> impl Future<Output = ()> + Send;
 }
 
 /// Microseconds since the Unix epoch: the clock the healers' log timestamps use.
@@ -43,73 +97,6 @@ pub fn now_us() -> i64 {
 
 pub fn to_us(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as i64
-}
-
-/// One connection attempt, bounded by 2 s.
-pub async fn try_connect() -> Result<Client, tokio_postgres::Error> {
-    let mut config =
-        tokio_postgres::Config::from_str(&pg_url()).expect("GAP_HEALER_TEST_PG parses");
-    config.connect_timeout(Duration::from_secs(2));
-    config.application_name("gh-chaos-test");
-    let (client, conn) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
-}
-
-/// Connects, retrying every 100 ms (the server may be restarting) for up to `limit`.
-pub async fn connect_within(limit: Duration) -> Client {
-    let started = Instant::now();
-    loop {
-        match try_connect().await {
-            Ok(c) => return c,
-            Err(e) if started.elapsed() > limit => {
-                panic!(
-                    "PostgreSQL at {} did not answer within {limit:?}: {e}",
-                    pg_url()
-                )
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-/// Restarts the local cluster the way an operator would, and returns how long
-/// it took until a new connection succeeded.
-pub async fn restart_postgres() -> Duration {
-    let started = Instant::now();
-    // GAP_HEALER_CHAOS_RESTART, when set, is a shell command that restarts the
-    // server (CI with a PostgreSQL container: `docker restart <id>`); else the
-    // local Debian cluster is restarted with pg_ctlcluster.
-    let command = match std::env::var("GAP_HEALER_CHAOS_RESTART") {
-        Ok(command) => command,
-        Err(_) => {
-            let version = std::fs::read_dir("/etc/postgresql")
-                .expect("/etc/postgresql: the chaos test restarts the local cluster (or set GAP_HEALER_CHAOS_RESTART)")
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .max()
-                .expect("a cluster version under /etc/postgresql");
-            format!("pg_ctlcluster --skip-systemctl-redirect {version} main restart")
-        }
-    };
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("sh")
-            .args(["-c", &command])
-            .output()
-            .expect("run the restart command")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "restarting PostgreSQL failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    connect_within(Duration::from_secs(60)).await;
-    started.elapsed()
 }
 
 /// One event a writer believes committed.
@@ -140,7 +127,7 @@ pub struct WriterStats {
 }
 
 impl WriterStats {
-    fn bump(counter: &AtomicU64) {
+    pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
     pub fn get(counter: &AtomicU64) -> u64 {
@@ -149,39 +136,37 @@ impl WriterStats {
 }
 
 /// Shared by the writers: what they acknowledged and what went wrong.
+#[derive(Default)]
 pub struct Journal {
-    pub schema: String,
     pub acked: Mutex<Vec<Event>>,
     /// Anything a writer saw that must never happen (a duplicate key on the
     /// messages primary key, a half-committed append, an unexpected error).
     pub violations: Mutex<Vec<String>>,
     pub stats: WriterStats,
-    /// Name of the messages table's primary key constraint.
-    pub pkey: String,
 }
 
 impl Journal {
-    fn violation(&self, what: String) {
+    pub fn violation(&self, what: String) {
         eprintln!("VIOLATION: {what}");
         self.violations.lock().unwrap().push(what);
     }
 }
 
 /// One stream's part of an append.
-struct Part {
-    stream: String,
+pub struct Part {
+    pub stream: String,
     /// Message ids to insert; a duplicate id is one already in the stream.
-    ids: Vec<Uuid>,
+    pub ids: Vec<Uuid>,
     /// Insert plainly (SQL Server style, the duplicate fails the append)
     /// rather than with ON CONFLICT DO NOTHING (PostgreSQL style).
-    strict: bool,
+    pub strict: bool,
     /// Insert at a stream position already taken (a lost concurrency race),
     /// so this part fails after burning a global position.
-    fail: bool,
+    pub fail: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     Normal,
     Rollback,
     Slow { commit: bool },
@@ -191,8 +176,21 @@ enum Kind {
     MultiFailed,
 }
 
+impl Kind {
+    /// Whether the writer commits this kind of append at the end.
+    pub fn commits(self) -> bool {
+        !matches!(
+            self,
+            Kind::Rollback
+                | Kind::Slow { commit: false }
+                | Kind::DuplicateFailed
+                | Kind::MultiFailed
+        )
+    }
+}
+
 /// How one attempt ended.
-enum Attempt {
+pub enum Attempt {
     Committed(Vec<Event>),
     NotCommitted,
     /// The connection died after COMMIT was sent: the events are these, if
@@ -202,28 +200,24 @@ enum Attempt {
     Lost,
 }
 
-fn is_connection_error(e: &tokio_postgres::Error) -> bool {
-    e.is_closed()
-        || e.code().is_none()
-        || e.code().is_some_and(|c| {
-            c.code().starts_with("08")
-                || c.code().starts_with("57P")
-                || c == &SqlState::ADMIN_SHUTDOWN
-        })
-}
-
 /// An Eventuous-style writer: stream row, rows, version update, one
 /// transaction, on its own connection; reconnects whenever the server goes.
-pub async fn writer(w: usize, seed: u64, journal: Arc<Journal>, stop: CancellationToken) {
+pub async fn writer<B: Backend>(
+    backend: Arc<B>,
+    w: usize,
+    seed: u64,
+    journal: Arc<Journal>,
+    stop: CancellationToken,
+) {
     let mut rng = StdRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut client: Option<Client> = None;
+    let mut client: Option<B::Conn> = None;
     // Recently acknowledged (stream, id): sources of duplicate ids.
     let mut mine: Vec<(String, Uuid)> = Vec::new();
     let mut n: u64 = 0;
     while !stop.is_cancelled() {
-        let c = match &client {
-            Some(c) if !c.is_closed() => c,
-            _ => match try_connect().await {
+        let c = match &mut client {
+            Some(c) => c,
+            None => match backend.connect().await {
                 Ok(c) => client.insert(c),
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -237,7 +231,8 @@ pub async fn writer(w: usize, seed: u64, journal: Arc<Journal>, stop: Cancellati
             r if r < 0.15 => Kind::Slow {
                 commit: rng.random_bool(0.75),
             },
-            r if r < 0.19 && !mine.is_empty() => Kind::DuplicateIgnored,
+            r if r < 0.19 && !mine.is_empty() && B::DUPLICATES_IGNORED => Kind::DuplicateIgnored,
+            r if r < 0.19 && !mine.is_empty() => Kind::DuplicateFailed,
             r if r < 0.22 && !mine.is_empty() => Kind::DuplicateFailed,
             r if r < 0.27 => Kind::MultiFailed,
             r if r < 0.31 => Kind::MultiCommitted,
@@ -297,7 +292,7 @@ pub async fn writer(w: usize, seed: u64, journal: Arc<Journal>, stop: Cancellati
             _ => None,
         };
         n += 1;
-        let attempt = append(c, &journal, w, n, kind, &parts, hold).await;
+        let attempt = backend.append(c, &journal, w, n, kind, &parts, hold).await;
         let stats = &journal.stats;
         let events = match attempt {
             Attempt::Committed(events) => Some(events),
@@ -310,7 +305,7 @@ pub async fn writer(w: usize, seed: u64, journal: Arc<Journal>, stop: Cancellati
             Attempt::Unknown(events) => {
                 WriterStats::bump(&stats.lost_connection);
                 client = None;
-                let committed = resolve(&journal, &events).await;
+                let committed = backend.resolve(&journal, &events).await;
                 WriterStats::bump(if committed {
                     &stats.unknown_committed
                 } else {
@@ -345,205 +340,8 @@ pub async fn writer(w: usize, seed: u64, journal: Arc<Journal>, stop: Cancellati
     }
 }
 
-fn new_id(rng: &mut StdRng) -> Uuid {
+pub fn new_id(rng: &mut StdRng) -> Uuid {
     uuid::Builder::from_random_bytes(rng.random()).into_uuid()
-}
-
-/// One append attempt in one transaction.
-async fn append(
-    c: &Client,
-    journal: &Journal,
-    w: usize,
-    n: u64,
-    kind: Kind,
-    parts: &[Part],
-    hold: Option<Duration>,
-) -> Attempt {
-    let stats = &journal.stats;
-    // An error inside the transaction: was the connection lost, or did the server refuse?
-    let refused = |e: &tokio_postgres::Error, what: &str| -> Attempt {
-        if is_connection_error(e) {
-            return Attempt::Lost;
-        }
-        let db = e.as_db_error();
-        let constraint = db.and_then(|d| d.constraint()).unwrap_or_default();
-        if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == journal.pkey {
-            journal.violation(format!(
-                "writer {w} append {n} ({kind:?}): {what} hit a duplicate key on the messages primary key: \
-                 a tombstone took an append's position: {e:?}"
-            ));
-        } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
-            WriterStats::bump(&stats.deadlocks);
-        } else if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) {
-            journal.violation(format!(
-                "writer {w} append {n} ({kind:?}): unexpected error in {what}: {e:?}"
-            ));
-        }
-        Attempt::NotCommitted
-    };
-    if let Err(e) = c.batch_execute("BEGIN").await {
-        return refused(&e, "BEGIN");
-    }
-    let s = &journal.schema;
-    let mut events = Vec::new();
-    for (pi, part) in parts.iter().enumerate() {
-        let row = async {
-            c.execute(
-                &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"),
-                &[&part.stream],
-            )
-            .await?;
-            c.query_one(
-                &format!("SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"),
-                &[&part.stream],
-            )
-            .await
-        }
-        .await;
-        let row = match row {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = c.batch_execute("ROLLBACK").await;
-                return refused(&e, "the stream row");
-            }
-        };
-        let (stream_id, version): (i32, i32) = (row.get(0), row.get(1));
-        let mut written = 0;
-        for (i, id) in part.ids.iter().enumerate() {
-            let data = serde_json::json!({"w": w, "n": n, "part": pi, "i": i});
-            let position = if part.fail {
-                // A stale expected version: a stream position already taken
-                // (or -1 on a new stream, which the CHECK refuses).
-                version
-            } else {
-                version + 1 + written
-            };
-            let conflict = if part.strict {
-                ""
-            } else {
-                "ON CONFLICT (stream_id, message_id) DO NOTHING"
-            };
-            let inserted = c
-                .query(
-                    &format!(
-                        "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, json_data, created)
-                         VALUES ($1, $2, $3, $4, $5::text::jsonb, now() AT TIME ZONE 'utc')
-                         {conflict} RETURNING global_position"
-                    ),
-                    &[id, &EVENT_TYPE, &stream_id, &position, &data.to_string()],
-                )
-                .await;
-            match inserted {
-                Ok(rows) => {
-                    if part.fail {
-                        journal.violation(format!(
-                            "writer {w} append {n}: the insert at taken stream position {position} of {} succeeded",
-                            part.stream
-                        ));
-                    }
-                    if let Some(r) = rows.first() {
-                        events.push(Event {
-                            id: *id,
-                            stream: part.stream.clone(),
-                            global: r.get(0),
-                            stream_pos: position,
-                            data,
-                        });
-                        written += 1;
-                    }
-                }
-                Err(e) => {
-                    let expected = (part.fail
-                        && matches!(
-                            e.code(),
-                            Some(&SqlState::UNIQUE_VIOLATION) | Some(&SqlState::CHECK_VIOLATION)
-                        ))
-                        || (part.strict && e.code() == Some(&SqlState::UNIQUE_VIOLATION));
-                    let constraint = e
-                        .as_db_error()
-                        .and_then(|d| d.constraint())
-                        .unwrap_or_default()
-                        .to_string();
-                    let _ = c.batch_execute("ROLLBACK").await;
-                    if expected && constraint != journal.pkey {
-                        WriterStats::bump(if part.fail {
-                            &stats.multi_failed
-                        } else {
-                            &stats.duplicates_failed
-                        });
-                        return Attempt::NotCommitted;
-                    }
-                    return refused(&e, "an insert");
-                }
-            }
-        }
-        if let Err(e) = c
-            .execute(
-                &format!("UPDATE {s}.streams SET version = $2 WHERE stream_id = $1"),
-                &[&stream_id, &(version + written)],
-            )
-            .await
-        {
-            let _ = c.batch_execute("ROLLBACK").await;
-            return refused(&e, "the version update");
-        }
-    }
-    if let Some(hold) = hold {
-        tokio::time::sleep(hold).await;
-    }
-    let commit = !matches!(
-        kind,
-        Kind::Rollback | Kind::Slow { commit: false } | Kind::DuplicateFailed | Kind::MultiFailed
-    );
-    if !commit {
-        let _ = c.batch_execute("ROLLBACK").await;
-        WriterStats::bump(if matches!(kind, Kind::Slow { .. }) {
-            &stats.slow_rolled_back
-        } else {
-            &stats.rolled_back
-        });
-        return Attempt::NotCommitted;
-    }
-    match c.batch_execute("COMMIT").await {
-        Ok(()) => Attempt::Committed(events),
-        Err(e) if is_connection_error(&e) => Attempt::Unknown(events),
-        Err(e) => refused(&e, "COMMIT"),
-    }
-}
-
-/// Reads back the message ids of an append whose COMMIT got no answer: all
-/// there (at the positions the inserts returned) means committed, none means
-/// not; anything else is a half-committed append, a violation.
-async fn resolve(journal: &Journal, events: &[Event]) -> bool {
-    if events.is_empty() {
-        return false;
-    }
-    let c = connect_within(Duration::from_secs(60)).await;
-    let s = &journal.schema;
-    let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
-    let positions: Vec<i64> = events.iter().map(|e| e.global).collect();
-    let found: Vec<(Uuid, i64)> = c
-        .query(
-            &format!("SELECT message_id, global_position FROM {s}.messages WHERE message_id = ANY($1) AND global_position = ANY($2)"),
-            &[&ids, &positions],
-        )
-        .await
-        .expect("read back an append")
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    if found.len() == events.len() {
-        true
-    } else if found.is_empty() {
-        false
-    } else {
-        journal.violation(format!(
-            "an append whose COMMIT got no answer is half there: {} of {} events",
-            found.len(),
-            events.len()
-        ));
-        true
-    }
 }
 
 /// An all-stream subscription following Eventuous 0.17's rules (as
@@ -561,14 +359,18 @@ pub struct SubscriberLog {
     pub reconnects: u64,
 }
 
-pub async fn subscriber(schema: String, log: Arc<Mutex<SubscriberLog>>, stop: CancellationToken) {
-    let mut client: Option<Client> = None;
-    let mut next: i64 = 1;
+pub async fn subscriber<B: Backend>(
+    backend: Arc<B>,
+    log: Arc<Mutex<SubscriberLog>>,
+    stop: CancellationToken,
+) {
+    let mut client: Option<B::Conn> = None;
+    let mut next: i64 = B::FIRST;
     let mut stalled: Option<(i64, Instant)> = None;
     while !stop.is_cancelled() {
-        let c = match &client {
-            Some(c) if !c.is_closed() => c,
-            _ => match try_connect().await {
+        let c = match &mut client {
+            Some(c) => c,
+            None => match backend.connect().await {
                 Ok(c) => {
                     log.lock().unwrap().reconnects += 1;
                     client.insert(c)
@@ -579,17 +381,7 @@ pub async fn subscriber(schema: String, log: Arc<Mutex<SubscriberLog>>, stop: Ca
                 }
             },
         };
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT m.global_position, m.message_id, m.message_type::text,
-                            m.created < (now() AT TIME ZONE 'utc') - interval '1 hour'
-                     FROM {schema}.messages m WHERE m.global_position >= $1 ORDER BY m.global_position LIMIT 500"
-                ),
-                &[&next],
-            )
-            .await;
-        let rows = match rows {
+        let rows = match backend.page(c, next).await {
             Ok(rows) => rows,
             Err(_) => {
                 client = None;
@@ -599,9 +391,7 @@ pub async fn subscriber(schema: String, log: Arc<Mutex<SubscriberLog>>, stop: Ca
         };
         {
             let mut l = log.lock().unwrap();
-            for r in rows {
-                let (position, id, kind, old): (i64, Uuid, String, bool) =
-                    (r.get(0), r.get(1), r.get(2), r.get(3));
+            for (position, id, kind, old) in rows {
                 if position > next && !old {
                     // A hole with later rows present: wait (GapAgeThresholdMs is an hour).
                     if stalled.map(|(p, _)| p) != Some(next) {
@@ -648,17 +438,15 @@ pub struct Instance {
 }
 
 impl Instance {
-    pub fn start(slot: usize, number: usize, schema: &str) -> Instance {
-        let cs = format!("{} application_name=gh-chaos-healer-{slot}", pg_url());
+    /// `gap-healer run` with the store's flags and environment from the
+    /// backend, and the chaos run's timings.
+    pub fn start(
+        slot: usize,
+        number: usize,
+        store: &(Vec<String>, Vec<(String, String)>),
+    ) -> Instance {
         let mut cmd = Command::new(BIN);
-        cmd.args([
-            "run",
-            "--engine",
-            "postgres",
-            "--connection-string",
-            &cs,
-            "--schema",
-            schema,
+        cmd.arg("run").args(&store.0).args([
             "--metrics-addr",
             "127.0.0.1:0",
             "--log-format",
@@ -686,6 +474,7 @@ impl Instance {
                 cmd.env_remove(k);
             }
         }
+        cmd.envs(store.1.iter().map(|(k, v)| (k, v)));
         let started_us = now_us();
         let mut child = cmd
             .stdout(Stdio::null())

@@ -1,0 +1,432 @@
+//! The chaos run on SQL Server: a database of its own on the server that
+//! tests/integration/mssql_support.rs finds (GAP_HEALER_TEST_MSSQL or a
+//! testcontainers container), Eventuous-style appends in explicit
+//! transactions with XACT_ABORT ON, and a restart that is either
+//! GAP_HEALER_CHAOS_MSSQL_RESTART (a shell command restarting the server) or
+//! the database taken OFFLINE WITH ROLLBACK IMMEDIATE and brought back.
+//!
+//! Written and compiled here; never run on this machine (no SQL Server and
+//! no Docker engine). The reads are plain SELECTs under the database's
+//! default isolation, as an Eventuous reader's are: with
+//! READ_COMMITTED_SNAPSHOT off they wait on an open append's key instead of
+//! seeing a hole, which shows in the subscriber's stalls, not as a failure.
+
+use std::time::{Duration, Instant};
+
+use tiberius::ToSql;
+use uuid::Uuid;
+
+use crate::mssql_support::{self as ms, Client};
+use crate::support::*;
+
+/// Unique-key violations (constraint, index) and CHECK/FK violations.
+const UNIQUE: [u32; 2] = [2627, 2601];
+const CHECK: u32 = 547;
+const DEADLOCK: u32 = 1205;
+/// The Messages primary key of the Eventuous fixture.
+const PKEY: &str = "PK_Events";
+
+pub struct SqlServer {
+    /// The test database; taken when the store is removed.
+    db: std::sync::Mutex<Option<ms::TestDb>>,
+    name: String,
+    /// The admin's connection string for the test database.
+    cs: String,
+}
+
+impl SqlServer {
+    /// A fresh database with the Eventuous tables. Panics with the reason
+    /// when there is no SQL Server (the test is ignored by default).
+    pub async fn create() -> SqlServer {
+        let db = ms::TestDb::create().await;
+        SqlServer {
+            name: db.name.clone(),
+            cs: db.connection_string(),
+            db: std::sync::Mutex::new(Some(db)),
+        }
+    }
+
+    async fn client(&self) -> Client {
+        connect_within(&self.cs, Duration::from_secs(60)).await
+    }
+
+    async fn query(&self, sql: &str, params: &[&dyn ToSql]) -> Vec<tiberius::Row> {
+        let mut c = self.client().await;
+        ms::rows(&mut c, sql, params).await
+    }
+}
+
+/// Connects, retrying every 100 ms (the server or database may be coming
+/// back) for up to `limit`.
+async fn connect_within(cs: &str, limit: Duration) -> Client {
+    let started = Instant::now();
+    loop {
+        match ms::connect(cs).await {
+            Ok(c) => return c,
+            Err(e) if started.elapsed() > limit => {
+                panic!("SQL Server did not answer within {limit:?}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn batch(c: &mut Client, sql: &str) -> Result<(), tiberius::error::Error> {
+    c.simple_query(sql).await?.into_results().await.map(|_| ())
+}
+
+/// One stream's part of an append, Eventuous-style: the stream row (created
+/// at Version -1 when new) locked, the rows inserted in one statement, the
+/// Version moved; the positions, ids and stream positions it took, in
+/// position order. @P1 is the stream name, then (id, data) per event. With
+/// `stale`, the rows go at stream positions from the current Version on (a
+/// lost concurrency race): a unique or CHECK violation.
+fn part_sql(count: usize, stale: bool) -> String {
+    let values: Vec<String> = (0..count)
+        .map(|i| format!("(@P{}, {i}, @P{})", 2 + 2 * i, 3 + 2 * i))
+        .collect();
+    let first = if stale { 0 } else { 1 };
+    format!(
+        "DECLARE @stream_id INT, @version INT;
+DECLARE @out TABLE (GlobalPosition BIGINT, MessageId UNIQUEIDENTIFIER, StreamPosition INT);
+SELECT @stream_id = StreamId, @version = [Version] FROM eventuous.Streams WITH (UPDLOCK, HOLDLOCK) WHERE StreamName = @P1;
+IF @stream_id IS NULL
+BEGIN
+    INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (@P1, -1);
+    SET @stream_id = CAST(SCOPE_IDENTITY() AS INT);
+    SET @version = -1;
+END;
+INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, JsonMetadata, Created)
+OUTPUT inserted.GlobalPosition, inserted.MessageId, inserted.StreamPosition INTO @out
+SELECT v.id, N'{EVENT_TYPE}', @stream_id, @version + {first} + v.ord, v.data, NULL, SYSUTCDATETIME()
+FROM (VALUES {}) AS v (id, ord, data);
+UPDATE eventuous.Streams SET [Version] = @version + {count} WHERE StreamId = @stream_id;
+SELECT o.GlobalPosition, o.MessageId, o.StreamPosition FROM @out AS o ORDER BY o.GlobalPosition;",
+        values.join(", ")
+    )
+}
+
+const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;";
+
+impl Backend for SqlServer {
+    type Conn = Client;
+    const NAME: &'static str = "SQL Server";
+    const FIRST: i64 = 0;
+    const DUPLICATES_IGNORED: bool = false;
+
+    async fn connect(&self) -> Result<Client, String> {
+        ms::connect(&self.cs).await
+    }
+
+    async fn append(
+        &self,
+        c: &mut Client,
+        journal: &Journal,
+        w: usize,
+        n: u64,
+        kind: Kind,
+        parts: &[Part],
+        hold: Option<Duration>,
+    ) -> Attempt {
+        let stats = &journal.stats;
+        // An error: was the connection lost, or did the server refuse?
+        let refused = |e: &tiberius::error::Error, what: &str| -> Attempt {
+            let Some(code) = e.code() else {
+                return Attempt::Lost;
+            };
+            if UNIQUE.contains(&code) && e.to_string().contains(PKEY) {
+                journal.violation(format!(
+                    "writer {w} append {n} ({kind:?}): {what} hit a duplicate key on {PKEY}: \
+                     a tombstone took an append's position: {e}"
+                ));
+            } else if code == DEADLOCK {
+                WriterStats::bump(&stats.deadlocks);
+            } else if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) {
+                journal.violation(format!(
+                    "writer {w} append {n} ({kind:?}): unexpected error in {what}: {e}"
+                ));
+            }
+            Attempt::NotCommitted
+        };
+        if let Err(e) = batch(c, "SET XACT_ABORT ON; BEGIN TRANSACTION;").await {
+            return refused(&e, "BEGIN");
+        }
+        let mut events = Vec::new();
+        for (pi, part) in parts.iter().enumerate() {
+            let data: Vec<serde_json::Value> = (0..part.ids.len())
+                .map(|i| serde_json::json!({"w": w, "n": n, "part": pi, "i": i}))
+                .collect();
+            let texts: Vec<String> = data.iter().map(|d| d.to_string()).collect();
+            let mut params: Vec<&dyn ToSql> = vec![&part.stream];
+            for (id, text) in part.ids.iter().zip(&texts) {
+                params.push(id);
+                params.push(text);
+            }
+            let sql = part_sql(part.ids.len(), part.fail);
+            let result = async { c.query(&sql, &params).await?.into_first_result().await }.await;
+            match result {
+                Ok(rows) => {
+                    if part.fail {
+                        journal.violation(format!(
+                            "writer {w} append {n}: the insert at taken stream positions of {} succeeded",
+                            part.stream
+                        ));
+                    }
+                    for r in rows {
+                        let (global, id, stream_pos) = (
+                            r.get::<i64, _>(0).unwrap_or(-1),
+                            r.get::<Uuid, _>(1).unwrap_or_default(),
+                            r.get::<i32, _>(2).unwrap_or(-1),
+                        );
+                        let i = part.ids.iter().position(|x| *x == id).unwrap_or(0);
+                        events.push(Event {
+                            id,
+                            stream: part.stream.clone(),
+                            global,
+                            stream_pos,
+                            data: data[i].clone(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    let code = e.code();
+                    let expected = code.is_some_and(|code| {
+                        (part.fail && (UNIQUE.contains(&code) || code == CHECK))
+                            || (part.strict && UNIQUE.contains(&code))
+                    }) && !e.to_string().contains(PKEY);
+                    if code.is_some() {
+                        let _ = batch(c, ROLLBACK).await;
+                    }
+                    if expected {
+                        WriterStats::bump(if part.fail {
+                            &stats.multi_failed
+                        } else {
+                            &stats.duplicates_failed
+                        });
+                        return Attempt::NotCommitted;
+                    }
+                    return refused(&e, "an insert");
+                }
+            }
+        }
+        if let Some(hold) = hold {
+            tokio::time::sleep(hold).await;
+        }
+        if !kind.commits() {
+            if let Err(e) = batch(c, ROLLBACK).await {
+                if e.code().is_none() {
+                    return Attempt::Lost;
+                }
+            }
+            WriterStats::bump(if matches!(kind, Kind::Slow { .. }) {
+                &stats.slow_rolled_back
+            } else {
+                &stats.rolled_back
+            });
+            return Attempt::NotCommitted;
+        }
+        match batch(c, "COMMIT TRANSACTION;").await {
+            Ok(()) => Attempt::Committed(events),
+            Err(e) if e.code().is_none() => Attempt::Unknown(events),
+            Err(e) => refused(&e, "COMMIT"),
+        }
+    }
+
+    async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
+        if events.is_empty() {
+            return false;
+        }
+        let mut c = self.client().await;
+        let mut found = 0;
+        for e in events {
+            let rows = ms::rows(
+                &mut c,
+                "SELECT COUNT_BIG(*) FROM eventuous.Messages WHERE MessageId = @P1 AND GlobalPosition = @P2",
+                &[&e.id, &e.global],
+            )
+            .await;
+            found += rows.first().and_then(|r| r.get::<i64, _>(0)).unwrap_or(0);
+        }
+        if found == events.len() as i64 {
+            true
+        } else if found == 0 {
+            false
+        } else {
+            journal.violation(format!(
+                "an append whose COMMIT got no answer is half there: {found} of {} events",
+                events.len()
+            ));
+            true
+        }
+    }
+
+    async fn page(
+        &self,
+        c: &mut Client,
+        next: i64,
+    ) -> Result<Vec<(i64, Uuid, String, bool)>, String> {
+        let sql = "SELECT TOP (500) m.GlobalPosition, m.MessageId, m.MessageType, \
+                   CAST(CASE WHEN m.Created < DATEADD(HOUR, -1, SYSUTCDATETIME()) THEN 1 ELSE 0 END AS BIT) \
+                   FROM eventuous.Messages AS m WHERE m.GlobalPosition >= @P1 ORDER BY m.GlobalPosition";
+        let rows = async { c.query(sql, &[&next]).await?.into_first_result().await }
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<i64, _>(0).unwrap_or(-1),
+                    r.get::<Uuid, _>(1).unwrap_or_default(),
+                    r.get::<&str, _>(2).unwrap_or_default().to_string(),
+                    r.get::<bool, _>(3).unwrap_or(false),
+                )
+            })
+            .collect())
+    }
+
+    fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>) {
+        let cs = format!("{};Application Name=gh-chaos-healer-{slot}", self.cs);
+        let args = ["--engine", "mssql", "--schema", ms::SCHEMA];
+        (
+            args.iter().map(|s| s.to_string()).collect(),
+            vec![("GAP_HEALER_CONNECTION_STRING".into(), cs)],
+        )
+    }
+
+    async fn restart(&self) -> (Duration, String) {
+        let started = Instant::now();
+        let what = match std::env::var("GAP_HEALER_CHAOS_MSSQL_RESTART") {
+            Ok(command) if !command.trim().is_empty() => {
+                let out = tokio::task::spawn_blocking(move || {
+                    std::process::Command::new("sh")
+                        .args(["-c", &command])
+                        .output()
+                        .expect("run GAP_HEALER_CHAOS_MSSQL_RESTART")
+                })
+                .await
+                .unwrap();
+                assert!(
+                    out.status.success(),
+                    "GAP_HEALER_CHAOS_MSSQL_RESTART failed: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                "server restart by GAP_HEALER_CHAOS_MSSQL_RESTART".to_string()
+            }
+            _ => {
+                let admin = ms::server().expect("a SQL Server");
+                let mut m = connect_within(admin, Duration::from_secs(30)).await;
+                ms::exec(
+                    &mut m,
+                    &format!(
+                        "ALTER DATABASE [{0}] SET OFFLINE WITH ROLLBACK IMMEDIATE; ALTER DATABASE [{0}] SET ONLINE;",
+                        self.name
+                    ),
+                )
+                .await;
+                "database OFFLINE WITH ROLLBACK IMMEDIATE and ONLINE again, not a server restart"
+                    .to_string()
+            }
+        };
+        // Back when the database answers a query again.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(mut c) = ms::connect(&self.cs).await {
+                if batch(&mut c, "SELECT TOP (1) 1 FROM eventuous.Messages;")
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the database did not answer within 120 s of the restart"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (started.elapsed(), what)
+    }
+
+    async fn count_and_head(&self) -> (i64, i64) {
+        let rows = self
+            .query(
+                "SELECT COUNT_BIG(*), COALESCE(MAX(GlobalPosition), -1) FROM eventuous.Messages",
+                &[],
+            )
+            .await;
+        let r = &rows[0];
+        (
+            r.get::<i64, _>(0).unwrap_or(0),
+            r.get::<i64, _>(1).unwrap_or(-1),
+        )
+    }
+
+    async fn rows(&self) -> Vec<StoredRow> {
+        self.query(
+            "SELECT m.GlobalPosition, m.MessageId, s.StreamName, m.StreamPosition, m.MessageType, m.JsonData \
+             FROM eventuous.Messages AS m INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId \
+             ORDER BY m.GlobalPosition",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| {
+            let data = r.get::<&str, _>(5).unwrap_or_default();
+            (
+                r.get::<i64, _>(0).unwrap_or(-1),
+                r.get::<Uuid, _>(1).unwrap_or_default(),
+                r.get::<&str, _>(2).unwrap_or_default().to_string(),
+                r.get::<i32, _>(3).unwrap_or(-1),
+                r.get::<&str, _>(4).unwrap_or_default().to_string(),
+                serde_json::from_str(data).unwrap_or(serde_json::Value::Null),
+            )
+        })
+        .collect()
+    }
+
+    async fn streams(&self) -> Vec<StoredStream> {
+        self.query(
+            "SELECT s.StreamName, s.[Version], COUNT_BIG(m.GlobalPosition), \
+             COALESCE(MIN(m.StreamPosition), 0), COALESCE(MAX(m.StreamPosition), -1) \
+             FROM eventuous.Streams AS s LEFT JOIN eventuous.Messages AS m ON m.StreamId = s.StreamId \
+             GROUP BY s.StreamName, s.[Version] ORDER BY s.StreamName",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r.get::<&str, _>(0).unwrap_or_default().to_string(),
+                r.get::<i32, _>(1).unwrap_or(-2),
+                r.get::<i64, _>(2).unwrap_or(0),
+                r.get::<i32, _>(3).unwrap_or(0),
+                r.get::<i32, _>(4).unwrap_or(-1),
+            )
+        })
+        .collect()
+    }
+
+    async fn fill_transactions(&self) -> i64 {
+        self.query(
+            "SELECT COUNT_BIG(DISTINCT m.Created) FROM eventuous.Messages AS m \
+             INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId WHERE s.StreamName = @P1",
+            &[&TOMBSTONES],
+        )
+        .await
+        .first()
+        .and_then(|r| r.get::<i64, _>(0))
+        .unwrap_or(0)
+    }
+
+    fn describe(&self) -> String {
+        format!("database {}", self.name)
+    }
+
+    async fn remove(&self) {
+        let db = self.db.lock().unwrap().take();
+        if let Some(db) = db {
+            db.drop().await;
+        }
+    }
+}

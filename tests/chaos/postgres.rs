@@ -1,0 +1,456 @@
+//! The chaos run on PostgreSQL: the local server (or GAP_HEALER_TEST_PG),
+//! one schema per run, restarted with pg_ctlcluster (or
+//! GAP_HEALER_CHAOS_RESTART).
+
+use std::process::Command;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use crate::support::*;
+
+pub const FIXTURE: &str = include_str!("../fixtures/eventuous_postgres.sql");
+
+pub struct Postgres {
+    pub schema: String,
+    /// Name of the messages table's primary key constraint.
+    pub pkey: String,
+}
+
+impl Postgres {
+    /// A fresh schema with the Eventuous tables.
+    pub async fn create() -> Postgres {
+        let admin = connect_within(Duration::from_secs(10)).await;
+        let schema = format!("gh_chaos_{}", &Uuid::new_v4().simple().to_string()[..8]);
+        admin
+            .batch_execute(&FIXTURE.replace("__schema__", &schema))
+            .await
+            .expect("create the chaos schema");
+        let pkey: String = admin
+            .query_one(
+                "SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
+                &[&format!("{schema}.messages")],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        Postgres { schema, pkey }
+    }
+
+    async fn check(&self) -> Client {
+        connect_within(Duration::from_secs(30)).await
+    }
+}
+
+impl Backend for Postgres {
+    type Conn = Client;
+    const NAME: &'static str = "PostgreSQL";
+    const FIRST: i64 = 1;
+    const DUPLICATES_IGNORED: bool = true;
+
+    async fn connect(&self) -> Result<Client, String> {
+        try_connect().await.map_err(|e| e.to_string())
+    }
+
+    async fn append(
+        &self,
+        c: &mut Client,
+        journal: &Journal,
+        w: usize,
+        n: u64,
+        kind: Kind,
+        parts: &[Part],
+        hold: Option<Duration>,
+    ) -> Attempt {
+        // One append attempt in one transaction.
+        let c: &Client = c;
+        let (pkey, s) = (self.pkey.as_str(), self.schema.as_str());
+        let stats = &journal.stats;
+        // An error inside the transaction: was the connection lost, or did the server refuse?
+        let refused = |e: &tokio_postgres::Error, what: &str| -> Attempt {
+            if is_connection_error(e) {
+                return Attempt::Lost;
+            }
+            let db = e.as_db_error();
+            let constraint = db.and_then(|d| d.constraint()).unwrap_or_default();
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == pkey {
+                journal.violation(format!(
+                    "writer {w} append {n} ({kind:?}): {what} hit a duplicate key on the messages primary key: \
+                     a tombstone took an append's position: {e:?}"
+                ));
+            } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
+                WriterStats::bump(&stats.deadlocks);
+            } else if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) {
+                journal.violation(format!(
+                    "writer {w} append {n} ({kind:?}): unexpected error in {what}: {e:?}"
+                ));
+            }
+            Attempt::NotCommitted
+        };
+        if let Err(e) = c.batch_execute("BEGIN").await {
+            return refused(&e, "BEGIN");
+        }
+        let mut events = Vec::new();
+        for (pi, part) in parts.iter().enumerate() {
+            let row = async {
+                c.execute(
+                    &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"),
+                    &[&part.stream],
+                )
+                .await?;
+                c.query_one(
+                    &format!("SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"),
+                    &[&part.stream],
+                )
+                .await
+            }
+            .await;
+            let row = match row {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = c.batch_execute("ROLLBACK").await;
+                    return refused(&e, "the stream row");
+                }
+            };
+            let (stream_id, version): (i32, i32) = (row.get(0), row.get(1));
+            let mut written = 0;
+            for (i, id) in part.ids.iter().enumerate() {
+                let data = serde_json::json!({"w": w, "n": n, "part": pi, "i": i});
+                let position = if part.fail {
+                    // A stale expected version: a stream position already taken
+                    // (or -1 on a new stream, which the CHECK refuses).
+                    version
+                } else {
+                    version + 1 + written
+                };
+                let conflict = if part.strict {
+                    ""
+                } else {
+                    "ON CONFLICT (stream_id, message_id) DO NOTHING"
+                };
+                let inserted = c
+                    .query(
+                        &format!(
+                            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, json_data, created)
+                             VALUES ($1, $2, $3, $4, $5::text::jsonb, now() AT TIME ZONE 'utc')
+                             {conflict} RETURNING global_position"
+                        ),
+                        &[id, &EVENT_TYPE, &stream_id, &position, &data.to_string()],
+                    )
+                    .await;
+                match inserted {
+                    Ok(rows) => {
+                        if part.fail {
+                            journal.violation(format!(
+                                "writer {w} append {n}: the insert at taken stream position {position} of {} succeeded",
+                                part.stream
+                            ));
+                        }
+                        if let Some(r) = rows.first() {
+                            events.push(Event {
+                                id: *id,
+                                stream: part.stream.clone(),
+                                global: r.get(0),
+                                stream_pos: position,
+                                data,
+                            });
+                            written += 1;
+                        }
+                    }
+                    Err(e) => {
+                        let expected = (part.fail
+                            && matches!(
+                                e.code(),
+                                Some(&SqlState::UNIQUE_VIOLATION)
+                                    | Some(&SqlState::CHECK_VIOLATION)
+                            ))
+                            || (part.strict && e.code() == Some(&SqlState::UNIQUE_VIOLATION));
+                        let constraint = e
+                            .as_db_error()
+                            .and_then(|d| d.constraint())
+                            .unwrap_or_default()
+                            .to_string();
+                        let _ = c.batch_execute("ROLLBACK").await;
+                        if expected && constraint != pkey {
+                            WriterStats::bump(if part.fail {
+                                &stats.multi_failed
+                            } else {
+                                &stats.duplicates_failed
+                            });
+                            return Attempt::NotCommitted;
+                        }
+                        return refused(&e, "an insert");
+                    }
+                }
+            }
+            if let Err(e) = c
+                .execute(
+                    &format!("UPDATE {s}.streams SET version = $2 WHERE stream_id = $1"),
+                    &[&stream_id, &(version + written)],
+                )
+                .await
+            {
+                let _ = c.batch_execute("ROLLBACK").await;
+                return refused(&e, "the version update");
+            }
+        }
+        if let Some(hold) = hold {
+            tokio::time::sleep(hold).await;
+        }
+        if !kind.commits() {
+            let _ = c.batch_execute("ROLLBACK").await;
+            WriterStats::bump(if matches!(kind, Kind::Slow { .. }) {
+                &stats.slow_rolled_back
+            } else {
+                &stats.rolled_back
+            });
+            return Attempt::NotCommitted;
+        }
+        match c.batch_execute("COMMIT").await {
+            Ok(()) => Attempt::Committed(events),
+            Err(e) if is_connection_error(&e) => Attempt::Unknown(events),
+            Err(e) => refused(&e, "COMMIT"),
+        }
+    }
+
+    async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
+        resolve(&self.schema, journal, events).await
+    }
+
+    async fn page(
+        &self,
+        c: &mut Client,
+        next: i64,
+    ) -> Result<Vec<(i64, Uuid, String, bool)>, String> {
+        let schema = &self.schema;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT m.global_position, m.message_id, m.message_type::text,
+                            m.created < (now() AT TIME ZONE 'utc') - interval '1 hour'
+                     FROM {schema}.messages m WHERE m.global_position >= $1 ORDER BY m.global_position LIMIT 500"
+                ),
+                &[&next],
+            )
+            .await;
+        rows.map(|rows| {
+            rows.iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>) {
+        let cs = format!("{} application_name=gh-chaos-healer-{slot}", pg_url());
+        let args = ["--engine", "postgres", "--schema", &self.schema];
+        (
+            args.iter().map(|s| s.to_string()).collect(),
+            vec![("GAP_HEALER_CONNECTION_STRING".into(), cs)],
+        )
+    }
+
+    async fn restart(&self) -> (Duration, String) {
+        (restart_postgres().await, "PostgreSQL server restart".into())
+    }
+
+    async fn count_and_head(&self) -> (i64, i64) {
+        let s = &self.schema;
+        let row = self
+            .check()
+            .await
+            .query_one(
+                &format!("SELECT COUNT(*), COALESCE(MAX(global_position), 0) FROM {s}.messages"),
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+
+    async fn rows(&self) -> Vec<StoredRow> {
+        let s = &self.schema;
+        self.check()
+            .await
+            .query(
+                &format!(
+                    "SELECT m.global_position, m.message_id, s.stream_name::text, m.stream_position, m.message_type::text, m.json_data::text
+                     FROM {s}.messages m JOIN {s}.streams s USING (stream_id) ORDER BY 1"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let data: String = r.get(5);
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), serde_json::from_str(&data).unwrap())
+            })
+            .collect()
+    }
+
+    async fn streams(&self) -> Vec<StoredStream> {
+        let s = &self.schema;
+        self.check()
+            .await
+            .query(
+                &format!(
+                    "SELECT s.stream_name::text, s.version, COUNT(m.*), COALESCE(MIN(m.stream_position), 0), COALESCE(MAX(m.stream_position), -1)
+                     FROM {s}.streams s LEFT JOIN {s}.messages m USING (stream_id) GROUP BY 1, 2 ORDER BY 1"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect()
+    }
+
+    async fn fill_transactions(&self) -> i64 {
+        let s = &self.schema;
+        self.check()
+            .await
+            .query_one(
+                &format!(
+                    "SELECT COUNT(DISTINCT m.created) FROM {s}.messages m JOIN {s}.streams s USING (stream_id) WHERE s.stream_name = $1"
+                ),
+                &[&TOMBSTONES],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    fn describe(&self) -> String {
+        format!("schema {}", self.schema)
+    }
+
+    async fn remove(&self) {
+        self.check()
+            .await
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
+            .await
+            .unwrap();
+    }
+}
+
+/// The local PostgreSQL (override with GAP_HEALER_TEST_PG).
+fn pg_url() -> String {
+    std::env::var("GAP_HEALER_TEST_PG")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+}
+
+/// One connection attempt, bounded by 2 s.
+async fn try_connect() -> Result<Client, tokio_postgres::Error> {
+    let mut config =
+        tokio_postgres::Config::from_str(&pg_url()).expect("GAP_HEALER_TEST_PG parses");
+    config.connect_timeout(Duration::from_secs(2));
+    config.application_name("gh-chaos-test");
+    let (client, conn) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// Connects, retrying every 100 ms (the server may be restarting) for up to `limit`.
+pub async fn connect_within(limit: Duration) -> Client {
+    let started = Instant::now();
+    loop {
+        match try_connect().await {
+            Ok(c) => return c,
+            Err(e) if started.elapsed() > limit => {
+                panic!(
+                    "PostgreSQL at {} did not answer within {limit:?}: {e}",
+                    pg_url()
+                )
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Restarts the local cluster the way an operator would, and returns how long
+/// it took until a new connection succeeded.
+async fn restart_postgres() -> Duration {
+    let started = Instant::now();
+    // GAP_HEALER_CHAOS_RESTART, when set, is a shell command that restarts the
+    // server (CI with a PostgreSQL container: `docker restart <id>`); else the
+    // local Debian cluster is restarted with pg_ctlcluster.
+    let command = match std::env::var("GAP_HEALER_CHAOS_RESTART") {
+        Ok(command) => command,
+        Err(_) => {
+            let version = std::fs::read_dir("/etc/postgresql")
+                .expect("/etc/postgresql: the chaos test restarts the local cluster (or set GAP_HEALER_CHAOS_RESTART)")
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .max()
+                .expect("a cluster version under /etc/postgresql");
+            format!("pg_ctlcluster --skip-systemctl-redirect {version} main restart")
+        }
+    };
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("sh")
+            .args(["-c", &command])
+            .output()
+            .expect("run the restart command")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "restarting PostgreSQL failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    connect_within(Duration::from_secs(60)).await;
+    started.elapsed()
+}
+
+fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || e.code().is_none()
+        || e.code().is_some_and(|c| {
+            c.code().starts_with("08")
+                || c.code().starts_with("57P")
+                || c == &SqlState::ADMIN_SHUTDOWN
+        })
+}
+
+/// Reads back the message ids of an append whose COMMIT got no answer: all
+/// there (at the positions the inserts returned) means committed, none means
+/// not; anything else is a half-committed append, a violation.
+async fn resolve(s: &str, journal: &Journal, events: &[Event]) -> bool {
+    if events.is_empty() {
+        return false;
+    }
+    let c = connect_within(Duration::from_secs(60)).await;
+    let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+    let positions: Vec<i64> = events.iter().map(|e| e.global).collect();
+    let found: Vec<(Uuid, i64)> = c
+        .query(
+            &format!("SELECT message_id, global_position FROM {s}.messages WHERE message_id = ANY($1) AND global_position = ANY($2)"),
+            &[&ids, &positions],
+        )
+        .await
+        .expect("read back an append")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    if found.len() == events.len() {
+        true
+    } else if found.is_empty() {
+        false
+    } else {
+        journal.violation(format!(
+            "an append whose COMMIT got no answer is half there: {} of {} events",
+            found.len(),
+            events.len()
+        ));
+        true
+    }
+}
