@@ -411,49 +411,58 @@ pub async fn run<B: Backend>(backend: B) {
             });
     let became: usize = facts.iter().map(|f| f.became_leader).sum();
     let stepped: usize = facts.iter().map(|f| f.stepped_down).sum();
-    println!("\n=== chaos figures, {engine} ({seconds} s of writes, seed {seed}) ===");
-    println!(
+    // The figures go to stdout and to a file that `.ci/run` prints (cargo
+    // test shows a passing test's stdout only with --nocapture).
+    let mut figures = String::new();
+    macro_rules! fig {
+        ($($arg:tt)*) => {{
+            use std::fmt::Write as _;
+            writeln!(figures, $($arg)*).unwrap();
+        }};
+    }
+    fig!("\n=== chaos figures, {engine} ({seconds} s of writes, seed {seed}) ===");
+    fig!(
         "appends acknowledged   {} ({} events); rolled back after insert {}; slow appends committed {} / rolled back {}",
         g(&st.appends), acked.len(), g(&st.rolled_back), g(&st.slow_committed), g(&st.slow_rolled_back)
     );
-    println!(
+    fig!(
         "duplicate message ids  {} ignored (position burnt), {} failed the append; multi-stream appends {} committed, {} failed part way; deadlocks {}",
         g(&st.duplicates_ignored), g(&st.duplicates_failed), g(&st.multi_committed), g(&st.multi_failed), g(&st.deadlocks)
     );
-    println!(
+    fig!(
         "connection losses      {} (COMMIT outcome unknown, read back: {} committed, {} not)",
         g(&st.lost_connection),
         g(&st.unknown_committed),
         g(&st.unknown_not_committed)
     );
-    println!(
+    fig!(
         "positions              {first}..={head}: {} events, {} tombstones in {holes} holes (widest {widest})",
         events.len(), tombstones.len()
     );
-    println!(
+    fig!(
         "fill statements        {:?}; {} tombstones logged as filled; {} fill transactions in the database",
         outcomes, logged_rows, fill_txs
     );
-    println!("fills per healer run   {fillers:?}");
-    println!(
+    fig!("fills per healer run   {fillers:?}");
+    fig!(
         "healer processes       {} runs, {kills} killed with SIGKILL, {became} times became the leader (leader changes), {stepped} step-downs",
         instances.len()
     );
     if let Some((at, took, what)) = &restart {
-        println!(
+        fig!(
             "{:<23}at {at:.1} s ({what}); answered again after {took:.1?}",
             format!("{engine} restart")
         );
     }
-    println!(
+    fig!(
         "subscriber             handled {} events, skipped {} tombstones, {} connections; longest stall {:.2?} at position {}",
         handled.len(), sub_log.tombstones, sub_log.reconnects, sub_log.longest_stall.0, sub_log.longest_stall.1
     );
-    println!(
+    fig!(
         "two fillers at once    {overlaps} (fill statements checked against {} leadership intervals)",
         leading.len()
     );
-    println!(
+    fig!(
         "wrote for {wrote_for:.1?}; healed the rest and caught up in {settle_took:.1?} after the writers stopped"
     );
     // Every run's log, for a failed run's post-mortem (CI can keep the directory).
@@ -467,7 +476,7 @@ pub async fn run<B: Backend>(backend: B) {
         )
         .unwrap();
     }
-    println!("healer logs            {}", logs.display());
+    fig!("healer logs            {}", logs.display());
     if std::env::var("CHAOS_VERBOSE").is_ok() {
         for inst in &instances {
             println!(
@@ -502,8 +511,24 @@ pub async fn run<B: Backend>(backend: B) {
     }
 
     if failures.is_empty() {
+        fig!("all invariants held");
+    } else {
+        fig!("{} failure(s): see the test's output", failures.len());
+    }
+    print!("{figures}");
+    let slug: String = engine
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    std::fs::write(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-figures-{slug}.txt")),
+        &figures,
+    )
+    .unwrap();
+
+    if failures.is_empty() {
         backend.remove().await;
-        println!("all invariants held");
     } else {
         panic!(
             "{} failure(s) ({} kept for inspection):\n{}",
