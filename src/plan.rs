@@ -115,8 +115,15 @@ pub fn after_committed(
 /// finish (a late rollback is filled the moment it happens). Giving every
 /// held position the full wait would make a storm of slow appends cost the
 /// cycle one `lock_timeout` each while every other hole waits.
+///
+/// The probe is short because only one thing locks a hole's key: an append
+/// that took that position and is still open after `gap_timeout` (the hole
+/// is due), so waiting longer rarely changes the answer; a wrong "held" only
+/// defers a position to the next cycle. Each probe that meets a held key
+/// costs this long, and finding k held keys among n costs about
+/// k x log2(n/k) of them.
 pub fn lock_timeout_for(batch: &[PosRange], configured: Duration, last: bool) -> Duration {
-    const PROBE: Duration = Duration::from_millis(100);
+    const PROBE: Duration = Duration::from_millis(25);
     if width(batch) == 1 && last {
         configured
     } else {
@@ -204,14 +211,14 @@ mod tests {
     #[test]
     fn timeouts_and_delays() {
         let two = Duration::from_secs(2);
-        let probe = Duration::from_millis(100);
+        let probe = Duration::from_millis(25);
         assert_eq!(lock_timeout_for(&[r(1, 1)], two, true), two);
         assert_eq!(lock_timeout_for(&[r(1, 1)], two, false), probe);
         assert_eq!(lock_timeout_for(&[r(1, 2)], two, true), probe);
         assert_eq!(lock_timeout_for(&[r(1, 1), r(3, 3)], two, true), probe);
         assert_eq!(
-            lock_timeout_for(&[r(1, 2)], Duration::from_millis(20), false),
-            Duration::from_millis(20)
+            lock_timeout_for(&[r(1, 2)], Duration::from_millis(10), false),
+            Duration::from_millis(10)
         );
         let base = Duration::from_millis(250);
         assert_eq!(retry_delay(0, base, two), base);
