@@ -6,7 +6,9 @@
 //!                                                  # prints the table, writes docs/benchmarks.md
 //! cargo bench --bench harness -- --size smoke      # under a minute, writes nothing (CI: .ci/bench-smoke)
 //! cargo bench --bench harness -- --size full       # longer runs, no extrapolation
-//!     --only footprint,latency,wide,overhead,lock,idle   sections to run (default: all)
+//!     --only footprint,latency,wide,overhead,lock,idle   sections to run (default: all;
+//!                                                        with --only, nothing is written
+//!                                                        unless --write PATH)
 //!     --rows 100000,1000000,10000000                     idle-poll table sizes
 //!     --write PATH | --no-write                          where the results go
 //! ```
@@ -110,8 +112,10 @@ fn parse_args() -> Result<Args> {
     });
     rows.sort_unstable();
     rows.dedup();
+    // A partial run (--only) would replace the whole generated part of the
+    // docs with its few sections: it writes only where --write says.
     let write = write.unwrap_or_else(|| {
-        (size != Size::Smoke)
+        (size != Size::Smoke && only.is_none())
             .then(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md"))
     });
     Ok(Args {
