@@ -80,8 +80,10 @@ pub async fn elect<L: LeaderLock>(
     let mut said_follower = false;
     // Say it once when the database goes away, not every second.
     let mut unreachable = false;
+    // A follower's session, kept between tries.
+    let mut idle: Option<L::Session> = None;
     loop {
-        match lock.try_lead(&key).await {
+        match lock.try_lead_reusing(&key, &mut idle).await {
             Ok(Some(mut session)) => {
                 info!(key = %key, "became the leader: this process fills");
                 tx.set(true);

@@ -245,14 +245,28 @@ pub trait Engine: Send + Sync + 'static {
 /// a dedicated connection, released by the server when that session ends.
 ///
 /// Architecture invariant: the lock's session is never a pooled connection,
-/// and `try_lead` never waits for the lock.
+/// and trying the lock never waits for it.
 pub trait LeaderLock: Send + Sync + 'static {
     /// The dedicated session that holds the lock; dropping it releases it.
     type Session: Send + 'static;
 
+    /// Tries to take the lock named `key` without waiting, on the session in
+    /// `idle` (a follower's, kept from its last try) or else on a new
+    /// dedicated session. `Ok(None)`: another session holds it, and the
+    /// session is left in `idle` for the next try, so a follower does not log
+    /// in anew every second. A kept session that fails is dropped and the try
+    /// made once more on a new one; on an error `idle` is empty.
+    fn try_lead_reusing(
+        &self,
+        key: &str,
+        idle: &mut Option<Self::Session>,
+    ) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send;
+
     /// Opens a dedicated session and tries to take the lock named `key` without
-    /// waiting. `Ok(None)`: another session holds it.
-    fn try_lead(&self, key: &str) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send;
+    /// waiting. `Ok(None)`: another session holds it (the session is closed).
+    fn try_lead(&self, key: &str) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send {
+        async move { self.try_lead_reusing(key, &mut None).await }
+    }
 
     /// Whether `session` is alive and still holds the lock named `key`.
     fn still_held(

@@ -934,22 +934,33 @@ impl fmt::Debug for MssqlLeaderSession {
 }
 
 impl MssqlEngine {
-    /// Connects a session of its own and runs `leader_lock.sql` on it.
-    async fn open_leader_session(&self, key: &str) -> DbResult<Option<MssqlLeaderSession>> {
+    /// A session of its own for the leader lock, outside the pool.
+    async fn connect_leader_session(&self) -> DbResult<MssqlLeaderSession> {
         let client =
             conn::connect_dedicated(&self.config, &self.settings.connection_string).await?;
-        let mut session = MssqlLeaderSession {
+        Ok(MssqlLeaderSession {
             client,
             session_id: 0,
             fence: String::new(),
-            in_doubt: true,
-        };
+            in_doubt: false,
+        })
+    }
+
+    /// Runs the lock batch on `session`: whether it took the leader lock
+    /// (and with it the fence lock), and the session back.
+    async fn lock_on(
+        &self,
+        mut session: MssqlLeaderSession,
+        key: &str,
+    ) -> DbResult<(bool, MssqlLeaderSession)> {
+        session.in_doubt = true;
         let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&key]).await {
             Ok(sets) => sets,
             // @LockTimeout = 0 reports a held lock as -1, not as an error;
             // should a server raise 1222 instead, it means the same.
             Err(tiberius::error::Error::Server(token)) if token.code() == LOCK_TIMEOUT => {
-                return Ok(None)
+                session.in_doubt = false;
+                return Ok((false, session));
             }
             Err(e) => return Err(self.driver_error(&e)),
         };
@@ -961,30 +972,56 @@ impl MssqlEngine {
             .ok_or_else(|| DbError::permanent("sp_getapplock returned no code"))?;
         session.session_id = get::<i16>(row, "session_id")?.map_or(0, i32::from);
         session.in_doubt = false;
-        if applock_result(code)? {
-            // The fence lock, taken in the same batch: without it this
-            // session must not lead (dropping it releases the leader lock).
-            let fence_code = get::<i32>(row, "fence_result")?
-                .ok_or_else(|| DbError::permanent("the leader lock batch took no fence lock"))?;
-            if !applock_result(fence_code)? {
-                return Err(DbError::transient(
-                    "the leader fence lock was held by another session; not leading",
-                ));
+        if !applock_result(code)? {
+            return Ok((false, session));
+        }
+        // The fence lock, taken in the same batch: without it this session
+        // must not lead (dropped with the error, it releases the leader lock).
+        let fence_code = get::<i32>(row, "fence_result")?
+            .ok_or_else(|| DbError::permanent("the leader lock batch took no fence lock"))?;
+        if !applock_result(fence_code)? {
+            return Err(DbError::transient(
+                "the leader fence lock was held by another session; not leading",
+            ));
+        }
+        session.fence = get::<&str>(row, "fence")?
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| DbError::permanent("the leader lock batch named no fence lock"))?
+            .to_string();
+        tracing::debug!(
+            session_id = session.session_id,
+            key,
+            fence = %session.fence,
+            "took the SQL Server leader lock"
+        );
+        Ok((true, session))
+    }
+
+    /// The lock batch on the kept follower session (unless it is in doubt)
+    /// or a new one; once more on a new one if the kept one fails.
+    async fn take_or_keep(
+        &self,
+        key: &str,
+        idle: &mut Option<MssqlLeaderSession>,
+    ) -> DbResult<Option<MssqlLeaderSession>> {
+        let kept = idle.take().filter(|s| !s.in_doubt);
+        let (session, reused) = match kept {
+            Some(session) => (session, true),
+            None => (self.connect_leader_session().await?, false),
+        };
+        let outcome = match self.lock_on(session, key).await {
+            Err(_) if reused => {
+                self.lock_on(self.connect_leader_session().await?, key)
+                    .await
             }
-            session.fence = get::<&str>(row, "fence")?
-                .filter(|name| !name.is_empty())
-                .ok_or_else(|| DbError::permanent("the leader lock batch named no fence lock"))?
-                .to_string();
-            tracing::debug!(
-                session_id = session.session_id,
-                key,
-                fence = %session.fence,
-                "took the SQL Server leader lock"
-            );
-            Ok(Some(session))
-        } else {
-            // Dropped here: the connection closes, nothing stays open.
-            Ok(None)
+            other => other,
+        }?;
+        match outcome {
+            (true, session) => Ok(Some(session)),
+            (false, session) => {
+                *idle = Some(session);
+                Ok(None)
+            }
         }
     }
 }
@@ -998,11 +1035,15 @@ impl LeaderLock for MssqlEngine {
     /// again. From the first call on, this engine's fills are fenced: by the
     /// fence lock of the latest session that took the leader lock, or, while
     /// none has, refused ([`FillOutcome::Busy`]).
-    async fn try_lead(&self, key: &str) -> DbResult<Option<MssqlLeaderSession>> {
+    async fn try_lead_reusing(
+        &self,
+        key: &str,
+        idle: &mut Option<MssqlLeaderSession>,
+    ) -> DbResult<Option<MssqlLeaderSession>> {
         let limit = self.settings.connect_timeout;
         let result = match check_leader_key(key) {
             Err(e) => Err(e),
-            Ok(()) => match tokio::time::timeout(limit, self.open_leader_session(key)).await {
+            Ok(()) => match tokio::time::timeout(limit, self.take_or_keep(key, idle)).await {
                 Ok(result) => result,
                 Err(_) => Err(DbError::transient(format!(
                     "no SQL Server leader session within {}",

@@ -827,6 +827,13 @@ pub struct PgLeaderSession {
     connection: tokio::task::JoinHandle<()>,
 }
 
+impl PgLeaderSession {
+    /// The server process of the session (`pg_backend_pid()`), for logs and tests.
+    pub fn backend_pid(&self) -> i32 {
+        self.pid
+    }
+}
+
 impl Drop for PgLeaderSession {
     fn drop(&mut self) {
         // Closing the session releases the lock on the server.
@@ -834,12 +841,11 @@ impl Drop for PgLeaderSession {
     }
 }
 
-impl super::LeaderLock for PostgresEngine {
-    type Session = PgLeaderSession;
-
-    async fn try_lead(&self, key: &str) -> DbResult<Option<PgLeaderSession>> {
+impl PostgresEngine {
+    /// A session of its own for the leader lock, outside the pool, with TCP
+    /// keepalive so a dead peer is noticed within about 20 s without traffic.
+    async fn open_leader_session(&self) -> DbResult<PgLeaderSession> {
         let mut config = self.config.clone();
-        // Notice a dead peer within about 20 s even without traffic.
         config
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10));
@@ -850,25 +856,66 @@ impl super::LeaderLock for PostgresEngine {
         let connection = tokio::spawn(async move {
             let _ = connection.await;
         });
-        let row = client
+        Ok(PgLeaderSession {
+            client,
+            pid: 0,
+            connection,
+        })
+    }
+
+    /// `pg_try_advisory_lock` on `session`: whether it took the lock, and the
+    /// session back.
+    async fn try_lock_on(
+        &self,
+        mut session: PgLeaderSession,
+        key: &str,
+    ) -> DbResult<(bool, PgLeaderSession)> {
+        let row = session
+            .client
             .query_one(
                 "SELECT pg_try_advisory_lock($1), pg_backend_pid()",
                 &[&advisory_key(key)],
             )
             .await
             .map_err(|e| self.error(&e, "leader lock"))?;
-        let (taken, pid): (bool, i32) = (row.get(0), row.get(1));
-        let session = PgLeaderSession {
-            client,
-            pid,
-            connection,
+        session.pid = row.get(1);
+        Ok((row.get(0), session))
+    }
+}
+
+impl super::LeaderLock for PostgresEngine {
+    type Session = PgLeaderSession;
+
+    async fn try_lead_reusing(
+        &self,
+        key: &str,
+        idle: &mut Option<PgLeaderSession>,
+    ) -> DbResult<Option<PgLeaderSession>> {
+        let kept = idle.take().filter(|s| !s.client.is_closed());
+        let (session, reused) = match kept {
+            Some(session) => (session, true),
+            None => (self.open_leader_session().await?, false),
         };
-        if taken {
-            if let Ok(mut fence) = self.fence.lock() {
-                *fence = Some((pid, advisory_key(key)));
+        let outcome = match self.try_lock_on(session, key).await {
+            // The kept session died since the last try: once more on a new one.
+            Err(_) if reused => {
+                self.try_lock_on(self.open_leader_session().await?, key)
+                    .await
+            }
+            other => other,
+        }?;
+        match outcome {
+            (true, session) => {
+                if let Ok(mut fence) = self.fence.lock() {
+                    *fence = Some((session.pid, advisory_key(key)));
+                }
+                Ok(Some(session))
+            }
+            (false, session) => {
+                *idle = Some(session);
+                Ok(None)
             }
         }
-        Ok(taken.then_some(session))
     }
 
     async fn still_held(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<bool> {

@@ -126,3 +126,48 @@ async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
     assert!(log.contains("became the leader"), "{log}");
     store.drop_schema().await;
 }
+
+/// A follower tries the lock every second on the session it kept from its
+/// last try, not on a new login each time; a kept session that died is
+/// replaced without an error; and the kept session is the one that leads
+/// once the holder goes.
+#[tokio::test]
+async fn a_follower_keeps_one_session_between_tries() {
+    let store = Store::new("follower").await;
+    let key = format!("gap-healer:{}", store.schema);
+    let (a, b) = (engine(&store), engine(&store));
+    let held = a.try_lead(&key).await.unwrap().expect("free lock taken");
+    let mut idle = None;
+    assert!(b.try_lead_reusing(&key, &mut idle).await.unwrap().is_none());
+    let pid = idle.as_ref().expect("the session is kept").backend_pid();
+    for _ in 0..5 {
+        assert!(b.try_lead_reusing(&key, &mut idle).await.unwrap().is_none());
+        assert_eq!(idle.as_ref().map(|s| s.backend_pid()), Some(pid));
+    }
+    store
+        .client
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        b.try_lead_reusing(&key, &mut idle).await.unwrap().is_none(),
+        "a dead kept session is replaced, not reported"
+    );
+    let replaced = idle.as_ref().expect("a new session is kept").backend_pid();
+    assert_ne!(replaced, pid);
+    drop(held);
+    let mut leading = None;
+    for _ in 0..50 {
+        leading = b.try_lead_reusing(&key, &mut idle).await.unwrap();
+        if leading.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut leading = leading.expect("the follower takes the freed lock");
+    assert_eq!(leading.backend_pid(), replaced, "on the kept session");
+    assert!(idle.is_none());
+    assert!(b.still_held(&mut leading, &key).await.unwrap());
+    store.drop_schema().await;
+}
