@@ -14,7 +14,7 @@ use tracing::info;
 
 use crate::config::{self, ConfigArgs, Need, Settings};
 use crate::engine::{self, DbError, Engine, EngineKind, LeaderLock};
-use crate::healer::{Healer, Options};
+use crate::healer::{Ended, Healer, Options};
 use crate::leader::Leader;
 use crate::telemetry::{self, Health};
 
@@ -194,7 +194,7 @@ async fn run_daemon<E: Engine + LeaderLock>(
         info!("leader election off: this process fills as the only healer of the store");
         (Leader::always(), None)
     };
-    Healer::new(engine, Options::from(settings), leader, health)
+    let ended = Healer::new(engine, Options::from(settings), leader, health)
         .run(stop.clone())
         .await;
     stop.cancel();
@@ -206,7 +206,10 @@ async fn run_daemon<E: Engine + LeaderLock>(
         Err(_) => tracing::warn!("metrics server did not stop in time"),
         _ => {}
     }
-    Ok(EXIT_OK)
+    Ok(match ended {
+        Ended::Stopped => EXIT_OK,
+        Ended::GaveUp { .. } => EXIT_INCOMPLETE,
+    })
 }
 
 /// A progress bar on stderr when it is a terminal, hidden otherwise.

@@ -54,6 +54,7 @@ pub const KEYS: &[&str] = &[
     "tombstone_type",
     "leader_election",
     "leader_key",
+    "give_up_after",
 ];
 
 /// The flags every subcommand accepts. Values stay raw strings here so that
@@ -151,6 +152,16 @@ pub struct ConfigArgs {
     /// Name of the leader lock; healers sharing it elect one filler [default: gap-healer:<schema>].
     #[arg(long, global = true, value_name = "NAME", allow_hyphen_values = true)]
     pub leader_key: Option<String>,
+    /// `run` exits 3 once its scans have failed for this long without a
+    /// success (database unreachable, tables missing); `never` keeps retrying
+    /// [default: never].
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION|never",
+        allow_hyphen_values = true
+    )]
+    pub give_up_after: Option<String>,
 }
 
 impl ConfigArgs {
@@ -178,6 +189,7 @@ impl ConfigArgs {
         put("tombstone_stream", &self.tombstone_stream);
         put("tombstone_type", &self.tombstone_type);
         put("leader_key", &self.leader_key);
+        put("give_up_after", &self.give_up_after);
         if self.dry_run {
             out.push(("dry_run", "true".into()));
         }
@@ -234,6 +246,9 @@ pub struct Settings {
     /// The leader lock's name (an advisory lock key on PostgreSQL, an
     /// application lock resource on SQL Server; both are per database).
     pub leader_key: String,
+    /// `run` gives up (exit 3) once its scans have failed this long in a row;
+    /// `None`: never.
+    pub give_up_after: Option<Duration>,
     /// Where each key's value came from, for `gap-healer config`.
     pub origins: Vec<(&'static str, String)>,
 }
@@ -613,6 +628,15 @@ impl Validator<'_> {
             parse_name(s, 128)
         });
         let leader_key = self.get("leader_key", None, |s| parse_name(s, 255).map(Some));
+        let give_up_after = self.get("give_up_after", None, |s| {
+            if s.eq_ignore_ascii_case("never") {
+                Ok(None)
+            } else {
+                parse_duration(s, Duration::from_secs(1))
+                    .map(Some)
+                    .map_err(|e| format!("{e}; or never"))
+            }
+        });
         let connection_string = self.connection_string(engine, need);
         let leader_key = leader_key.map(|k| {
             k.unwrap_or_else(|| {
@@ -641,6 +665,7 @@ impl Validator<'_> {
             log_level: log_level?,
             leader_election: leader_election?,
             leader_key: leader_key?,
+            give_up_after: give_up_after?,
             origins: Vec::new(),
         })
     }
@@ -891,6 +916,11 @@ impl Settings {
                 origin("leader_election"),
             ),
             ("leader_key", q(&self.leader_key), origin("leader_key")),
+            (
+                "give_up_after",
+                q(&self.give_up_after.map_or("never".to_string(), d)),
+                origin("give_up_after"),
+            ),
         ];
         let width = rows
             .iter()
@@ -935,6 +965,35 @@ mod tests {
         assert_eq!(s.start_from, StartFrom::Checkpoints);
         assert!(s.leader_election);
         assert!(!s.dry_run);
+        assert_eq!(s.give_up_after, None, "never gives up unless configured");
+    }
+
+    #[test]
+    fn give_up_after_is_a_duration_or_never() {
+        let with = |v: &str| {
+            load(
+                &args(),
+                env(&[("GAP_HEALER_GIVE_UP_AFTER", v)]),
+                Need::Connection,
+            )
+        };
+        assert_eq!(
+            with("90s").unwrap().give_up_after,
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(with("NEVER").unwrap().give_up_after, None);
+        for (bad, why) in [
+            ("0s", "at least 1s"),
+            ("soon", "or never"),
+            ("-1m", "negative"),
+        ] {
+            let text = with(bad).unwrap_err().to_string();
+            assert!(
+                text.contains(&format!("give_up_after = \"{bad}\" (from environment variable GAP_HEALER_GIVE_UP_AFTER)"))
+                    && text.contains(why),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -59,6 +59,18 @@ pub struct Options {
     pub start_from: StartFrom,
     pub lookback: u64,
     pub dry_run: bool,
+    /// [`Healer::run`] ends with [`Ended::GaveUp`] once scans have failed
+    /// this long in a row; `None`: never.
+    pub give_up_after: Option<Duration>,
+}
+
+/// How [`Healer::run`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// Every scan failed for `give_up_after` (the last one at `failing_for`).
+    GaveUp { failing_for: Duration },
 }
 
 impl From<&Settings> for Options {
@@ -71,6 +83,7 @@ impl From<&Settings> for Options {
             start_from: s.start_from,
             lookback: s.lookback,
             dry_run: s.dry_run,
+            give_up_after: s.give_up_after,
         }
     }
 }
@@ -460,13 +473,16 @@ impl<E: Engine> Healer<E> {
 
     /// The daemon loop: poll every `poll_interval`, fill each hole the moment
     /// it comes due, back off on database errors, stop on `stop`.
-    pub async fn run(mut self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) -> Ended {
         let mut backoff = Backoff::new(
             self.opts.poll_interval.max(Duration::from_millis(200)),
             Duration::from_secs(30),
         );
         let mut next_poll = Instant::now();
         let mut was_leader = self.leader.is_leader();
+        // Since when every scan has failed (None after a success).
+        let mut failing_since: Option<Instant> = None;
+        let mut ended = Ended::Stopped;
         loop {
             self.health.loop_turned();
             let wake = match self.tracker.next_due() {
@@ -484,6 +500,7 @@ impl<E: Engine> Healer<E> {
                 was_leader = is_leader;
             }
             if Instant::now() >= next_poll {
+                let scan_started = Instant::now();
                 let result = tokio::select! {
                     _ = stop.cancelled() => break,
                     r = self.scan_step() => r,
@@ -494,6 +511,7 @@ impl<E: Engine> Healer<E> {
                             info!("database reachable again");
                         }
                         backoff.reset();
+                        failing_since = None;
                         // Behind (a backfill): go on at once instead of waiting a poll.
                         next_poll = if step.caught_up {
                             Instant::now() + self.opts.poll_interval
@@ -519,6 +537,22 @@ impl<E: Engine> Healer<E> {
                         }
                         next_poll = Instant::now() + delay;
                         self.publish();
+                        let since = *failing_since.get_or_insert(scan_started);
+                        if let Some(limit) = self.opts.give_up_after {
+                            // The last retry falls on the limit, not up to a
+                            // backoff step after it.
+                            next_poll = next_poll.min(since + limit);
+                            let failing_for = since.elapsed();
+                            if failing_for >= limit {
+                                error!(
+                                    failing_for_ms = failing_for.as_millis() as u64,
+                                    give_up_after = %humantime::format_duration(limit),
+                                    "every scan has failed for longer than give_up_after: giving up"
+                                );
+                                ended = Ended::GaveUp { failing_for };
+                                break;
+                            }
+                        }
                         continue;
                     }
                 }
@@ -539,6 +573,7 @@ impl<E: Engine> Healer<E> {
         }
         self.publish();
         info!("healer stopped");
+        ended
     }
 }
 
@@ -648,6 +683,7 @@ mod tests {
             start_from: StartFrom::Position(1),
             lookback: 0,
             dry_run: false,
+            give_up_after: None,
         }
     }
 

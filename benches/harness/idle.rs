@@ -129,6 +129,7 @@ async fn measure(schema: &Schema, sizes: &[i64], polls: usize) -> Result<Vec<Idl
                 start_from: StartFrom::Head,
                 lookback: 0,
                 dry_run: false,
+                give_up_after: None,
             },
             Leader::always(),
             Health::new(Duration::from_millis(250), Duration::from_secs(2)),

@@ -107,6 +107,7 @@ async fn measure(schema: &Schema, width: i64, sample: i64) -> Result<Measured> {
             start_from: StartFrom::Position(1),
             lookback: 0,
             dry_run: false,
+            give_up_after: None,
         },
         Leader::always(),
         Health::new(Duration::from_millis(250), Duration::from_secs(2)),

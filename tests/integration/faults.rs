@@ -1233,3 +1233,48 @@ async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
     drop(admin);
     drop(pg);
 }
+
+/// `give_up_after`: a daemon whose every scan fails (nothing listens on the
+/// port) exits 3 once they have failed that long, not before, and says why;
+/// the password never shows. Without the key it keeps retrying (above). A
+/// failing scan lasts up to connect_timeout, so that is the granularity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_up_after_ends_the_daemon_with_exit_3() {
+    let cs = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=test password=GiveUp_pw93 connect_timeout=1",
+        free_port()
+    );
+    let mut d = daemon(
+        &cs,
+        "eventuous",
+        &["--give-up-after", "2s", "--connect-timeout", "500ms"],
+    );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = d.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still running 20 s after start:\n{}",
+            log_of(&d)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = started.elapsed();
+    let log = log_of(&d);
+    println!(
+        "give_up_after 2s: exited {:?} after {took:?}",
+        status.code()
+    );
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(4),
+        "{took:?}\n{log}"
+    );
+    let gave_up = lines_with(&d, "every scan has failed for longer than give_up_after");
+    assert_eq!(gave_up.len(), 1, "{log}");
+    assert_eq!(gave_up[0]["level"], "ERROR");
+    assert!(lines_with(&d, "scan failed").len() >= 2, "{log}");
+    assert!(!log.contains("GiveUp_pw93"), "{log}");
+}

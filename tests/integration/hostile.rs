@@ -732,6 +732,7 @@ fn set_flag(args: &mut ConfigArgs, key: &str, value: String) {
         "tombstone_stream" => &mut args.tombstone_stream,
         "tombstone_type" => &mut args.tombstone_type,
         "leader_key" => &mut args.leader_key,
+        "give_up_after" => &mut args.give_up_after,
         "dry_run" => {
             args.dry_run = value == "true";
             return;

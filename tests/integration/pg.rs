@@ -9,7 +9,7 @@ use gap_healer::config::StartFrom;
 use gap_healer::engine::postgres::PostgresEngine;
 use gap_healer::engine::{Engine, FillOutcome};
 use gap_healer::gaps::PosRange;
-use gap_healer::healer::{Healer, Options};
+use gap_healer::healer::{Ended, Healer, Options};
 use gap_healer::leader::Leader;
 use gap_healer::telemetry::Health;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +30,7 @@ fn options(gap_timeout: Duration) -> Options {
         start_from: StartFrom::Position(1),
         lookback: 1_000_000,
         dry_run: false,
+        give_up_after: None,
     }
 }
 
@@ -43,7 +44,10 @@ fn healer(store: &Store, opts: Options) -> Healer<PostgresEngine> {
 }
 
 /// Runs a healer in the background until the returned token is cancelled.
-fn spawn_healer(store: &Store, opts: Options) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+fn spawn_healer(
+    store: &Store,
+    opts: Options,
+) -> (CancellationToken, tokio::task::JoinHandle<Ended>) {
     let stop = CancellationToken::new();
     let task = tokio::spawn(healer(store, opts).run(stop.clone()));
     (stop, task)
@@ -150,7 +154,7 @@ async fn slow_append_held_open_is_never_overwritten_then_commits() {
     assert!(store.missing().await.is_empty());
     assert!(store.tombstone_positions().await.is_empty());
     stop.cancel();
-    task.await.unwrap();
+    assert_eq!(task.await.unwrap(), Ended::Stopped);
     store.drop_schema().await;
 }
 
@@ -180,7 +184,7 @@ async fn slow_append_rolling_back_late_is_filled_promptly() {
     // Retries of a held position back off to at most 2 s (plus one lock wait).
     assert!(took <= Duration::from_secs(4), "{took:?}");
     stop.cancel();
-    task.await.unwrap();
+    assert_eq!(task.await.unwrap(), Ended::Stopped);
     store.assert_tombstone_stream_consistent().await;
     store.drop_schema().await;
 }
@@ -301,7 +305,7 @@ async fn not_filled_before_gap_timeout_and_tail_never_filled() {
         .expect("the tail append commits: the healer never touched it");
     assert_eq!(store.tombstone_positions().await, vec![2]);
     stop.cancel();
-    task.await.unwrap();
+    assert_eq!(task.await.unwrap(), Ended::Stopped);
     store.drop_schema().await;
 }
 
