@@ -1029,12 +1029,13 @@ impl MssqlEngine {
 impl LeaderLock for MssqlEngine {
     type Session = MssqlLeaderSession;
 
-    /// Opens a dedicated session (within the connect timeout, login and lock
-    /// together) and takes the lock without waiting, and with it the fence
-    /// lock. `Ok(None)`: another session holds it; the new session is closed
-    /// again. From the first call on, this engine's fills are fenced: by the
-    /// fence lock of the latest session that took the leader lock, or, while
-    /// none has, refused ([`FillOutcome::Busy`]).
+    /// On the kept follower session, or a dedicated new one (within the
+    /// connect timeout, login and lock together), takes the lock without
+    /// waiting, and with it the fence lock. `Ok(None)`: another session holds
+    /// it; the session is kept in `idle` for the next try. From the first
+    /// call on, this engine's fills are fenced: by the fence lock of the
+    /// latest session that took the leader lock, or, while none has, refused
+    /// ([`FillOutcome::Busy`]).
     async fn try_lead_reusing(
         &self,
         key: &str,

@@ -929,6 +929,64 @@ async fn leader_lock_one_holder_released_on_drop_and_on_kill() {
     db.drop().await;
 }
 
+/// A follower tries on the session it kept, not on a new login each time; a
+/// kept session that was killed is replaced without an error; the kept
+/// session is the one that leads once the holder goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_lock_follower_keeps_one_session() {
+    let db = TestDb::create().await;
+    let (first, second) = (db.engine(), db.engine());
+    let held = first
+        .try_lead(LEADER_KEY)
+        .await
+        .unwrap()
+        .expect("free lock");
+    let mut idle = None;
+    assert!(second
+        .try_lead_reusing(LEADER_KEY, &mut idle)
+        .await
+        .unwrap()
+        .is_none());
+    let spid = idle.as_ref().expect("the session is kept").session_id();
+    for _ in 0..5 {
+        assert!(second
+            .try_lead_reusing(LEADER_KEY, &mut idle)
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(idle.as_ref().map(|s| s.session_id()), Some(spid));
+    }
+    let mut master = db.master().await;
+    crate::mssql_support::exec(&mut master, &format!("KILL {spid};")).await;
+    assert!(
+        second
+            .try_lead_reusing(LEADER_KEY, &mut idle)
+            .await
+            .unwrap()
+            .is_none(),
+        "a killed kept session is replaced, not reported"
+    );
+    let replaced = idle.as_ref().expect("a new session is kept").session_id();
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut leading = loop {
+        if let Some(s) = second
+            .try_lead_reusing(LEADER_KEY, &mut idle)
+            .await
+            .unwrap()
+        {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the freed lock was not taken");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(leading.session_id(), replaced, "on the kept session");
+    assert!(second.still_held(&mut leading, LEADER_KEY).await.unwrap());
+    drop(leading);
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
 async fn leader_lock_needs_no_rights_beyond_connecting() {

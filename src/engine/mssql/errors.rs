@@ -72,15 +72,24 @@ pub(crate) enum Class {
 }
 
 /// Server errors after which a retry can succeed: deadlock victim, snapshot
-/// update conflict, and the errors Azure SQL and SQL Server report while a
-/// database moves, fails over, is throttled or drops the connection.
+/// update conflict, a full data or log file and a read-only database (an
+/// operator frees space, backs up the log or fails over: the healer waits
+/// with backoff, as for PostgreSQL's 53100 and 25006), and the errors Azure
+/// SQL and SQL Server report while a database moves, fails over, is
+/// throttled or drops the connection.
 pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
     64,    // connection terminated by the server (login phase)
     233,   // no process on the other end of the pipe
+    976,   // availability group database not accessible (a secondary now)
+    983,   // availability group replica role not resolved (failover)
+    1101,  // no new page: filegroup full, disk full
+    1105,  // no space for an object: filegroup full
     1205,  // deadlock victim
+    3906,  // database is read-only
     3960,  // snapshot isolation update conflict
     4060,  // cannot open database (Azure: database moving or restarting)
     4221,  // login to a read secondary failed while the replica catches up
+    9002,  // transaction log full
     10053, // transport-level error: connection aborted
     10054, // transport-level error: connection reset by peer
     10060, // network error: connection timed out
@@ -275,6 +284,16 @@ mod tests {
         ];
         for &(code, stage, want) in table {
             assert_eq!(classify(code, stage), want, "error {code} at {stage:?}");
+        }
+    }
+
+    #[test]
+    fn full_disks_read_only_databases_and_failovers_are_retried() {
+        // Issue 5: reported, retried with backoff, never a crash loop.
+        for code in [1101, 1105, 9002, 3906, 976, 983] {
+            for stage in ALL_STAGES {
+                assert_eq!(classify(code, stage), Class::Transient, "{code}");
+            }
         }
     }
 
