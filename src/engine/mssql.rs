@@ -244,13 +244,34 @@ impl MssqlEngine {
     /// A session, marked unclean: it goes back to the pool only if the caller
     /// marks it clean once its work ended in a known state.
     async fn checkout(&self) -> DbResult<PooledConnection<'_, Manager>> {
-        match self.pool().get().await {
+        // Listening before asking, so a login refused at once is heard.
+        let failed = self.last_connect_error.failed().notified();
+        tokio::pin!(failed);
+        failed.as_mut().enable();
+        let got = tokio::select! {
+            got = self.pool().get() => got,
+            _ = &mut failed => return Err(self.connect_failed()),
+        };
+        match got {
             Ok(mut session) => {
                 session.clean = false;
                 Ok(session)
             }
             Err(RunError::User(e)) => Err(e),
             Err(RunError::TimedOut) => Err(self.connect_timed_out()),
+        }
+    }
+
+    /// A connection attempt failed (refused, login failed) before the
+    /// timeout: its error, as the pool's error sink recorded it.
+    fn connect_failed(&self) -> DbError {
+        match self.last_connect_error.get() {
+            Some(last) => DbError {
+                kind: last.kind,
+                code: last.code.clone(),
+                message: format!("SQL Server connection failed: {}", last.message),
+            },
+            None => DbError::transient("SQL Server connection failed"),
         }
     }
 
@@ -1270,23 +1291,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unreachable_server_is_a_transient_error_after_the_connect_timeout() {
-        // Port 1 on localhost refuses at once; the pool retries until the
-        // connect timeout and then reports the last connection error.
-        let engine = MssqlEngine::new(&settings(
+    async fn refused_connection_is_a_transient_error_at_once() {
+        // Port 1 on localhost refuses at once; the caller hears of it from the
+        // pool's error sink instead of waiting out the connect timeout.
+        let mut s = settings(
             "Server=tcp:127.0.0.1,1;User Id=app;Password=Hunter2;TrustServerCertificate=true",
-        ))
-        .unwrap();
+        );
+        s.connect_timeout = Duration::from_secs(5);
+        let engine = MssqlEngine::new(&s).unwrap();
         let started = Instant::now();
         let err = engine.head().await.expect_err("nothing listens on port 1");
         assert!(err.is_transient(), "{err:?}");
         assert!(!err.message.contains("Hunter2"), "{}", err.message);
         assert!(
-            err.message.contains("no SQL Server connection within"),
+            err.message.starts_with("SQL Server connection failed: "),
             "{}",
             err.message
         );
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
         let err = engine
             .preflight()
             .await

@@ -193,12 +193,20 @@ impl PostgresEngine {
     }
 
     async fn conn(&self) -> DbResult<PooledConnection<'_, Manager>> {
-        self.pool.get().await.map_err(|e| match e {
+        // Listening before asking, so a connection refused at once is heard.
+        let failed = self.last_connect_error.failed.notified();
+        tokio::pin!(failed);
+        failed.as_mut().enable();
+        let result = tokio::select! {
+            got = self.pool.get() => got,
+            _ = &mut failed => Err(RunError::TimedOut),
+        };
+        result.map_err(|e| match e {
             RunError::User(e) => self.error(&e, "connect"),
             RunError::TimedOut => {
                 let last = self
                     .last_connect_error
-                    .0
+                    .last
                     .lock()
                     .ok()
                     .and_then(|mut l| l.take());
@@ -327,14 +335,20 @@ fn describe(e: &tokio_postgres::Error) -> String {
 
 /// Keeps the last connection error of the pool, which bb8 otherwise reports
 /// only as a timeout: "unreachable" should say why (refused, TLS, login).
+/// And wakes whoever waits for a connection: bb8 keeps a caller waiting for
+/// the whole connection timeout even when the connection was refused at once.
 #[derive(Clone, Debug, Default)]
-struct LastConnectError(Arc<Mutex<Option<tokio_postgres::Error>>>);
+struct LastConnectError {
+    last: Arc<Mutex<Option<tokio_postgres::Error>>>,
+    failed: Arc<tokio::sync::Notify>,
+}
 
 impl bb8::ErrorSink<tokio_postgres::Error> for LastConnectError {
     fn sink(&self, error: tokio_postgres::Error) {
-        if let Ok(mut last) = self.0.lock() {
+        if let Ok(mut last) = self.last.lock() {
             *last = Some(error);
         }
+        self.failed.notify_waiters();
     }
 
     fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<tokio_postgres::Error>> {

@@ -173,23 +173,33 @@ async fn open_tcp(addr: &str, secret: &ConnectionString) -> Result<TcpStream, Db
 
 /// The last error of a background connection attempt. bb8 reports those only
 /// to its error sink; without this a wrong password would surface as a bare
-/// "timed out waiting for a connection".
+/// "timed out waiting for a connection". It also wakes whoever waits for a
+/// connection ([`LastError::failed`]): bb8 keeps a caller waiting for the
+/// whole connection timeout even when the login failed at once.
 #[derive(Clone, Default)]
-pub(crate) struct LastError(Arc<Mutex<Option<DbError>>>);
+pub(crate) struct LastError {
+    slot: Arc<Mutex<Option<DbError>>>,
+    failed: Arc<tokio::sync::Notify>,
+}
 
 impl LastError {
     pub(crate) fn get(&self) -> Option<DbError> {
-        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+        self.slot.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Notified each time a connection attempt fails.
+    pub(crate) fn failed(&self) -> &tokio::sync::Notify {
+        &self.failed
     }
 
     fn set(&self, e: DbError) {
-        if let Ok(mut slot) = self.0.lock() {
+        if let Ok(mut slot) = self.slot.lock() {
             *slot = Some(e);
         }
     }
 
     fn clear(&self) {
-        if let Ok(mut slot) = self.0.lock() {
+        if let Ok(mut slot) = self.slot.lock() {
             *slot = None;
         }
     }
@@ -205,6 +215,7 @@ impl bb8::ErrorSink<DbError> for LastError {
     fn sink(&self, error: DbError) {
         tracing::debug!(error = %error.message, "SQL Server connection attempt failed");
         self.set(error);
+        self.failed.notify_waiters();
     }
 
     fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<DbError>> {
