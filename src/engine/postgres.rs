@@ -155,10 +155,18 @@ impl PostgresEngine {
         // The probe's cost estimate grows with the table times the tracked
         // ranges; past jit_above_cost every probe was JIT-compiled (13.6 ms
         // instead of under 2 at 10M rows, docs/benchmarks.md). The healer's
-        // queries are short: no JIT for its sessions.
+        // queries are short: no JIT for its sessions. And a fill transaction
+        // is never idle between its statements for longer than a round trip:
+        // one idle for seconds belongs to a process that stopped (paused,
+        // cut off) while holding the tombstone stream's row, which would keep
+        // every other healer from filling; the server ends it.
+        let ours = format!(
+            "-c jit=off -c idle_in_transaction_session_timeout={}",
+            STALLED_SESSION_TIMEOUT.as_millis()
+        );
         let options = match config.get_options() {
-            Some(given) if !given.trim().is_empty() => format!("{given} -c jit=off"),
-            _ => "-c jit=off".to_string(),
+            Some(given) if !given.trim().is_empty() => format!("{given} {ours}"),
+            _ => ours,
         };
         config.options(&options);
         if config.get_connect_timeout().is_none() {
@@ -841,6 +849,13 @@ pub struct PgLeaderSession {
     connection: tokio::task::JoinHandle<()>,
 }
 
+/// A lock session idle this long (`idle_session_timeout`), or a pooled
+/// session idle this long inside a transaction
+/// (`idle_in_transaction_session_timeout`), is ended by the server: the bound
+/// on how long a paused or cut-off leader keeps the leader lock or the
+/// tombstone stream's row (see [`PostgresEngine::open_leader_session`]).
+pub const STALLED_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl PgLeaderSession {
     /// The server process of the session (`pg_backend_pid()`), for logs and tests.
     pub fn backend_pid(&self) -> i32 {
@@ -870,11 +885,42 @@ impl PostgresEngine {
         let connection = tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(PgLeaderSession {
+        let session = PgLeaderSession {
             client,
             pid: 0,
             connection,
-        })
+        };
+        // The server, not only this process, must end the session when this
+        // process stops answering: paused (a VM pause, CPU throttled to
+        // nothing) or cut off with its socket still open, it would otherwise
+        // keep the lock for as long as the server's TCP keepalive takes
+        // (two hours by default) and no follower could lead. The leader
+        // checks, and a follower tries, every second, so a session idle for
+        // STALLED_SESSION_TIMEOUT belongs to a process that stopped; the server
+        // ends it and frees the lock. idle_session_timeout is PostgreSQL
+        // 14+; on 13 the server-side keepalive below is the only bound (it
+        // sees a cut network, not a paused process).
+        session
+            .client
+            .batch_execute(&format!(
+                "SET tcp_keepalives_idle = {0}; SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = {0}",
+                STALLED_SESSION_TIMEOUT.as_secs()
+            ))
+            .await
+            .map_err(|e| self.error(&e, "leader session"))?;
+        if let Err(e) = session
+            .client
+            .batch_execute(&format!(
+                "SET idle_session_timeout = '{}ms'",
+                STALLED_SESSION_TIMEOUT.as_millis()
+            ))
+            .await
+        {
+            if e.code() != Some(&SqlState::UNDEFINED_OBJECT) {
+                return Err(self.error(&e, "leader session"));
+            }
+        }
+        Ok(session)
     }
 
     /// `pg_try_advisory_lock` on `session`: whether it took the lock, and the

@@ -1275,3 +1275,93 @@ async fn give_up_after_ends_the_daemon_with_exit_3() {
     assert!(lines_with(&d, "scan failed").len() >= 2, "{log}");
     assert!(!log.contains("GiveUp_pw93"), "{log}");
 }
+
+fn signal(d: &Daemon, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), sig).unwrap();
+}
+
+/// A leader that stops without dying: SIGSTOP stands for a VM pause, CPU
+/// throttling to nothing, or a network partition (its sockets stay open, so
+/// the server does not end its session by itself). The server must still
+/// release its lock within a bounded time, a follower take over and fill,
+/// and the old leader, resumed, step down without filling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_leader_loses_the_lock_and_a_follower_takes_over() {
+    let store = Store::new("fault_pause").await;
+    store.append("A", 1, Ending::Commit).await;
+    let flags = [
+        "--gap-timeout",
+        "200ms",
+        "--poll-interval",
+        "50ms",
+        "--start-from",
+        "0",
+    ];
+    let a = Daemon::start(&store, &flags);
+    let b = Daemon::start(&store, &flags);
+    let started = Instant::now();
+    let leaders = loop {
+        let leaders = (
+            a.metric("gap_healer_leader").await.unwrap_or(0.0),
+            b.metric("gap_healer_leader").await.unwrap_or(0.0),
+        );
+        if leaders.0 + leaders.1 == 1.0 {
+            break leaders;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no single leader: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (old, new) = if leaders.0 == 1.0 { (a, b) } else { (b, a) };
+
+    signal(&old, nix::sys::signal::Signal::SIGSTOP);
+    let paused = Instant::now();
+    let took_over = wait_for(Duration::from_secs(30), || async {
+        new.metric("gap_healer_leader").await == Some(1.0)
+    })
+    .await;
+    let took = paused.elapsed();
+    if !took_over {
+        signal(&old, nix::sys::signal::Signal::SIGCONT);
+        panic!(
+            "no takeover 30 s after the leader was paused:\n{}",
+            log_of(&new)
+        );
+    }
+    println!("leader paused (SIGSTOP): a follower leads {took:?} later");
+    store.append("X", 2, Ending::RollbackAfterInsert).await;
+    store.append("B", 1, Ending::Commit).await;
+    let healed = store.wait_until_healed(Duration::from_secs(15)).await;
+
+    signal(&old, nix::sys::signal::Signal::SIGCONT);
+    let resumed = Instant::now();
+    let stepped_down = wait_for(Duration::from_secs(10), || async {
+        !lines_with(&old, "stepped down as leader").is_empty()
+    })
+    .await;
+    let step_down_took = resumed.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(healed, "the new leader did not fill:\n{}", log_of(&new));
+    assert!(took <= Duration::from_secs(10), "takeover took {took:?}");
+    assert!(
+        stepped_down,
+        "the resumed leader did not step down:\n{}",
+        log_of(&old)
+    );
+    println!("  resumed: stepped down {step_down_took:?} after SIGCONT");
+    assert_eq!(old.metric("gap_healer_leader").await, Some(0.0));
+    assert_eq!(new.metric("gap_healer_leader").await, Some(1.0));
+    assert!(
+        lines_with(&old, "filled hole with tombstones").is_empty(),
+        "the paused leader filled:\n{}",
+        log_of(&old)
+    );
+    store.assert_tombstone_stream_consistent().await;
+    let (code, _, log) = old.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    let (code, _, log) = new.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_schema().await;
+}
