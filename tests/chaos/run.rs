@@ -327,10 +327,21 @@ pub async fn run<B: Backend>(backend: B) {
     }
 
     // 6. Never more than one process filling at a time, from the healers' own
-    //    logs: no fill statement of one run overlaps a leadership interval of
-    //    another, and every fill statement starts inside its run's leadership.
+    //    logs. A fill statement that filled, or found a position committed or
+    //    held, passed the leader fence inside its transaction: it wrote, or
+    //    would have. "busy" wrote nothing (fenced, or the tombstone stream's
+    //    row was taken) and "error" rolled back. A leadership interval is the
+    //    process's own view: when the server ends the lock session (a
+    //    restart), the process learns it at its next check, up to two seconds
+    //    later, and another may lead meanwhile. So: two fillers at once means
+    //    two processes both ran writing fill statements during a time both
+    //    believed they led; and every writing statement of a process starts
+    //    inside its own leadership.
     let facts: Vec<LogFacts> = instances.iter().map(facts).collect();
+    let writes = |f: &&FillAttempt| matches!(f.outcome.as_str(), "filled" | "committed" | "held");
     let mut overlaps = 0;
+    let mut shared = 0;
+    let mut fenced_in_shared = 0;
     for (i, f) in facts.iter().enumerate() {
         if f.panicked {
             failures.push(format!("healer run {i} panicked"));
@@ -338,7 +349,7 @@ pub async fn run<B: Backend>(backend: B) {
         for e in &f.errors {
             failures.push(format!("healer run {i} logged an error: {e}"));
         }
-        for fill in &f.fills {
+        for fill in f.fills.iter().filter(writes) {
             let own = f
                 .leading
                 .iter()
@@ -349,16 +360,50 @@ pub async fn run<B: Backend>(backend: B) {
                     f.leading, fill.line
                 ));
             }
-            for (j, g) in facts.iter().enumerate() {
-                if j == i {
-                    continue;
-                }
-                for (s, e) in &g.leading {
-                    if fill.start_us < *e && *s < fill.end_us {
+        }
+        for (j, g) in facts.iter().enumerate().skip(i + 1) {
+            for (si, ei) in &f.leading {
+                for (sj, ej) in &g.leading {
+                    let (from, to) = ((*si).max(*sj), (*ei).min(*ej));
+                    if from >= to {
+                        continue;
+                    }
+                    shared += 1;
+                    let inside = |x: &&FillAttempt| x.start_us < to && from < x.end_us;
+                    let (wi, wj): (Vec<&FillAttempt>, Vec<&FillAttempt>) = (
+                        f.fills.iter().filter(writes).filter(inside).collect(),
+                        g.fills.iter().filter(writes).filter(inside).collect(),
+                    );
+                    fenced_in_shared += f
+                        .fills
+                        .iter()
+                        .chain(&g.fills)
+                        .filter(inside)
+                        .filter(|x| x.outcome == "busy")
+                        .count();
+                    if let (Some(a), Some(b)) = (wi.first(), wj.first()) {
                         overlaps += 1;
                         failures.push(format!(
-                            "two fillers at once: run {i} ran a fill statement during [{:.3}, {:.3}] s while run {j} led during [{:.3}, {:.3}] s: {}",
-                            secs(fill.start_us - t0_us), secs(fill.end_us - t0_us), secs(s - t0_us), secs(e - t0_us), fill.line
+                            "two fillers at once: runs {i} and {j} both led during [{:.3}, {:.3}] s and both ran fill statements that passed the fence ({} and {}), e.g.\n  {}\n  {}",
+                            secs(from - t0_us), secs(to - t0_us), wi.len(), wj.len(), a.line, b.line
+                        ));
+                        continue;
+                    }
+                    // The newer leader took the lock when it says it became
+                    // the leader; from then on the older one holds nothing,
+                    // and a write of its that starts later got past the fence.
+                    let (older, o, newer_since) =
+                        if si <= sj { (f, i, from) } else { (g, j, from) };
+                    if let Some(late) = older
+                        .fills
+                        .iter()
+                        .filter(writes)
+                        .find(|x| x.start_us > newer_since && x.start_us < to)
+                    {
+                        overlaps += 1;
+                        failures.push(format!(
+                            "two fillers at once: run {o} wrote at {:.3} s, after another run took the lock at {:.3} s: {}",
+                            secs(late.start_us - t0_us), secs(newer_since - t0_us), late.line
                         ));
                     }
                 }
@@ -459,7 +504,7 @@ pub async fn run<B: Backend>(backend: B) {
         handled.len(), sub_log.tombstones, sub_log.reconnects, sub_log.longest_stall.0, sub_log.longest_stall.1
     );
     fig!(
-        "two fillers at once    {overlaps} (fill statements checked against {} leadership intervals)",
+        "two fillers at once    {overlaps} ({} leadership intervals; {shared} stretches where two processes both believed they led (an old leader not yet aware its lock session had ended), {fenced_in_shared} fill statements in them refused by the fence or the stream's row lock)",
         leading.len()
     );
     fig!(
