@@ -22,7 +22,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::config::{Settings, StartFrom};
-use crate::engine::{DbError, DbResult, Engine, FillOutcome};
+use crate::engine::{DbError, DbResult, Engine, FillOutcome, Probe};
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
@@ -98,12 +98,29 @@ pub struct Start {
 }
 
 /// What one scan step read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScanStep {
     pub rows: u64,
     pub new_holes: usize,
     /// The step reached the head.
     pub caught_up: bool,
+    /// The tracked holes it re-checked first, and what the probe found.
+    pub rechecked: Rechecked,
+}
+
+/// Tracked ranges (ascending, disjoint) and one probe of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rechecked {
+    pub ranges: Vec<PosRange>,
+    pub probe: Probe,
+}
+
+impl Rechecked {
+    /// Whether `range` lies inside one of the probed ranges.
+    fn covers(&self, range: PosRange) -> bool {
+        let i = self.ranges.partition_point(|r| r.start <= range.start);
+        i > 0 && self.ranges[i - 1].end >= range.end
+    }
 }
 
 /// What one fill step did.
@@ -197,11 +214,13 @@ impl<E: Engine> Healer<E> {
             self.begin().await?;
         }
         let started = std::time::Instant::now();
-        if !self.tracker.is_empty() {
-            let probe = self.engine.probe(&self.tracker.ranges()).await?;
-            self.tracker.remove_positions(&probe.committed);
-        }
         let mut step = ScanStep::default();
+        if !self.tracker.is_empty() {
+            let ranges = self.tracker.ranges();
+            let probe = self.engine.probe(&ranges).await?;
+            self.tracker.remove_positions(&probe.committed);
+            step.rechecked = Rechecked { ranges, probe };
+        }
         for _ in 0..MAX_PAGES_PER_STEP {
             let after = self.examined.unwrap_or_default();
             let page = self.engine.scan(after, self.opts.scan_page_size).await?;
@@ -240,6 +259,16 @@ impl<E: Engine> Healer<E> {
 
     /// Tries every hole that is due, unless in dry-run mode or not the leader.
     pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
+        self.fill_due_after(stop, None).await
+    }
+
+    /// [`Healer::fill_due`] right after a scan step: due holes that step
+    /// re-checked are not probed again.
+    async fn fill_due_after(
+        &mut self,
+        stop: &CancellationToken,
+        rechecked: Option<Rechecked>,
+    ) -> FillReport {
         let mut report = FillReport::default();
         let now = Instant::now();
         let due = self.tracker.due(now);
@@ -260,17 +289,30 @@ impl<E: Engine> Healer<E> {
             return report;
         }
         // Fresh look at the due ranges: what committed since, and (SQL Server)
-        // which positions an open append holds right now.
+        // which positions an open append holds right now; the ranges this
+        // turn's scan step just re-checked are fresh already.
         let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
-        let probe = match self.engine.probe(&ranges).await {
-            Ok(p) => p,
-            Err(e) => {
-                self.db_error("probe", &e);
-                self.defer_after_error(&ranges);
-                report.errors += 1;
-                return report;
+        let rechecked = rechecked.unwrap_or_default();
+        let unchecked: Vec<PosRange> = ranges
+            .iter()
+            .copied()
+            .filter(|r| !rechecked.covers(*r))
+            .collect();
+        let mut probe = rechecked.probe;
+        if !unchecked.is_empty() {
+            match self.engine.probe(&unchecked).await {
+                Ok(p) => {
+                    probe.committed.extend(p.committed);
+                    probe.in_flight.extend(p.in_flight);
+                }
+                Err(e) => {
+                    self.db_error("probe", &e);
+                    self.defer_after_error(&ranges);
+                    report.errors += 1;
+                    return report;
+                }
             }
-        };
+        }
         self.tracker.remove_positions(&probe.committed);
         let head = self.examined.unwrap_or(i64::MIN);
         let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
@@ -499,6 +541,7 @@ impl<E: Engine> Healer<E> {
                 info!(leader = is_leader, "leadership changed");
                 was_leader = is_leader;
             }
+            let mut rechecked = None;
             if Instant::now() >= next_poll {
                 let scan_started = Instant::now();
                 let result = tokio::select! {
@@ -518,6 +561,7 @@ impl<E: Engine> Healer<E> {
                         } else {
                             Instant::now()
                         };
+                        rechecked = Some(step.rechecked);
                         self.checkpoint_lag().await;
                     }
                     Err(e) => {
@@ -558,7 +602,7 @@ impl<E: Engine> Healer<E> {
                 }
             }
             let drained = {
-                let fill = self.fill_due(&stop);
+                let fill = self.fill_due_after(&stop, rechecked);
                 tokio::pin!(fill);
                 tokio::select! {
                     _ = &mut fill => true,
@@ -593,6 +637,7 @@ mod tests {
         held: BTreeSet<i64>,
         filled: Vec<(PosRange, Instant)>,
         scans: Vec<i64>,
+        probes: Vec<(Instant, Vec<PosRange>)>,
     }
 
     struct Fake(Mutex<Model>);
@@ -637,7 +682,8 @@ mod tests {
             })
         }
         async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
-            let m = self.0.lock().unwrap();
+            let mut m = self.0.lock().unwrap();
+            m.probes.push((Instant::now(), ranges.to_vec()));
             let committed = ranges
                 .iter()
                 .flat_map(|r| m.committed.range(r.start..=r.end).copied())
@@ -720,6 +766,48 @@ mod tests {
         assert_eq!(filled[0].1.duration_since(start), Duration::from_secs(5));
         stop.cancel();
         task.await.unwrap();
+    }
+
+    /// The due time falls on a poll: the fill uses that turn's re-check of
+    /// the hole instead of probing it a second time.
+    #[tokio::test(start_paused = true)]
+    async fn a_due_hole_is_probed_once_in_a_turn_that_also_polls() {
+        let (fake, h) = healer([1, 3], opts());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(5_010)).await;
+        stop.cancel();
+        task.await.unwrap();
+        let m = fake.0.lock().unwrap();
+        assert_eq!(m.filled.len(), 1);
+        let at = m.filled[0].1;
+        let that_turn: Vec<_> = m.probes.iter().filter(|(t, _)| *t == at).collect();
+        assert_eq!(that_turn.len(), 1, "{:?}", m.probes);
+        // Before it came due, every poll re-checked it.
+        assert!(m.probes.len() >= 19, "{}", m.probes.len());
+    }
+
+    #[test]
+    fn rechecked_covers_only_ranges_inside_a_probed_one() {
+        let r = |a, b| PosRange::new(a, b).unwrap();
+        let checked = Rechecked {
+            ranges: vec![r(2, 5), r(9, 9), r(20, 30)],
+            probe: Probe::default(),
+        };
+        for (range, covered) in [
+            (r(2, 5), true),
+            (r(3, 4), true),
+            (r(9, 9), true),
+            (r(25, 30), true),
+            (r(1, 2), false),
+            (r(5, 6), false),
+            (r(8, 9), false),
+            (r(10, 10), false),
+            (r(31, 31), false),
+        ] {
+            assert_eq!(checked.covers(range), covered, "{range}");
+        }
+        assert!(!Rechecked::default().covers(r(1, 1)));
     }
 
     #[tokio::test(start_paused = true)]
