@@ -250,6 +250,27 @@ pub trait LeaderLock: Send + Sync + 'static {
     /// The dedicated session that holds the lock; dropping it releases it.
     type Session: Send + 'static;
 
+    /// Opens a dedicated session for the lock named `key` (not taken yet).
+    fn open_session(&self, key: &str) -> impl Future<Output = DbResult<Self::Session>> + Send;
+
+    /// Whether a session kept from an earlier try may be tried again.
+    fn reusable(&self, session: &Self::Session) -> bool;
+
+    /// Tries to take the lock named `key` on `session` without waiting:
+    /// whether it did, and the session back.
+    fn try_lock(
+        &self,
+        session: Self::Session,
+        key: &str,
+    ) -> impl Future<Output = DbResult<(bool, Self::Session)>> + Send;
+
+    /// Whether `session` is alive and still holds the lock named `key`.
+    fn still_held(
+        &self,
+        session: &mut Self::Session,
+        key: &str,
+    ) -> impl Future<Output = DbResult<bool>> + Send;
+
     /// Tries to take the lock named `key` without waiting, on the session in
     /// `idle` (a follower's, kept from its last try) or else on a new
     /// dedicated session. `Ok(None)`: another session holds it, and the
@@ -260,20 +281,31 @@ pub trait LeaderLock: Send + Sync + 'static {
         &self,
         key: &str,
         idle: &mut Option<Self::Session>,
-    ) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send;
+    ) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send {
+        async move {
+            let kept = idle.take().filter(|s| self.reusable(s));
+            let (session, reused) = match kept {
+                Some(session) => (session, true),
+                None => (self.open_session(key).await?, false),
+            };
+            let (taken, session) = match self.try_lock(session, key).await {
+                Err(_) if reused => self.try_lock(self.open_session(key).await?, key).await?,
+                other => other?,
+            };
+            if taken {
+                Ok(Some(session))
+            } else {
+                *idle = Some(session);
+                Ok(None)
+            }
+        }
+    }
 
     /// Opens a dedicated session and tries to take the lock named `key` without
     /// waiting. `Ok(None)`: another session holds it (the session is closed).
     fn try_lead(&self, key: &str) -> impl Future<Output = DbResult<Option<Self::Session>>> + Send {
         async move { self.try_lead_reusing(key, &mut None).await }
     }
-
-    /// Whether `session` is alive and still holds the lock named `key`.
-    fn still_held(
-        &self,
-        session: &mut Self::Session,
-        key: &str,
-    ) -> impl Future<Output = DbResult<bool>> + Send;
 }
 
 /// What `gap-healer sql` prints for an engine.

@@ -1018,30 +1018,27 @@ impl MssqlEngine {
         Ok((true, session))
     }
 
-    /// The lock batch on the kept follower session (unless it is in doubt)
-    /// or a new one; once more on a new one if the kept one fails.
-    async fn take_or_keep(
+    /// Runs `work` within the connect timeout: a silent server must not hold
+    /// the election up.
+    async fn within_connect_timeout<T>(
         &self,
-        key: &str,
-        idle: &mut Option<MssqlLeaderSession>,
-    ) -> DbResult<Option<MssqlLeaderSession>> {
-        let kept = idle.take().filter(|s| !s.in_doubt);
-        let (session, reused) = match kept {
-            Some(session) => (session, true),
-            None => (self.connect_leader_session().await?, false),
-        };
-        let outcome = match self.lock_on(session, key).await {
-            Err(_) if reused => {
-                self.lock_on(self.connect_leader_session().await?, key)
-                    .await
-            }
-            other => other,
-        }?;
-        match outcome {
-            (true, session) => Ok(Some(session)),
-            (false, session) => {
-                *idle = Some(session);
-                Ok(None)
+        work: impl std::future::Future<Output = DbResult<T>>,
+    ) -> DbResult<T> {
+        let limit = self.settings.connect_timeout;
+        tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+            Err(DbError::transient(format!(
+                "no SQL Server leader session within {}",
+                humantime::format_duration(limit)
+            )))
+        })
+    }
+
+    /// From the first election call on, fills are fenced: by the latest
+    /// session's fence lock, or refused while no session has taken the lock.
+    fn election_started(&self) {
+        if let Ok(mut fence) = self.fence.lock() {
+            if *fence == Fence::Unelected {
+                *fence = Fence::NotLeading;
             }
         }
     }
@@ -1050,46 +1047,42 @@ impl MssqlEngine {
 impl LeaderLock for MssqlEngine {
     type Session = MssqlLeaderSession;
 
-    /// On the kept follower session, or a dedicated new one (within the
-    /// connect timeout, login and lock together), takes the lock without
-    /// waiting, and with it the fence lock. `Ok(None)`: another session holds
-    /// it; the session is kept in `idle` for the next try. From the first
-    /// call on, this engine's fills are fenced: by the fence lock of the
-    /// latest session that took the leader lock, or, while none has, refused
-    /// ([`FillOutcome::Busy`]).
-    async fn try_lead_reusing(
+    /// A dedicated session, within the connect timeout. A key that
+    /// `sp_getapplock` would cut short is refused before connecting. From the
+    /// first call on, this engine's fills are fenced ([`FillOutcome::Busy`]
+    /// until a session takes the lock).
+    async fn open_session(&self, key: &str) -> DbResult<MssqlLeaderSession> {
+        self.election_started();
+        check_leader_key(key)?;
+        self.within_connect_timeout(self.connect_leader_session())
+            .await
+    }
+
+    fn reusable(&self, session: &MssqlLeaderSession) -> bool {
+        !session.in_doubt
+    }
+
+    /// The lock batch on `session`, within the connect timeout: the leader
+    /// lock and with it the fence lock, which then fences this engine's fills.
+    async fn try_lock(
         &self,
+        session: MssqlLeaderSession,
         key: &str,
-        idle: &mut Option<MssqlLeaderSession>,
-    ) -> DbResult<Option<MssqlLeaderSession>> {
-        let limit = self.settings.connect_timeout;
-        let result = match check_leader_key(key) {
-            Err(e) => Err(e),
-            Ok(()) => match tokio::time::timeout(limit, self.take_or_keep(key, idle)).await {
-                Ok(result) => result,
-                Err(_) => Err(DbError::transient(format!(
-                    "no SQL Server leader session within {}",
-                    humantime::format_duration(limit)
-                ))),
-            },
-        };
-        // From the first call on, fills are fenced: by the latest session's
-        // fence lock, or refused while no session has taken the lock yet.
-        let next = match &result {
-            Ok(Some(session)) => Some(Fence::Lock {
-                name: session.fence.clone(),
-                session_id: session.session_id,
-            }),
-            _ => None,
-        };
-        if let Ok(mut fence) = self.fence.lock() {
-            match next {
-                Some(lock) => *fence = lock,
-                None if *fence == Fence::Unelected => *fence = Fence::NotLeading,
-                None => {}
+    ) -> DbResult<(bool, MssqlLeaderSession)> {
+        self.election_started();
+        check_leader_key(key)?;
+        let (taken, session) = self
+            .within_connect_timeout(self.lock_on(session, key))
+            .await?;
+        if taken {
+            if let Ok(mut fence) = self.fence.lock() {
+                *fence = Fence::Lock {
+                    name: session.fence.clone(),
+                    session_id: session.session_id,
+                };
             }
         }
-        result
+        Ok((taken, session))
     }
 
     /// `APPLOCK_MODE` on the lock's own session. Any failure, including a

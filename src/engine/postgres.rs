@@ -922,10 +922,22 @@ impl PostgresEngine {
         }
         Ok(session)
     }
+}
 
-    /// `pg_try_advisory_lock` on `session`: whether it took the lock, and the
-    /// session back.
-    async fn try_lock_on(
+impl super::LeaderLock for PostgresEngine {
+    type Session = PgLeaderSession;
+
+    async fn open_session(&self, _key: &str) -> DbResult<PgLeaderSession> {
+        self.open_leader_session().await
+    }
+
+    fn reusable(&self, session: &PgLeaderSession) -> bool {
+        !session.client.is_closed()
+    }
+
+    /// `pg_try_advisory_lock` on `session`; when taken, this session's pid
+    /// becomes the fill fence.
+    async fn try_lock(
         &self,
         mut session: PgLeaderSession,
         key: &str,
@@ -939,43 +951,13 @@ impl PostgresEngine {
             .await
             .map_err(|e| self.error(&e, "leader lock"))?;
         session.pid = row.get(1);
-        Ok((row.get(0), session))
-    }
-}
-
-impl super::LeaderLock for PostgresEngine {
-    type Session = PgLeaderSession;
-
-    async fn try_lead_reusing(
-        &self,
-        key: &str,
-        idle: &mut Option<PgLeaderSession>,
-    ) -> DbResult<Option<PgLeaderSession>> {
-        let kept = idle.take().filter(|s| !s.client.is_closed());
-        let (session, reused) = match kept {
-            Some(session) => (session, true),
-            None => (self.open_leader_session().await?, false),
-        };
-        let outcome = match self.try_lock_on(session, key).await {
-            // The kept session died since the last try: once more on a new one.
-            Err(_) if reused => {
-                self.try_lock_on(self.open_leader_session().await?, key)
-                    .await
-            }
-            other => other,
-        }?;
-        match outcome {
-            (true, session) => {
-                if let Ok(mut fence) = self.fence.lock() {
-                    *fence = Some((session.pid, advisory_key(key)));
-                }
-                Ok(Some(session))
-            }
-            (false, session) => {
-                *idle = Some(session);
-                Ok(None)
+        let taken: bool = row.get(0);
+        if taken {
+            if let Ok(mut fence) = self.fence.lock() {
+                *fence = Some((session.pid, advisory_key(key)));
             }
         }
+        Ok((taken, session))
     }
 
     async fn still_held(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<bool> {
