@@ -59,16 +59,7 @@ impl SqlServer {
 /// Connects, retrying every 100 ms (the server or database may be coming
 /// back) for up to `limit`.
 async fn connect_within(cs: &str, limit: Duration) -> Client {
-    let started = Instant::now();
-    loop {
-        match ms::connect(cs).await {
-            Ok(c) => return c,
-            Err(e) if started.elapsed() > limit => {
-                panic!("SQL Server did not answer within {limit:?}: {e}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    connect_retrying("SQL Server", limit, || ms::connect(cs)).await
 }
 
 async fn batch(c: &mut Client, sql: &str) -> Result<(), tiberius::error::Error> {
@@ -297,20 +288,7 @@ impl Backend for SqlServer {
         let started = Instant::now();
         let what = match std::env::var("GAP_HEALER_CHAOS_MSSQL_RESTART") {
             Ok(command) if !command.trim().is_empty() => {
-                let out = tokio::task::spawn_blocking(move || {
-                    std::process::Command::new("sh")
-                        .args(["-c", &command])
-                        .output()
-                        .expect("run GAP_HEALER_CHAOS_MSSQL_RESTART")
-                })
-                .await
-                .unwrap();
-                assert!(
-                    out.status.success(),
-                    "GAP_HEALER_CHAOS_MSSQL_RESTART failed: {}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                run_restart_command(command).await;
                 "server restart by GAP_HEALER_CHAOS_MSSQL_RESTART".to_string()
             }
             _ => {

@@ -2,7 +2,6 @@
 //! one schema per run, restarted with pg_ctlcluster (or
 //! GAP_HEALER_CHAOS_RESTART).
 
-use std::process::Command;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -359,19 +358,10 @@ async fn try_connect() -> Result<Client, tokio_postgres::Error> {
 
 /// Connects, retrying every 100 ms (the server may be restarting) for up to `limit`.
 pub async fn connect_within(limit: Duration) -> Client {
-    let started = Instant::now();
-    loop {
-        match try_connect().await {
-            Ok(c) => return c,
-            Err(e) if started.elapsed() > limit => {
-                panic!(
-                    "PostgreSQL at {} did not answer within {limit:?}: {e}",
-                    pg_url()
-                )
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    connect_retrying(&format!("PostgreSQL at {}", pg_url()), limit, || async {
+        try_connect().await.map_err(|e| e.to_string())
+    })
+    .await
 }
 
 /// Restarts the local cluster the way an operator would, and returns how long
@@ -393,20 +383,7 @@ async fn restart_postgres() -> Duration {
             format!("pg_ctlcluster --skip-systemctl-redirect {version} main restart")
         }
     };
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("sh")
-            .args(["-c", &command])
-            .output()
-            .expect("run the restart command")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "restarting PostgreSQL failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_restart_command(command).await;
     connect_within(Duration::from_secs(60)).await;
     started.elapsed()
 }

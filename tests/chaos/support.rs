@@ -90,6 +90,44 @@ pub trait Backend: Send + Sync + 'static {
     fn remove(&self) -> impl Future<Output = ()> + Send;
 }
 
+/// Calls `connect` every 100 ms (the server may be restarting) until it
+/// succeeds; panics with its last error after `limit`.
+pub async fn connect_retrying<C, F, Fut>(what: &str, limit: Duration, mut connect: F) -> C
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<C, String>>,
+{
+    let started = Instant::now();
+    loop {
+        match connect().await {
+            Ok(c) => return c,
+            Err(e) if started.elapsed() > limit => {
+                panic!("{what} did not answer within {limit:?}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Runs `command` (a shell command that restarts a server); panics with its
+/// output if it fails.
+pub async fn run_restart_command(command: String) {
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("sh")
+            .args(["-c", &command])
+            .output()
+            .unwrap_or_else(|e| panic!("run the restart command {command:?}: {e}"))
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the restart command failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Microseconds since the Unix epoch: the clock the healers' log timestamps use.
 pub fn now_us() -> i64 {
     to_us(SystemTime::now())

@@ -279,6 +279,52 @@ pub fn daemon(cs: &str, schema: &str, extra: &[&str]) -> Daemon {
     Daemon::spawn(&args, &[("GAP_HEALER_CONNECTION_STRING", cs)])
 }
 
+/// `daemon` for the `store` schema that fills every hole at once
+/// (gap_timeout 0, 100 ms polls, from the first position).
+fn fill_now(cs: &str) -> Daemon {
+    daemon(
+        cs,
+        "store",
+        &[
+            "--gap-timeout",
+            "0s",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    )
+}
+
+/// Watches a daemon whose fills all fail for `watch`: each failure is
+/// reported with SQLSTATE `code`, retried with backoff (0.5 s, 1 s, 2 s, ...;
+/// at most `most` attempts, not one per poll), and the daemon stays up and
+/// healthy. The failure lines.
+async fn fill_errors_backed_off(
+    d: &mut Daemon,
+    code: &str,
+    watch: Duration,
+    most: usize,
+) -> Vec<serde_json::Value> {
+    tokio::time::sleep(watch).await;
+    let failed = lines_with(d, "fill failed; retrying later");
+    assert!(!failed.is_empty(), "no fill error reported:\n{}", log_of(d));
+    assert!(
+        failed
+            .iter()
+            .all(|l| l["error"].as_str().is_some_and(|e| e.contains(code))),
+        "not all {code}: {failed:?}"
+    );
+    assert!(
+        failed.len() <= most,
+        "{} fill attempts in {watch:?}",
+        failed.len()
+    );
+    assert!(alive(d), "{}", log_of(d));
+    assert_eq!(d.get("/healthz").await.0, 200);
+    failed
+}
+
 fn log_of(d: &Daemon) -> String {
     d.log.lock().unwrap().clone()
 }
@@ -722,40 +768,9 @@ async fn read_only_database_is_reported_and_retried_never_a_crash_loop() {
         .unwrap();
     let app = "gh-fault-ro";
     let cs = format!("{} application_name={app}", pg.url("ro"));
-    let mut d = daemon(
-        &cs,
-        "store",
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--start-from",
-            "0",
-        ],
-    );
+    let mut d = fill_now(&cs);
     let watch = Duration::from_secs(5);
-    tokio::time::sleep(watch).await;
-    let failed = lines_with(&d, "fill failed; retrying later");
-    assert!(
-        !failed.is_empty(),
-        "no fill error reported:\n{}",
-        log_of(&d)
-    );
-    assert!(
-        failed
-            .iter()
-            .all(|l| l["error"].as_str().is_some_and(|e| e.contains("25006"))),
-        "{failed:?}"
-    );
-    // Retried with backoff: 0.5 s, 1 s, 2 s, ... not every poll.
-    assert!(
-        failed.len() <= 6,
-        "{} fill attempts in {watch:?}",
-        failed.len()
-    );
-    assert!(alive(&mut d), "{}", log_of(&d));
-    assert_eq!(d.get("/healthz").await.0, 200);
+    let failed = fill_errors_backed_off(&mut d, "25006", watch, 6).await;
     assert_eq!(store.missing().await, vec![2]);
     println!(
         "read-only database: {} fill attempts in {watch:?}, e.g. {}",
@@ -813,18 +828,7 @@ async fn read_only_database_made_writable_again_heals_without_reconnecting() {
         .batch_execute("ALTER DATABASE ro SET default_transaction_read_only = on")
         .await
         .unwrap();
-    let d = daemon(
-        &pg.url("ro"),
-        "store",
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--start-from",
-            "0",
-        ],
-    );
+    let d = fill_now(&pg.url("ro"));
     assert!(
         wait_for(Duration::from_secs(10), || async {
             !lines_with(&d, "fill failed; retrying later").is_empty()
@@ -1164,40 +1168,9 @@ async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
 
     let app = "gh-fault-full";
     let cs = format!("{} application_name={app}", pg.url("store_on_tmpfs"));
-    let mut d = daemon(
-        &cs,
-        "store",
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--start-from",
-            "0",
-        ],
-    );
+    let mut d = fill_now(&cs);
     let watch = Duration::from_secs(6);
-    tokio::time::sleep(watch).await;
-    let failed = lines_with(&d, "fill failed; retrying later");
-    assert!(
-        !failed.is_empty(),
-        "no fill error reported:\n{}",
-        log_of(&d)
-    );
-    assert!(
-        failed
-            .iter()
-            .all(|l| l["error"].as_str().is_some_and(|e| e.contains("53100"))),
-        "not a disk-full error: {failed:?}"
-    );
-    // Backed off (0.5 s, 1 s, 2 s, ...), not retried every 100 ms poll.
-    assert!(
-        failed.len() <= 5,
-        "{} fill attempts in {watch:?}",
-        failed.len()
-    );
-    assert!(alive(&mut d), "{}", log_of(&d));
-    assert_eq!(d.get("/healthz").await.0, 200);
+    let failed = fill_errors_backed_off(&mut d, "53100", watch, 5).await;
     let errors = d
         .metric("gap_healer_fill_attempts_total{outcome=\"error\"}")
         .await

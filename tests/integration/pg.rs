@@ -43,6 +43,22 @@ fn healer(store: &Store, opts: Options) -> Healer<PostgresEngine> {
     )
 }
 
+/// `n` events of a stream `bulk` at positions 2, 4, ..., 2n: n one-position
+/// holes below them.
+async fn rows_at_even_positions(store: &Store, n: i32) {
+    let s = &store.schema;
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', {n} - 1);
+             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE
+             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, {n}) g;"
+        ))
+        .await
+        .unwrap();
+}
+
 /// Runs a healer in the background until the returned token is cancelled.
 fn spawn_healer(
     store: &Store,
@@ -530,16 +546,7 @@ async fn scattered_holes_share_transactions_and_one_held_among_them_is_left() {
     let store = Store::new("scattered").await;
     let s = &store.schema;
     // 5,000 rows at even positions: 5,000 one-position holes (1, 3, ..., 9,999).
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 4999);
-             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, 5000) g;"
-        ))
-        .await
-        .unwrap();
+    rows_at_even_positions(&store, 5_000).await;
     // An open transaction holds one of the holes (position 5001).
     let held = connect().await;
     held.batch_execute("BEGIN").await.unwrap();
@@ -590,16 +597,7 @@ async fn lock_timeout_storm_fills_the_free_and_takes_no_held_position() {
     let store = Store::new("storm").await;
     let s = &store.schema;
     // 1,000 rows at even positions: 1,000 one-position holes (1, 3, ..., 1,999).
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 999);
-             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, 1000) g;"
-        ))
-        .await
-        .unwrap();
+    rows_at_even_positions(&store, 1_000).await;
     // 24 open appends, one per connection, at holes spread over the range.
     let held_at: Vec<i64> = (0..24).map(|i| 1 + 2 * (20 + 40 * i)).collect();
     let mut open = Vec::new();
