@@ -349,7 +349,7 @@ async fn check<E: Engine>(
     format: Format,
 ) -> Result<u8, Failure> {
     let mut findings = vec![engine::Finding::pass(
-        "configuration",
+        engine::Check::Configuration,
         format!(
             "engine {}, schema {}, gap_timeout {}, lock_timeout {}, connection {}",
             settings.engine,
@@ -361,7 +361,7 @@ async fn check<E: Engine>(
     )];
     match engine.preflight().await {
         Ok(more) => findings.extend(more),
-        Err(e) => findings.push(engine::Finding::fail("connect", e.message)),
+        Err(e) => findings.push(engine::Finding::fail(engine::Check::Connection, e.message)),
     }
     let failed = findings.iter().filter(|f| !f.ok).count();
     match format {

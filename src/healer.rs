@@ -22,7 +22,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::config::{Settings, StartFrom};
-use crate::engine::{DbError, DbResult, Engine, FillOutcome, Probe};
+use crate::engine::{DbError, DbResult, Engine, Fence, FillOutcome, Probe};
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
@@ -349,10 +349,15 @@ impl<E: Engine> Healer<E> {
         queue.extend(alone.into_iter().map(|p| vec![p]));
         queue.reverse();
         while let Some(batch) = queue.pop() {
-            if stop.is_cancelled() || !self.leader.is_leader() {
+            if stop.is_cancelled() {
                 break;
             }
-            self.fill_batch(batch, &mut queue, &mut report).await;
+            // Leadership as it stands now: the fill checks this very fence.
+            let Some(fence) = self.leader.fence() else {
+                break;
+            };
+            self.fill_batch(batch, &fence, &mut queue, &mut report)
+                .await;
         }
         report
     }
@@ -362,6 +367,7 @@ impl<E: Engine> Healer<E> {
     async fn fill_batch(
         &mut self,
         batch: plan::Batch,
+        fence: &Fence,
         queue: &mut Vec<plan::Batch>,
         report: &mut FillReport,
     ) {
@@ -369,7 +375,7 @@ impl<E: Engine> Healer<E> {
         let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
         let what = describe(&batch);
         let started = std::time::Instant::now();
-        let outcome = self.engine.fill_ranges(&batch, lock_timeout).await;
+        let outcome = self.engine.fill_ranges(&batch, lock_timeout, fence).await;
         let ms = started.elapsed().as_millis() as u64;
         report.statements += 1;
         match outcome {
@@ -638,6 +644,8 @@ mod tests {
         filled: Vec<(PosRange, Instant)>,
         scans: Vec<i64>,
         probes: Vec<(Instant, Vec<PosRange>)>,
+        /// The fence each fill was handed.
+        fences: Vec<Fence>,
     }
 
     struct Fake(Mutex<Model>);
@@ -697,8 +705,10 @@ mod tests {
             &self,
             ranges: &[PosRange],
             _lock_timeout: Duration,
+            fence: &Fence,
         ) -> DbResult<FillOutcome> {
             let mut m = self.0.lock().unwrap();
+            m.fences.push(fence.clone());
             for range in ranges {
                 if m.committed.range(range.start..=range.end).next().is_some() {
                     return Ok(FillOutcome::Committed);
@@ -717,6 +727,9 @@ mod tests {
         }
         async fn preflight(&self) -> DbResult<Vec<Finding>> {
             Ok(vec![])
+        }
+        fn schema(&self) -> &str {
+            "fake"
         }
     }
 
@@ -874,12 +887,21 @@ mod tests {
         let task = tokio::spawn(h.run(stop.clone()));
         tokio::time::sleep(Duration::from_secs(20)).await;
         assert!(fake.0.lock().unwrap().filled.is_empty());
-        tx.set(true);
+        let fence = Fence::Leader(crate::engine::FenceToken {
+            session_id: 70_000,
+            lock: "gap-healer:test".into(),
+        });
+        tx.set(Some(fence.clone()));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(
             fake.0.lock().unwrap().filled.len(),
             1,
             "a new leader fills what is due at once"
+        );
+        assert_eq!(
+            fake.0.lock().unwrap().fences,
+            vec![fence],
+            "the fill is fenced by the published leadership"
         );
         stop.cancel();
         task.await.unwrap();

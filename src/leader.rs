@@ -1,12 +1,15 @@
 //! Whether this process may fill now.
 //!
-//! The healer asks [`Leader::is_leader`] before every fill statement and never
-//! fills while it is false. Followers keep scanning and exporting metrics.
-//! [`Leader::always`] serves single-instance deployments
-//! (`--no-leader-election`); an election keeps a [`LeaderSender`] and flips it.
+//! Leadership is published as a value: `Some(fence)` while this process may
+//! fill, `None` while it follows. The healer takes [`Leader::fence`] before
+//! every fill statement, never fills without one, and hands it to the fill,
+//! which checks it inside its transaction. Followers keep scanning and
+//! exporting metrics. [`Leader::always`] serves single-instance deployments
+//! (`--no-leader-election`: [`Fence::Unfenced`]); an election keeps a
+//! [`LeaderSender`] and publishes the winning session's [`Fence::Leader`].
 //!
-//! Architecture invariant: the sender is set to false before the lock that
-//! justified it can be lost, never after.
+//! Architecture invariant: the sender is set to `None` before the lock that
+//! justified the fence can be lost, never after.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::engine::LeaderLock;
+use crate::engine::{Fence, LeaderLock, LeaderSession};
 use crate::telemetry as t;
 
 /// How often a follower tries the lock and a leader checks it still holds it.
@@ -25,18 +28,18 @@ pub const ELECTION_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct Leader {
-    rx: watch::Receiver<bool>,
+    rx: watch::Receiver<Option<Fence>>,
 }
 
 #[derive(Debug)]
 pub struct LeaderSender {
-    tx: watch::Sender<bool>,
+    tx: watch::Sender<Option<Fence>>,
 }
 
 impl Leader {
-    /// Always the leader: one healer per store, no election.
+    /// Always the leader, unfenced: one healer per store, no election.
     pub fn always() -> Self {
-        let (tx, rx) = watch::channel(true);
+        let (tx, rx) = watch::channel(Some(Fence::Unfenced));
         // Keep the value forever: a dropped sender leaves the last value readable.
         drop(tx);
         Leader { rx }
@@ -44,12 +47,17 @@ impl Leader {
 
     /// A leadership flag someone else sets; starts as a follower.
     pub fn channel() -> (LeaderSender, Leader) {
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(None);
         (LeaderSender { tx }, Leader { rx })
     }
 
+    /// The fence to fill under, `None` while following.
+    pub fn fence(&self) -> Option<Fence> {
+        self.rx.borrow().clone()
+    }
+
     pub fn is_leader(&self) -> bool {
-        *self.rx.borrow()
+        self.rx.borrow().is_some()
     }
 
     /// Resolves when leadership changes (never, for [`Leader::always`]).
@@ -61,8 +69,9 @@ impl Leader {
 }
 
 impl LeaderSender {
-    pub fn set(&self, leader: bool) {
-        self.tx.send_replace(leader);
+    /// Publishes leadership: `Some(fence)` to lead under it, `None` to follow.
+    pub fn set(&self, fence: Option<Fence>) {
+        self.tx.send_replace(fence);
     }
 }
 
@@ -85,14 +94,15 @@ pub async fn elect<L: LeaderLock>(
     loop {
         match lock.try_lead_reusing(&key, &mut idle).await {
             Ok(Some(mut session)) => {
-                info!(key = %key, "became the leader: this process fills");
-                tx.set(true);
+                let token = session.fence_token();
+                info!(key = %key, session = token.session_id, "became the leader: this process fills");
+                tx.set(Some(Fence::Leader(token)));
                 said_follower = false;
                 unreachable = false;
                 loop {
                     tokio::select! {
                         _ = stop.cancelled() => {
-                            tx.set(false);
+                            tx.set(None);
                             return;
                         }
                         _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
@@ -112,7 +122,7 @@ pub async fn elect<L: LeaderLock>(
                         Err(_) => "the lock's session did not answer in time".to_string(),
                     };
                     // Step down before anything else: no fill may start from now on.
-                    tx.set(false);
+                    tx.set(None);
                     warn!(key = %key, reason = %why, "stepped down as leader");
                     break;
                 }
@@ -150,11 +160,18 @@ mod tests {
     #[test]
     fn always_and_channel() {
         assert!(Leader::always().is_leader());
+        assert_eq!(Leader::always().fence(), Some(Fence::Unfenced));
         let (tx, rx) = Leader::channel();
         assert!(!rx.is_leader());
-        tx.set(true);
+        let token = crate::engine::FenceToken {
+            session_id: 40_000,
+            lock: "k".into(),
+        };
+        tx.set(Some(Fence::Leader(token.clone())));
         assert!(rx.is_leader());
-        tx.set(false);
+        assert_eq!(rx.fence(), Some(Fence::Leader(token)));
+        tx.set(None);
         assert!(!rx.is_leader());
+        assert_eq!(rx.fence(), None);
     }
 }

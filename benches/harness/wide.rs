@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use gap_healer::config::StartFrom;
-use gap_healer::engine::{Engine, FillOutcome};
+use gap_healer::engine::{Engine, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Healer, Options};
 use gap_healer::leader::Leader;
@@ -133,7 +133,11 @@ async fn measure(schema: &Schema, width: i64, sample: i64) -> Result<Measured> {
     let started = Instant::now();
     for p in first..last {
         match engine
-            .fill(PosRange::single(p), Duration::from_secs(2))
+            .fill(
+                PosRange::single(p),
+                Duration::from_secs(2),
+                &Fence::Unfenced,
+            )
             .await?
         {
             FillOutcome::Filled { rows: 1 } => {}

@@ -9,15 +9,46 @@
 //! Architecture invariant: an engine writes nothing but tombstone rows and the
 //! tombstone stream's Streams row, and only inside [`Engine::fill`].
 
+pub mod check;
 pub mod mssql;
+pub mod pool;
 pub mod postgres;
 
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+pub use self::check::{Check, Finding};
 use crate::gaps::PosRange;
 use crate::secret::ConnectionString;
+
+/// The tombstone stream's default name (Eventuous's own gap tombstones use it too).
+pub const DEFAULT_TOMBSTONE_STREAM: &str = "__tombstones__";
+/// The tombstone events' default type.
+pub const DEFAULT_TOMBSTONE_TYPE: &str = "$tombstone";
+
+/// Proof that a session won the leader lock: the session's server-side id
+/// and the name of a lock only that session holds. A fill fenced by it
+/// checks inside its transaction that the lock is still held, so a process
+/// whose lock session died cannot fill after another healer took over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FenceToken {
+    /// The lock session's id on the server (PostgreSQL backend pid, SQL
+    /// Server `@@SPID`; any integer width).
+    pub session_id: i64,
+    /// The lock the fill checks: the leader key on PostgreSQL, the session's
+    /// own fence lock on SQL Server.
+    pub lock: String,
+}
+
+/// What a fill is fenced by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Fence {
+    /// No leader election (one healer per store by configuration): nothing to check.
+    Unfenced,
+    /// The leader lock, as won by the session the token names.
+    Leader(FenceToken),
+}
 
 /// What an engine needs to know about the store it serves.
 #[derive(Clone, Debug)]
@@ -89,31 +120,6 @@ pub struct Checkpoint {
     pub id: String,
     /// `None`: the subscription has handled nothing yet.
     pub position: Option<i64>,
-}
-
-/// One line of `gap-healer check`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Finding {
-    pub ok: bool,
-    pub what: String,
-    pub detail: String,
-}
-
-impl Finding {
-    pub fn pass(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        Finding {
-            ok: true,
-            what: what.into(),
-            detail: detail.into(),
-        }
-    }
-    pub fn fail(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        Finding {
-            ok: false,
-            what: what.into(),
-            detail: detail.into(),
-        }
-    }
 }
 
 /// Whether retrying can help.
@@ -202,10 +208,15 @@ pub trait Engine: Send + Sync + 'static {
     /// position order. `lock_timeout` bounds the wait on each key held by an
     /// open append. The ranges must lie below the head, ascending, at most
     /// [`Engine::max_fill_ranges`] of them (the caller guarantees it).
+    /// `fence`: with [`Fence::Leader`], the fill checks inside its
+    /// transaction, after the tombstone stream's row is locked, that the
+    /// token's lock is still held, and writes nothing ([`FillOutcome::Busy`])
+    /// when it is not.
     fn fill_ranges(
         &self,
         ranges: &[PosRange],
         lock_timeout: Duration,
+        fence: &Fence,
     ) -> impl Future<Output = DbResult<FillOutcome>> + Send;
 
     /// [`Engine::fill_ranges`] for one range.
@@ -213,19 +224,32 @@ pub trait Engine: Send + Sync + 'static {
         &self,
         range: PosRange,
         lock_timeout: Duration,
+        fence: &Fence,
     ) -> impl Future<Output = DbResult<FillOutcome>> + Send {
-        async move { self.fill_ranges(&[range], lock_timeout).await }
+        async move { self.fill_ranges(&[range], lock_timeout, fence).await }
     }
 
     /// Preflight for `gap-healer check`: connectivity, shape, rights.
     /// Database errors become failed findings; `Err` only when nothing could be checked.
     fn preflight(&self) -> impl Future<Output = DbResult<Vec<Finding>>> + Send;
 
+    /// The store's schema name, for messages.
+    fn schema(&self) -> &str;
+
     /// Refuses a store whose tables do not have the shape the healer relies
-    /// on (identity position as the primary key, the Eventuous columns),
-    /// saying what differs. Runs before the first scan.
+    /// on (an identity position with a unique key on exactly it, the
+    /// Eventuous columns), saying what differs: the failed shape checks of
+    /// [`Engine::preflight`]. Runs before the first scan.
     fn verify_shape(&self) -> impl Future<Output = DbResult<()>> + Send {
-        async { Ok(()) }
+        async {
+            let findings = self.preflight().await?;
+            check::shape_verdict(&findings).map_err(|differs| {
+                DbError::permanent(format!(
+                    "the store in schema {} does not have the Eventuous shape gap-healer needs: {differs}",
+                    self.schema()
+                ))
+            })
+        }
     }
 
     /// `gap-healer install`: creates what this engine's least-privilege mode
@@ -248,7 +272,7 @@ pub trait Engine: Send + Sync + 'static {
 /// and trying the lock never waits for it.
 pub trait LeaderLock: Send + Sync + 'static {
     /// The dedicated session that holds the lock; dropping it releases it.
-    type Session: Send + 'static;
+    type Session: LeaderSession;
 
     /// Opens a dedicated session for the lock named `key` (not taken yet).
     fn open_session(&self, key: &str) -> impl Future<Output = DbResult<Self::Session>> + Send;
@@ -308,6 +332,13 @@ pub trait LeaderLock: Send + Sync + 'static {
     }
 }
 
+/// A session opened for the leader lock.
+pub trait LeaderSession: Send + 'static {
+    /// The fence of this session's leadership; meaningful once
+    /// [`LeaderLock::try_lock`] has taken the lock on it.
+    fn fence_token(&self) -> FenceToken;
+}
+
 /// What `gap-healer sql` prints for an engine.
 /// SQL Server's fill procedure is fixed to the configured tombstone stream
 /// and type, so an EXECUTE-only login cannot write into other streams.
@@ -365,4 +396,23 @@ pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Resul
         EngineKind::Mssql => mssql::check_connection_string(cs),
     };
     result.map_err(|m| cs.scrub(&m))
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use std::time::Duration;
+
+    use super::StoreSettings;
+    use crate::secret::ConnectionString;
+
+    /// Settings of an Eventuous store on SQL Server, for unit tests.
+    pub(crate) fn mssql_settings(cs: &str) -> StoreSettings {
+        StoreSettings {
+            connection_string: ConnectionString::new(cs),
+            schema: "eventuous".into(),
+            tombstone_stream: "__tombstones__".into(),
+            tombstone_type: "$tombstone".into(),
+            connect_timeout: Duration::from_millis(300),
+        }
+    }
 }

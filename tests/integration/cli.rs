@@ -143,7 +143,7 @@ async fn check_passes_on_a_good_store_and_fails_with_exit_3_on_a_wrong_one() {
     let out = cli(&args(&["check"], &sa), &[]);
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(
-        out.stdout.contains("ok   messages.global_position"),
+        out.stdout.contains("ok   global position"),
         "{}",
         out.stdout
     );

@@ -13,7 +13,9 @@
 use std::time::{Duration, Instant};
 
 use gap_healer::engine::mssql::{FillMode, MssqlEngine, MssqlLeaderSession};
-use gap_healer::engine::{DbErrorKind, Engine, FillOutcome, LeaderLock, Probe};
+use gap_healer::engine::{
+    Check, DbErrorKind, Engine, Fence, FillOutcome, LeaderLock, LeaderSession, Probe,
+};
 use gap_healer::gaps::PosRange;
 use tiberius::Uuid;
 use tokio_util::sync::CancellationToken;
@@ -65,7 +67,7 @@ async fn case_append_open(db: &TestDb, engine: &MssqlEngine) {
     let ident = db.ident_current().await;
     let started = Instant::now();
     let outcome = engine
-        .fill(single(p), Duration::from_secs(2))
+        .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
         .await
         .unwrap();
     let waited = started.elapsed();
@@ -94,7 +96,7 @@ async fn case_append_rolled_back(db: &TestDb, engine: &MssqlEngine) {
     db.append("B", 1).await;
     let ident = db.ident_current().await;
     let outcome = engine
-        .fill(single(p), Duration::from_secs(2))
+        .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
         .await
         .unwrap();
     assert_eq!(outcome, FillOutcome::Filled { rows: 1 });
@@ -107,7 +109,7 @@ async fn case_append_rolled_back(db: &TestDb, engine: &MssqlEngine) {
     // Filling it again: the tombstone is committed now.
     assert_eq!(
         engine
-            .fill(single(p), Duration::from_secs(2))
+            .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Committed
@@ -121,7 +123,7 @@ async fn case_append_committed(db: &TestDb, engine: &MssqlEngine) {
     let ident = db.ident_current().await;
     assert_eq!(
         engine
-            .fill(single(p), Duration::from_secs(2))
+            .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Committed
@@ -129,7 +131,10 @@ async fn case_append_committed(db: &TestDb, engine: &MssqlEngine) {
     // A range that contains the committed position fails whole.
     let wide = PosRange::new(p - 1, p).unwrap();
     assert_eq!(
-        engine.fill(wide, Duration::from_secs(2)).await.unwrap(),
+        engine
+            .fill(wide, Duration::from_secs(2), &Fence::Unfenced)
+            .await
+            .unwrap(),
         FillOutcome::Committed
     );
     let m = db.message_at(p).await.expect("the event");
@@ -148,10 +153,13 @@ async fn case_append_commits_while_fill_waits(db: &TestDb, engine: &MssqlEngine)
     db.append("B", 1).await;
     let ident = db.ident_current().await;
     let started = Instant::now();
-    let (outcome, ()) = tokio::join!(engine.fill(single(p), Duration::from_secs(10)), async {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        open.commit().await;
-    });
+    let (outcome, ()) = tokio::join!(
+        engine.fill(single(p), Duration::from_secs(10), &Fence::Unfenced),
+        async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            open.commit().await;
+        }
+    );
     assert_eq!(outcome.unwrap(), FillOutcome::Committed);
     assert!(
         started.elapsed() < Duration::from_secs(9),
@@ -209,7 +217,7 @@ async fn rcsi_on_and_off() {
         let findings = engine.preflight().await.unwrap();
         let f = findings
             .iter()
-            .find(|f| f.what == "READ_COMMITTED_SNAPSHOT")
+            .find(|f| f.check == Check::ReadCommittedSnapshot)
             .unwrap();
         assert!(
             f.detail.starts_with(if rcsi { "on:" } else { "off:" }),
@@ -442,7 +450,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     db.append("B", 1).await;
     assert_eq!(
         engine
-            .fill(single(p), Duration::from_millis(500))
+            .fill(single(p), Duration::from_millis(500), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Held
@@ -457,7 +465,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     open.commit().await;
     assert_eq!(
         engine
-            .fill(single(p), Duration::from_millis(500))
+            .fill(single(p), Duration::from_millis(500), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Committed
@@ -470,7 +478,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     // A refused fill (at the head): gap-healer's own THROW inside the batch.
     let head = engine.head().await.unwrap().unwrap();
     let err = engine
-        .fill(single(head), Duration::from_millis(500))
+        .fill(single(head), Duration::from_millis(500), &Fence::Unfenced)
         .await
         .unwrap_err();
     assert_eq!(err.kind, DbErrorKind::Permanent);
@@ -485,7 +493,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     db.append("B", 1).await;
     assert_eq!(
         engine
-            .fill(single(q), Duration::from_millis(500))
+            .fill(single(q), Duration::from_millis(500), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Filled { rows: 1 }
@@ -502,7 +510,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     db.append("B", 1).await;
     let cancelled = tokio::time::timeout(
         Duration::from_millis(300),
-        engine.fill(single(r), Duration::from_secs(5)),
+        engine.fill(single(r), Duration::from_secs(5), &Fence::Unfenced),
     )
     .await;
     assert!(cancelled.is_err(), "the fill should still be waiting");
@@ -515,7 +523,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     // has no one to report to); either way the position ends up correct.
     open.rollback().await;
     let outcome = engine
-        .fill(single(r), Duration::from_secs(8))
+        .fill(single(r), Duration::from_secs(8), &Fence::Unfenced)
         .await
         .unwrap();
     assert!(
@@ -558,7 +566,11 @@ async fn ident_current_unchanged_by_every_fill() {
         while start <= hole.end {
             let end = (start + engine.max_fill_rows() as i64 - 1).min(hole.end);
             let outcome = engine
-                .fill(PosRange::new(start, end).unwrap(), Duration::from_secs(2))
+                .fill(
+                    PosRange::new(start, end).unwrap(),
+                    Duration::from_secs(2),
+                    &Fence::Unfenced,
+                )
                 .await
                 .unwrap();
             assert_eq!(
@@ -577,7 +589,11 @@ async fn ident_current_unchanged_by_every_fill() {
     }
     // More than 4,000 rows in one statement is refused before the database.
     assert!(engine
-        .fill(PosRange::new(0, 4000).unwrap(), Duration::from_secs(1))
+        .fill(
+            PosRange::new(0, 4000).unwrap(),
+            Duration::from_secs(1),
+            &Fence::Unfenced
+        )
         .await
         .is_err());
     // At or above the head: refused inside the batch too.
@@ -588,7 +604,7 @@ async fn ident_current_unchanged_by_every_fill() {
         PosRange::new(head + 1, head + 10).unwrap(),
     ] {
         let err = engine
-            .fill(range, Duration::from_secs(1))
+            .fill(range, Duration::from_secs(1), &Fence::Unfenced)
             .await
             .unwrap_err();
         assert_eq!(err.kind, DbErrorKind::Permanent, "{range}: {err:?}");
@@ -621,7 +637,10 @@ async fn fill_as(db: &TestDb, engine: &MssqlEngine) {
     let ident = db.ident_current().await;
     let range = PosRange::new(p[0], p[2]).unwrap();
     assert_eq!(
-        engine.fill(range, Duration::from_secs(2)).await.unwrap(),
+        engine
+            .fill(range, Duration::from_secs(2), &Fence::Unfenced)
+            .await
+            .unwrap(),
         FillOutcome::Filled { rows: 3 }
     );
     assert_eq!(db.ident_current().await, ident);
@@ -641,7 +660,10 @@ async fn direct_mode_with_exactly_the_documented_rights() {
     let engine = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
     let findings = engine.preflight().await.unwrap();
     assert!(findings.iter().all(|f| f.ok), "{findings:#?}");
-    let mode = findings.iter().find(|f| f.what == "fill mode").unwrap();
+    let mode = findings
+        .iter()
+        .find(|f| f.check == Check::FillMode)
+        .unwrap();
     assert!(mode.detail.starts_with("direct mode"), "{mode:?}");
     assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Direct);
     // The first fill creates the tombstone stream's row as this login.
@@ -662,7 +684,10 @@ async fn procedure_mode_with_exactly_the_documented_rights() {
     let engine = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
     let findings = engine.preflight().await.unwrap();
     assert!(findings.iter().all(|f| f.ok), "{findings:#?}");
-    let mode = findings.iter().find(|f| f.what == "fill mode").unwrap();
+    let mode = findings
+        .iter()
+        .find(|f| f.check == Check::FillMode)
+        .unwrap();
     assert!(mode.detail.starts_with("procedure mode"), "{mode:?}");
     assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Procedure);
     // IDENTITY_INSERT set inside the procedure does not outlive it: checked
@@ -696,7 +721,10 @@ async fn login_without_fill_rights_fails_check_and_fills_nothing() {
         .await;
     let engine = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
     let findings = engine.preflight().await.unwrap();
-    let mode = findings.iter().find(|f| f.what == "fill mode").unwrap();
+    let mode = findings
+        .iter()
+        .find(|f| f.check == Check::FillMode)
+        .unwrap();
     assert!(!mode.ok, "{mode:?}");
     assert!(
         mode.detail
@@ -706,7 +734,7 @@ async fn login_without_fill_rights_fails_check_and_fills_nothing() {
     let p = db.rolled_back_append("A", 1).await[0];
     db.append("B", 1).await;
     let err = engine
-        .fill(single(p), Duration::from_secs(1))
+        .fill(single(p), Duration::from_secs(1), &Fence::Unfenced)
         .await
         .unwrap_err();
     assert_eq!(err.kind, DbErrorKind::Permanent, "{err:?}");
@@ -800,7 +828,7 @@ async fn checkpoints_present_or_absent() {
     let findings = engine.preflight().await.unwrap();
     let f = findings
         .iter()
-        .find(|f| f.what == "Checkpoints table")
+        .find(|f| f.check == Check::Checkpoints)
         .unwrap();
     assert!(f.ok && f.detail.contains("absent"), "{f:?}");
     db.drop().await;
@@ -828,7 +856,7 @@ async fn lead_within(engine: &MssqlEngine, key: &str, limit: Duration) -> MssqlL
 
 /// Sessions that hold an application lock in this database, as the server's
 /// lock manager sees them: (session id, owner type, mode).
-async fn app_lock_holders(db: &TestDb) -> Vec<(i32, String, String)> {
+async fn app_lock_holders(db: &TestDb) -> Vec<(i64, String, String)> {
     let mut c = db.client().await;
     crate::mssql_support::rows(
         &mut c,
@@ -840,7 +868,7 @@ async fn app_lock_holders(db: &TestDb) -> Vec<(i32, String, String)> {
     .iter()
     .map(|r| {
         (
-            r.get::<i32, _>(0).unwrap_or(-1),
+            r.get::<i32, _>(0).map_or(-1, i64::from),
             r.get::<&str, _>(1).unwrap_or_default().to_string(),
             r.get::<&str, _>(2).unwrap_or_default().to_string(),
         )
@@ -1023,10 +1051,14 @@ async fn hole(db: &TestDb) -> i64 {
 async fn fill_after_kill_is_busy(db: &TestDb, old: &MssqlEngine, new: &MssqlEngine) {
     let mut leader = old.try_lead(LEADER_KEY).await.unwrap().expect("free lock");
     assert!(old.still_held(&mut leader, LEADER_KEY).await.unwrap());
+    // The old leader's fills are fenced by the token its lock session won.
+    let old_fence = Fence::Leader(leader.fence_token());
     // While the lock session lives, the fence lets fills through.
     let p = hole(db).await;
     assert_eq!(
-        old.fill(single(p), Duration::from_secs(2)).await.unwrap(),
+        old.fill(single(p), Duration::from_secs(2), &old_fence)
+            .await
+            .unwrap(),
         FillOutcome::Filled { rows: 1 }
     );
 
@@ -1040,7 +1072,9 @@ async fn fill_after_kill_is_busy(db: &TestDb, old: &MssqlEngine, new: &MssqlEngi
     // The old leader has not noticed (no check ran), and still fills through
     // its pool: refused by the fence, nothing written.
     assert_eq!(
-        old.fill(single(q), Duration::from_secs(2)).await.unwrap(),
+        old.fill(single(q), Duration::from_secs(2), &old_fence)
+            .await
+            .unwrap(),
         FillOutcome::Busy
     );
     assert!(db.message_at(q).await.is_none(), "the fenced fill wrote");
@@ -1059,13 +1093,21 @@ async fn fill_after_kill_is_busy(db: &TestDb, old: &MssqlEngine, new: &MssqlEngi
     ));
     // The new leader fills.
     assert_eq!(
-        new.fill(single(q), Duration::from_secs(2)).await.unwrap(),
+        new.fill(
+            single(q),
+            Duration::from_secs(2),
+            &Fence::Leader(taken.fence_token())
+        )
+        .await
+        .unwrap(),
         FillOutcome::Filled { rows: 1 }
     );
     // The old leader's fills stay refused until it leads again.
     let r = hole(db).await;
     assert_eq!(
-        old.fill(single(r), Duration::from_secs(2)).await.unwrap(),
+        old.fill(single(r), Duration::from_secs(2), &old_fence)
+            .await
+            .unwrap(),
         FillOutcome::Busy
     );
     assert!(db.message_at(r).await.is_none());
@@ -1121,14 +1163,15 @@ async fn leader_fence_absent_without_election() {
         let p = hole(&db).await;
         assert_eq!(
             engine
-                .fill(single(p), Duration::from_secs(2))
+                .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
                 .await
                 .unwrap(),
             FillOutcome::Filled { rows: 1 }
         );
     }
     drop(held);
-    // An engine whose election never took the lock does not fill.
+    // A fill fenced by a lock that no session holds (a follower never has
+    // a token; this stands for a stale one) does not fill.
     let follower = db.engine();
     let held = other.try_lead(LEADER_KEY).await.unwrap();
     let held = match held {
@@ -1136,10 +1179,14 @@ async fn leader_fence_absent_without_election() {
         None => lead_within(&other, LEADER_KEY, Duration::from_secs(10)).await,
     };
     assert!(follower.try_lead(LEADER_KEY).await.unwrap().is_none());
+    let stale = Fence::Leader(gap_healer::engine::FenceToken {
+        session_id: 0,
+        lock: "gap-healer fence that no session holds".into(),
+    });
     let p = hole(&db).await;
     assert_eq!(
         follower
-            .fill(single(p), Duration::from_secs(2))
+            .fill(single(p), Duration::from_secs(2), &stale)
             .await
             .unwrap(),
         FillOutcome::Busy
@@ -1209,7 +1256,7 @@ async fn procedure_is_fixed_to_its_tombstone_stream_and_type() {
     assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Procedure);
     assert_eq!(
         engine
-            .fill(single(p), Duration::from_secs(2))
+            .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Filled { rows: 1 }
@@ -1223,15 +1270,21 @@ async fn procedure_is_fixed_to_its_tombstone_stream_and_type() {
     let findings = other.preflight().await.unwrap();
     let procedure = findings
         .iter()
-        .find(|f| f.what == "fill procedure")
+        .find(|f| f.check == Check::FillProcedure)
         .expect("a fill procedure finding");
     assert!(!procedure.ok, "{procedure:?}");
     assert!(procedure.detail.contains("O'Brien"), "{procedure:?}");
-    assert!(!findings.iter().find(|f| f.what == "fill mode").unwrap().ok);
+    assert!(
+        !findings
+            .iter()
+            .find(|f| f.check == Check::FillMode)
+            .unwrap()
+            .ok
+    );
     assert_eq!(other.fill_mode().await.unwrap(), FillMode::Direct);
     let q = hole(&db).await;
     let err = other
-        .fill(single(q), Duration::from_secs(1))
+        .fill(single(q), Duration::from_secs(1), &Fence::Unfenced)
         .await
         .unwrap_err();
     assert_eq!(err.kind, DbErrorKind::Permanent, "{err:?}");
@@ -1264,7 +1317,7 @@ async fn an_older_parameterised_procedure_is_not_used() {
     let findings = engine.preflight().await.unwrap();
     let procedure = findings
         .iter()
-        .find(|f| f.what == "fill procedure")
+        .find(|f| f.check == Check::FillProcedure)
         .unwrap();
     assert!(
         !procedure.ok && procedure.detail.contains("older gap-healer's procedure"),
@@ -1273,7 +1326,7 @@ async fn an_older_parameterised_procedure_is_not_used() {
     assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Direct);
     let p = hole(&db).await;
     let err = engine
-        .fill(single(p), Duration::from_secs(1))
+        .fill(single(p), Duration::from_secs(1), &Fence::Unfenced)
         .await
         .unwrap_err();
     assert!(
@@ -1287,7 +1340,7 @@ async fn an_older_parameterised_procedure_is_not_used() {
     assert_eq!(engine.fill_mode().await.unwrap(), FillMode::Procedure);
     assert_eq!(
         engine
-            .fill(single(p), Duration::from_secs(2))
+            .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
             .await
             .unwrap(),
         FillOutcome::Filled { rows: 1 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gap_healer::config::StartFrom;
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{Engine, FillOutcome};
+use gap_healer::engine::{Engine, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Ended, Healer, Options};
 use gap_healer::leader::Leader;
@@ -499,20 +499,28 @@ async fn engine_outcomes_committed_held_filled() {
     let held = open.positions[0];
     let t = Duration::from_millis(200);
     assert_eq!(
-        e.fill(PosRange::single(held), t).await.unwrap(),
+        e.fill(PosRange::single(held), t, &Fence::Unfenced)
+            .await
+            .unwrap(),
         FillOutcome::Held
     );
     assert_eq!(
-        e.fill(PosRange::single(1), t).await.unwrap(),
+        e.fill(PosRange::single(1), t, &Fence::Unfenced)
+            .await
+            .unwrap(),
         FillOutcome::Committed
     );
     open.rollback().await;
     assert_eq!(
-        e.fill(PosRange::single(held), t).await.unwrap(),
+        e.fill(PosRange::single(held), t, &Fence::Unfenced)
+            .await
+            .unwrap(),
         FillOutcome::Filled { rows: 1 }
     );
     assert_eq!(
-        e.fill(PosRange::single(held), t).await.unwrap(),
+        e.fill(PosRange::single(held), t, &Fence::Unfenced)
+            .await
+            .unwrap(),
         FillOutcome::Committed
     );
     store.assert_tombstone_stream_consistent().await;

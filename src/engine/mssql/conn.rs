@@ -26,9 +26,6 @@
 //! ([`connect_dedicated`]): it is opened with TCP keepalive on, follows an
 //! Azure SQL gateway redirect like the pool does, and is closed by dropping it.
 
-use std::fmt;
-use std::sync::{Arc, Mutex};
-
 use tiberius::{AuthMethod, Config};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
@@ -53,15 +50,13 @@ pub(crate) struct Session {
 pub(crate) struct Manager {
     inner: bb8_tiberius::ConnectionManager,
     secret: ConnectionString,
-    last_error: LastError,
 }
 
 impl Manager {
-    pub(crate) fn new(config: Config, secret: ConnectionString, last_error: LastError) -> Self {
+    pub(crate) fn new(config: Config, secret: ConnectionString) -> Self {
         Manager {
             inner: bb8_tiberius::ConnectionManager::new(config),
             secret,
-            last_error,
         }
     }
 }
@@ -72,13 +67,10 @@ impl bb8::ManageConnection for Manager {
 
     async fn connect(&self) -> Result<Session, DbError> {
         match bb8::ManageConnection::connect(&self.inner).await {
-            Ok(client) => {
-                self.last_error.clear();
-                Ok(Session {
-                    client,
-                    clean: true,
-                })
-            }
+            Ok(client) => Ok(Session {
+                client,
+                clean: true,
+            }),
             Err(e) => Err(connect_error(&e, &self.secret)),
         }
     }
@@ -169,58 +161,6 @@ async fn open_tcp(addr: &str, secret: &ConnectionString) -> Result<TcpStream, Db
             "the server name resolved to no address",
         )
     })))
-}
-
-/// The last error of a background connection attempt. bb8 reports those only
-/// to its error sink; without this a wrong password would surface as a bare
-/// "timed out waiting for a connection". It also wakes whoever waits for a
-/// connection ([`LastError::failed`]): bb8 keeps a caller waiting for the
-/// whole connection timeout even when the login failed at once.
-#[derive(Clone, Default)]
-pub(crate) struct LastError {
-    slot: Arc<Mutex<Option<DbError>>>,
-    failed: Arc<tokio::sync::Notify>,
-}
-
-impl LastError {
-    pub(crate) fn get(&self) -> Option<DbError> {
-        self.slot.lock().map(|e| e.clone()).unwrap_or_default()
-    }
-
-    /// Notified each time a connection attempt fails.
-    pub(crate) fn failed(&self) -> &tokio::sync::Notify {
-        &self.failed
-    }
-
-    fn set(&self, e: DbError) {
-        if let Ok(mut slot) = self.slot.lock() {
-            *slot = Some(e);
-        }
-    }
-
-    fn clear(&self) {
-        if let Ok(mut slot) = self.slot.lock() {
-            *slot = None;
-        }
-    }
-}
-
-impl fmt::Debug for LastError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LastError").field(&self.get()).finish()
-    }
-}
-
-impl bb8::ErrorSink<DbError> for LastError {
-    fn sink(&self, error: DbError) {
-        tracing::debug!(error = %error.message, "SQL Server connection attempt failed");
-        self.set(error);
-        self.failed.notify_waiters();
-    }
-
-    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<DbError>> {
-        Box::new(self.clone())
-    }
 }
 
 /// A parse failure. Its text names positions and well-known keys only, never

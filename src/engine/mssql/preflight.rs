@@ -6,7 +6,8 @@
 use tiberius::Row;
 
 use super::sql::quote_ident;
-use crate::engine::Finding;
+use super::{run, MssqlEngine};
+use crate::engine::{Check, DbResult, Finding};
 
 /// The login's rights, as HAS_PERMS_BY_NAME answers them (NULL = no).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -311,7 +312,7 @@ pub(crate) fn findings(
         _ => "",
     };
     out.push(Finding::pass(
-        "connection",
+        Check::Connection,
         format!(
             "SQL Server {} {}{platform}; database {}, login {} as user {}",
             f.product_version, f.edition, f.database, f.login, f.user
@@ -320,7 +321,7 @@ pub(crate) fn findings(
 
     if !f.schema_exists {
         out.push(Finding::fail(
-            "schema",
+            Check::Schema,
             format!(
                 "schema {s} not found in database {} (or the login may not see it)",
                 f.database
@@ -328,13 +329,13 @@ pub(crate) fn findings(
         ));
         return out;
     }
-    out.push(Finding::pass("schema", format!("{s} exists")));
+    out.push(Finding::pass(Check::Schema, format!("{s} exists")));
 
     // Messages: the shape the scan, the probe and the fill rely on.
     let messages = format!("{s}.[Messages]");
     if !f.messages_exists {
         out.push(Finding::fail(
-            "Messages table",
+            Check::MessagesTable,
             format!("{messages} not found (or the login may not see it)"),
         ));
     } else {
@@ -353,7 +354,7 @@ pub(crate) fn findings(
         }
         if problems.is_empty() {
             out.push(Finding::pass(
-                "Messages table",
+                Check::MessagesTable,
                 format!(
                     "GlobalPosition BIGINT IDENTITY({}, 1), clustered primary key; current identity {}",
                     f.identity_seed.map_or("?".into(), |v| v.to_string()),
@@ -362,7 +363,7 @@ pub(crate) fn findings(
             ));
         } else {
             out.push(Finding::fail(
-                "Messages table",
+                Check::MessagesTable,
                 format!("{messages}: {}", problems.join("; ")),
             ));
         }
@@ -371,7 +372,7 @@ pub(crate) fn findings(
     let streams = format!("{s}.[Streams]");
     if !f.streams_exists {
         out.push(Finding::fail(
-            "Streams table",
+            Check::StreamsTable,
             format!("{streams} not found (or the login may not see it)"),
         ));
     } else {
@@ -381,12 +382,12 @@ pub(crate) fn findings(
         }
         if problems.is_empty() {
             out.push(Finding::pass(
-                "Streams table",
+                Check::StreamsTable,
                 "StreamId, StreamName, Version as Eventuous creates them",
             ));
         } else {
             out.push(Finding::fail(
-                "Streams table",
+                Check::StreamsTable,
                 format!("{streams}: {}", problems.join("; ")),
             ));
         }
@@ -395,7 +396,7 @@ pub(crate) fn findings(
     let checkpoints = format!("{s}.[Checkpoints]");
     if !f.checkpoints_exists {
         out.push(Finding::pass(
-            "Checkpoints table",
+            Check::Checkpoints,
             format!(
                 "{checkpoints} absent: fine (subscriptions may keep checkpoints elsewhere); \
                  start with --start-from head or a position"
@@ -405,24 +406,24 @@ pub(crate) fn findings(
         let problems = shape_problems("Checkpoints", &CHECKPOINTS, columns);
         if !problems.is_empty() {
             out.push(Finding::fail(
-                "Checkpoints table",
+                Check::Checkpoints,
                 format!("{checkpoints}: {}", problems.join("; ")),
             ));
         } else if !f.rights.checkpoints_select {
             out.push(Finding::fail(
-                "Checkpoints table",
+                Check::Checkpoints,
                 format!("no SELECT on {checkpoints} (needed by --start-from checkpoints): GRANT SELECT ON OBJECT::{checkpoints} TO {user};"),
             ));
         } else {
             out.push(Finding::pass(
-                "Checkpoints table",
+                Check::Checkpoints,
                 format!("{checkpoints} present and readable"),
             ));
         }
     }
 
     out.push(Finding::pass(
-        "READ_COMMITTED_SNAPSHOT",
+        Check::ReadCommittedSnapshot,
         match f.read_committed_snapshot {
             Some(true) => "on: readers see row versions; gap-healer reads with READCOMMITTEDLOCK + READPAST, correct either way",
             Some(false) => "off: locking read committed; gap-healer's reads skip rows of open appends (READPAST) instead of waiting",
@@ -431,7 +432,7 @@ pub(crate) fn findings(
     ));
 
     out.push(Finding::pass(
-        "identity cache",
+        Check::IdentityCache,
         match f.identity_cache {
             Some(0) => "IDENTITY_CACHE = OFF: restarts and failovers do not skip positions".to_string(),
             Some(_) => "IDENTITY_CACHE = ON (the default): an unclean shutdown or failover can skip up to 10,000 \
@@ -445,12 +446,12 @@ pub(crate) fn findings(
     let r = &f.rights;
     if !r.messages_select {
         out.push(Finding::fail(
-            "read rights",
+            Check::ReadRights,
             format!("no SELECT on {messages}: scans need it. GRANT SELECT ON OBJECT::{messages} TO {user};"),
         ));
     } else {
         out.push(Finding::pass(
-            "read rights",
+            Check::ReadRights,
             format!("SELECT on {messages}"),
         ));
     }
@@ -482,11 +483,11 @@ pub(crate) fn findings(
     let direct_ok = direct_missing.is_empty();
 
     if let Some(problem) = state.problem(&procedure, want.stream, want.kind) {
-        out.push(Finding::fail("fill procedure", problem));
+        out.push(Finding::fail(Check::FillProcedure, problem));
     }
     if state.usable() {
         out.push(Finding::pass(
-            "fill mode",
+            Check::FillMode,
             format!(
                 "procedure mode: EXECUTE on {procedure}, which runs as its owner (no ALTER needed) and \
                  writes tombstones of type {:?} into stream {:?} only",
@@ -495,7 +496,7 @@ pub(crate) fn findings(
         ));
         if f.procedure_current == Some(false) {
             out.push(Finding::fail(
-                "fill procedure",
+                Check::FillProcedure,
                 format!("{procedure} is from another gap-healer version: run `gap-healer install`"),
             ));
         }
@@ -508,7 +509,7 @@ pub(crate) fn findings(
             _ => format!("{procedure} is not used: see \"fill procedure\""),
         };
         out.push(Finding::pass(
-            "fill mode",
+            Check::FillMode,
             format!("direct mode: ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams ({why})"),
         ));
     } else {
@@ -523,7 +524,7 @@ pub(crate) fn findings(
                 .to_string(),
         };
         out.push(Finding::fail(
-            "fill mode",
+            Check::FillMode,
             format!(
                 "the login can fill in neither mode. Procedure mode needs {procedure_missing} \
                  Direct mode needs {}",
@@ -532,6 +533,59 @@ pub(crate) fn findings(
         ));
     }
     out
+}
+
+impl MssqlEngine {
+    /// The query step of `check`: `preflight.sql`'s two result sets and the
+    /// fill procedure's state, judged by [`findings`].
+    pub(crate) async fn preflight_findings(&self) -> DbResult<Vec<Finding>> {
+        let schema: &str = self.settings.schema.as_str();
+        // No connection means nothing could be checked: that is the Err.
+        let mut session = self.checkout().await?;
+        let result = run(&mut session.client, &self.sql.preflight, &[&schema]).await;
+        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
+            session.clean = true;
+        }
+        drop(session);
+        let sets = match result {
+            Ok(sets) => sets,
+            Err(e) => {
+                return Ok(vec![
+                    Finding::pass(Check::Connection, "connected"),
+                    Finding::fail(Check::Preflight, self.driver_error(&e).message),
+                ])
+            }
+        };
+        let mut sets = sets.into_iter();
+        let facts_rows = sets.next().unwrap_or_default();
+        let column_rows = sets.next().unwrap_or_default();
+        let Some(first) = facts_rows.first() else {
+            return Ok(vec![Finding::fail(
+                Check::Preflight,
+                "the preflight query returned no row",
+            )]);
+        };
+        let facts = Facts::from_row(first).map_err(|e| self.driver_error(&e))?;
+        let columns = column_rows
+            .iter()
+            .map(Column::from_row)
+            .collect::<tiberius::Result<Vec<_>>>()
+            .map_err(|e| self.driver_error(&e))?;
+        let procedure = self
+            .procedure_state()
+            .await
+            .unwrap_or_else(|e| ProcedureState::Unanswered(e.message));
+        Ok(findings(
+            schema,
+            &facts,
+            &columns,
+            &procedure,
+            Tombstones {
+                stream: &self.settings.tombstone_stream,
+                kind: &self.settings.tombstone_type,
+            },
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -631,9 +685,9 @@ mod tests {
         .to_vec()
     }
 
-    fn find<'a>(out: &'a [Finding], what: &str) -> &'a Finding {
+    fn find(out: &[Finding], what: Check) -> &Finding {
         out.iter()
-            .find(|f| f.what == what)
+            .find(|f| f.check == what)
             .unwrap_or_else(|| panic!("no finding {what}: {out:#?}"))
     }
 
@@ -641,11 +695,13 @@ mod tests {
     fn healthy_store_in_direct_mode() {
         let out = check(&healthy(), &eventuous_columns());
         assert!(out.iter().all(|f| f.ok), "{out:#?}");
-        assert!(find(&out, "fill mode").detail.starts_with("direct mode"));
-        assert!(find(&out, "identity cache")
+        assert!(find(&out, Check::FillMode)
+            .detail
+            .starts_with("direct mode"));
+        assert!(find(&out, Check::IdentityCache)
             .detail
             .contains("IDENTITY_CACHE = OFF prevents"));
-        assert!(find(&out, "connection").detail.contains("16.0.4135.4"));
+        assert!(find(&out, Check::Connection).detail.contains("16.0.4135.4"));
     }
 
     #[test]
@@ -661,13 +717,13 @@ mod tests {
         let usable = ProcedureState::Usable;
         let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
         assert!(out.iter().all(|f| f.ok), "{out:#?}");
-        let mode = find(&out, "fill mode");
+        let mode = find(&out, Check::FillMode);
         assert!(mode.detail.starts_with("procedure mode"), "{mode:?}");
         assert!(mode.detail.contains("\"__tombstones__\""), "{mode:?}");
 
         f.procedure_current = Some(false);
         let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
-        assert!(!find(&out, "fill procedure").ok);
+        assert!(!find(&out, Check::FillProcedure).ok);
     }
 
     #[test]
@@ -776,13 +832,13 @@ mod tests {
         for state in [&other, &old, &unanswered] {
             // With direct-mode rights: direct mode, and the procedure flagged.
             let out = findings("eventuous", &healthy(), &eventuous_columns(), state, WANT);
-            let procedure = find(&out, "fill procedure");
+            let procedure = find(&out, Check::FillProcedure);
             assert!(!procedure.ok, "{state:?}");
             assert!(
                 procedure.detail.contains("gap-healer install"),
                 "{procedure:?}"
             );
-            let mode = find(&out, "fill mode");
+            let mode = find(&out, Check::FillMode);
             assert!(
                 mode.ok && mode.detail.starts_with("direct mode"),
                 "{mode:?}"
@@ -798,7 +854,7 @@ mod tests {
                 ..Rights::default()
             };
             let out = findings("eventuous", &f, &eventuous_columns(), state, WANT);
-            let mode = find(&out, "fill mode");
+            let mode = find(&out, Check::FillMode);
             assert!(!mode.ok, "{mode:?}");
             assert!(
                 mode.detail.contains("created again for this configuration"),
@@ -806,7 +862,9 @@ mod tests {
             );
         }
         let out = findings("eventuous", &healthy(), &eventuous_columns(), &other, WANT);
-        assert!(find(&out, "fill procedure").detail.contains("\"orders-1\""));
+        assert!(find(&out, Check::FillProcedure)
+            .detail
+            .contains("\"orders-1\""));
     }
 
     #[test]
@@ -819,7 +877,7 @@ mod tests {
             ..Rights::default()
         };
         let out = check(&f, &eventuous_columns());
-        let mode = find(&out, "fill mode");
+        let mode = find(&out, Check::FillMode);
         assert!(!mode.ok);
         assert!(
             mode.detail
@@ -846,7 +904,7 @@ mod tests {
             &ProcedureState::NoExecute,
             WANT,
         );
-        assert!(find(&out, "fill mode")
+        assert!(find(&out, Check::FillMode)
             .detail
             .contains("GRANT EXECUTE ON OBJECT::[eventuous].[gap_healer_fill] TO [healer];"));
     }
@@ -861,7 +919,7 @@ mod tests {
         let mut f = healthy();
         f.global_position_clustered_pk = false;
         let out = check(&f, &cols);
-        let m = find(&out, "Messages table");
+        let m = find(&out, Check::MessagesTable);
         assert!(!m.ok);
         assert!(m.detail.contains("no column Created"), "{}", m.detail);
         assert!(
@@ -882,13 +940,13 @@ mod tests {
             .filter(|c| c.table != "Checkpoints")
             .collect();
         let out = check(&f, &cols);
-        let c = find(&out, "Checkpoints table");
+        let c = find(&out, Check::Checkpoints);
         assert!(c.ok && c.detail.contains("absent"), "{c:?}");
 
         f.schema_exists = false;
         let out = check(&f, &cols);
         assert_eq!(out.len(), 2);
-        assert!(!find(&out, "schema").ok);
+        assert!(!find(&out, Check::Schema).ok);
     }
 
     #[test]
@@ -901,14 +959,14 @@ mod tests {
             let mut f = healthy();
             f.read_committed_snapshot = rcsi;
             let out = check(&f, &eventuous_columns());
-            assert!(find(&out, "READ_COMMITTED_SNAPSHOT")
+            assert!(find(&out, Check::ReadCommittedSnapshot)
                 .detail
                 .starts_with(word));
         }
         let mut f = healthy();
         f.identity_cache = Some(0);
         let out = check(&f, &eventuous_columns());
-        assert!(find(&out, "identity cache")
+        assert!(find(&out, Check::IdentityCache)
             .detail
             .starts_with("IDENTITY_CACHE = OFF"));
     }

@@ -214,21 +214,9 @@ fn key_values(raw: &str) -> Result<Vec<(String, String, String)>, String> {
 }
 
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -283,5 +271,22 @@ mod tests {
             let e = parse(malformed).err().unwrap();
             assert!(!e.contains("Zq71") && !e.contains("Secret9x"), "{e}");
         }
+    }
+
+    /// A `%` followed by a multi-byte character used to panic (a `&str`
+    /// sliced inside a character), crashing the process with exit 101.
+    #[test]
+    fn percent_decoding_never_panics() {
+        assert_eq!(percent_decode("%aé"), "%aé");
+        assert_eq!(percent_decode("%2Fca%20dir"), "/ca dir");
+        assert_eq!(percent_decode("%e2%82%ac"), "€");
+        assert_eq!(percent_decode("%"), "%");
+        let (_, o) =
+            take_tls_options("postgres://app@db/es?sslmode=require&sslrootcert=%a\u{e9}x").unwrap();
+        assert!(o.sslrootcert.is_some());
+        let e = parse("postgres://app@db/es?sslmode=require&sslrootcert=%aé")
+            .err()
+            .unwrap();
+        assert!(e.contains("sslrootcert") || e.contains("%aé"), "{e}");
     }
 }

@@ -1,0 +1,5 @@
+-- The identity's seed (its first value): positions below it are never
+-- holes. $1 is the messages table's qualified name.
+SELECT s.seqstart AS seed
+FROM pg_sequence AS s
+WHERE s.seqrelid = PG_GET_SERIAL_SEQUENCE($1::text, 'global_position')::regclass;

@@ -1,0 +1,192 @@
+//! What `gap-healer check` reports, in one vocabulary for every engine.
+//!
+//! Each engine's preflight is one query step that gathers facts and a pure
+//! function from those facts to [`Finding`]s, each about one [`Check`]. The
+//! checks that describe the store's shape ([`Check::is_shape`]) are what
+//! `run`, `scan` and `heal` refuse to work without
+//! ([`crate::engine::Engine::verify_shape`]): a table the healer cannot fill
+//! safely is never healed.
+
+use std::fmt;
+
+/// One thing `check` looks at. The label is what the output shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// The configuration itself (a connection string the driver refuses).
+    Configuration,
+    /// Connecting and logging in; the server and its version.
+    Connection,
+    /// Whether the session is encrypted, and how the server was verified.
+    Tls,
+    /// The store's schema exists.
+    Schema,
+    /// The messages table exists (and its columns, on SQL Server).
+    MessagesTable,
+    /// The streams table exists (and its columns, on SQL Server).
+    StreamsTable,
+    /// The global position: a bigint identity with a unique key on exactly it.
+    GlobalPosition,
+    /// The messages columns a tombstone fills.
+    MessagesColumns,
+    /// The streams columns the tombstone stream needs.
+    StreamsColumns,
+    /// The checkpoints table: present, absent, readable.
+    Checkpoints,
+    /// The rights a fill needs.
+    Rights,
+    /// The rights a read-only command needs.
+    ReadRights,
+    /// The tombstone stream's rows and Version agree.
+    TombstoneStream,
+    /// How fills reach the table (SQL Server: direct or procedure).
+    FillMode,
+    /// The installed fill procedure (SQL Server).
+    FillProcedure,
+    /// The identity cache (SQL Server: `IDENTITY_CACHE`).
+    IdentityCache,
+    /// Read committed snapshot isolation (SQL Server).
+    ReadCommittedSnapshot,
+    /// The preflight itself could not run to the end.
+    Preflight,
+}
+
+impl Check {
+    /// The checks without which a fill is unsafe or impossible: the healer
+    /// refuses to start on a store that fails one.
+    pub fn is_shape(self) -> bool {
+        matches!(
+            self,
+            Check::Schema
+                | Check::MessagesTable
+                | Check::StreamsTable
+                | Check::GlobalPosition
+                | Check::MessagesColumns
+                | Check::StreamsColumns
+        )
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Check::Configuration => "configuration",
+            Check::Connection => "connection",
+            Check::Tls => "tls",
+            Check::Schema => "schema",
+            Check::MessagesTable => "messages table",
+            Check::StreamsTable => "streams table",
+            Check::GlobalPosition => "global position",
+            Check::MessagesColumns => "messages columns",
+            Check::StreamsColumns => "streams columns",
+            Check::Checkpoints => "checkpoints table",
+            Check::Rights => "rights",
+            Check::ReadRights => "read rights",
+            Check::TombstoneStream => "tombstone stream",
+            Check::FillMode => "fill mode",
+            Check::FillProcedure => "fill procedure",
+            Check::IdentityCache => "identity cache",
+            Check::ReadCommittedSnapshot => "READ_COMMITTED_SNAPSHOT",
+            Check::Preflight => "preflight",
+        }
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One line of `gap-healer check`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub ok: bool,
+    pub check: Check,
+    /// The check's label, kept beside it for the JSON output.
+    pub what: &'static str,
+    pub detail: String,
+}
+
+impl Finding {
+    pub fn pass(check: Check, detail: impl Into<String>) -> Self {
+        Finding {
+            ok: true,
+            check,
+            what: check.label(),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn fail(check: Check, detail: impl Into<String>) -> Self {
+        Finding {
+            ok: false,
+            check,
+            what: check.label(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The shape verdict over a preflight's findings: `Err` names every shape
+/// check that failed, with its detail.
+pub fn shape_verdict(findings: &[Finding]) -> Result<(), String> {
+    let differs: Vec<String> = findings
+        .iter()
+        .filter(|f| !f.ok && f.check.is_shape())
+        .map(|f| format!("{}: {}", f.what, f.detail))
+        .collect();
+    if differs.is_empty() {
+        Ok(())
+    } else {
+        Err(differs.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failed_shape_checks_refuse_the_store() {
+        let findings = [
+            Finding::pass(Check::Connection, "PostgreSQL 15"),
+            Finding::fail(Check::Rights, "missing INSERT"),
+            Finding::fail(Check::TombstoneStream, "inconsistent"),
+        ];
+        assert_eq!(shape_verdict(&findings), Ok(()));
+        let findings = [
+            Finding::pass(Check::Schema, "exists"),
+            Finding::fail(Check::GlobalPosition, "no unique key on it"),
+            Finding::fail(Check::MessagesColumns, "missing: created"),
+        ];
+        assert_eq!(
+            shape_verdict(&findings),
+            Err("global position: no unique key on it; messages columns: missing: created".into())
+        );
+    }
+
+    #[test]
+    fn labels_are_distinct() {
+        let all = [
+            Check::Configuration,
+            Check::Connection,
+            Check::Tls,
+            Check::Schema,
+            Check::MessagesTable,
+            Check::StreamsTable,
+            Check::GlobalPosition,
+            Check::MessagesColumns,
+            Check::StreamsColumns,
+            Check::Checkpoints,
+            Check::Rights,
+            Check::ReadRights,
+            Check::TombstoneStream,
+            Check::FillMode,
+            Check::FillProcedure,
+            Check::IdentityCache,
+            Check::ReadCommittedSnapshot,
+            Check::Preflight,
+        ];
+        let labels: std::collections::HashSet<_> = all.iter().map(|c| c.label()).collect();
+        assert_eq!(labels.len(), all.len());
+    }
+}

@@ -1,0 +1,495 @@
+//! The fill: one transaction per range (`sql/mssql/fill.sql`, or the
+//! `gap_healer_fill` procedure that `sql::fill_procedure` builds from that
+//! file's body and DECLAREs, so both modes run one text), and the choice
+//! between the two modes.
+//!
+//! Inside the batch: lock the tombstone stream's row, check the leader
+//! fence (the token's fence lock must still be held), refuse anything at or
+//! above the highest committed position, `SET IDENTITY_INSERT ON`, insert the
+//! range's tombstones in one statement from a numbers CTE, move the stream's
+//! Version, `IDENTITY_INSERT OFF` on every path, commit. The batch always
+//! ends with one result row, and [`errors::classify`] turns its error number
+//! and stage into an outcome or an error.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tiberius::{Row, ToSql};
+
+use super::errors::{classify, server_error, Class, Stage, LEADER_FENCE};
+use super::{get, run, MssqlEngine, ProcedureState};
+use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
+use crate::gaps::PosRange;
+
+/// Rows per fill statement: each row takes a key lock in each of the four
+/// indexes of Messages, and SQL Server escalates to a table lock at about
+/// 5,000 locks on one index. 4,000 stays clear of it.
+pub const MAX_FILL_ROWS: u64 = 4000;
+
+/// The lock timeout on the tombstone stream's row is longer than the one on
+/// message keys, so that a second healer waits out the first one's fill (which
+/// holds the row for at most about its own key timeout) and reports
+/// [`FillOutcome::Busy`] only when the row stays held well beyond that.
+fn stream_lock_timeout_ms(key_ms: i32) -> i32 {
+    key_ms.saturating_mul(2).saturating_add(1000)
+}
+
+fn millis_i32(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// How this engine's login fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillMode {
+    /// The fill batch runs as the login, which needs ALTER on Messages.
+    Direct,
+    /// `<schema>.gap_healer_fill` runs the same batch as its owner; the login
+    /// needs only EXECUTE on it.
+    Procedure,
+}
+
+impl FillMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FillMode::Direct => "direct",
+            FillMode::Procedure => "procedure",
+        }
+    }
+}
+
+pub(crate) const MODE_UNKNOWN: u8 = 0;
+const MODE_DIRECT: u8 = 1;
+const MODE_PROCEDURE: u8 = 2;
+
+/// The name of the fence lock a fill passes to the batch: `None` unfenced.
+fn fence_lock(fence: &Fence) -> Option<&str> {
+    match fence {
+        Fence::Unfenced => None,
+        Fence::Leader(token) => Some(token.lock.as_str()),
+    }
+}
+
+impl MssqlEngine {
+    /// How fills run for this login: the procedure when it exists, the login
+    /// may execute it, it is this version's and it writes this
+    /// configuration's tombstones ([`MssqlEngine::procedure_state`]); direct
+    /// otherwise (and a warning says why an installed procedure is not used).
+    /// Asked once, then cached; a permanent fill error forgets the answer so
+    /// the next fill asks again.
+    pub async fn fill_mode(&self) -> DbResult<FillMode> {
+        match self.mode.load(Ordering::Acquire) {
+            MODE_DIRECT => return Ok(FillMode::Direct),
+            MODE_PROCEDURE => return Ok(FillMode::Procedure),
+            _ => {}
+        }
+        let state = self.procedure_state().await?;
+        let use_procedure = state.usable();
+        let mode = if use_procedure {
+            FillMode::Procedure
+        } else {
+            FillMode::Direct
+        };
+        let code = if use_procedure {
+            MODE_PROCEDURE
+        } else {
+            MODE_DIRECT
+        };
+        if self.mode.swap(code, Ordering::AcqRel) != code {
+            if let Some(problem) = state.problem(
+                &format!("[{}].[gap_healer_fill]", self.settings.schema),
+                &self.settings.tombstone_stream,
+                &self.settings.tombstone_type,
+            ) {
+                tracing::warn!(schema = %self.settings.schema, "{problem}");
+            }
+            tracing::info!(
+                mode = mode.as_str(),
+                schema = %self.settings.schema,
+                "SQL Server fills run in {} mode",
+                mode.as_str()
+            );
+        }
+        Ok(mode)
+    }
+
+    /// The installed fill procedure as this login sees it: whether it exists
+    /// and may be executed, whether its parameters are this version's
+    /// (`sql/mssql/fill_mode.sql`), and, if so, which tombstones it writes: a
+    /// call with NULL bounds, which writes nothing and answers with the
+    /// procedure's constants. Needs no right beyond EXECUTE on it (a login
+    /// with only EXECUTE cannot read the procedure's definition).
+    pub(crate) async fn procedure_state(&self) -> DbResult<ProcedureState> {
+        let sets = self.read(&self.sql.fill_mode, &[]).await?;
+        let mut sets = sets.into_iter();
+        let facts = sets.next().unwrap_or_default();
+        let (exists, execute) = match facts.first() {
+            Some(row) => (
+                get::<bool>(row, "procedure_exists")?.unwrap_or(false),
+                get::<bool>(row, "procedure_execute")?.unwrap_or(false),
+            ),
+            None => (false, false),
+        };
+        let parameters = sets
+            .next()
+            .unwrap_or_default()
+            .iter()
+            .map(|row| {
+                Ok(get::<&str>(row, "parameter_name")?
+                    .unwrap_or_default()
+                    .to_string())
+            })
+            .collect::<DbResult<Vec<String>>>()?;
+        if let Some(state) = ProcedureState::from_catalog(
+            exists,
+            execute,
+            &parameters,
+            &self.sql.procedure_parameters,
+        ) {
+            return Ok(state);
+        }
+        let none = Option::<i64>::None;
+        let no_fence = Option::<&str>::None;
+        let zero = 0_i32;
+        let params: [&dyn ToSql; 5] = [&none, &none, &zero, &zero, &no_fence];
+        let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
+            Ok(answer) => answer,
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => return Ok(ProcedureState::Unanswered(e.message)),
+        };
+        // A fill of no range: refused by the range check, nothing written.
+        if answer.error_number != Some(50002) || answer.rows_filled.is_some() {
+            return Ok(ProcedureState::Unanswered(format!(
+                "a call with no range answered error {:?} at {:?}",
+                answer.error_number, answer.error_stage
+            )));
+        }
+        match (&answer.stream_name, &answer.message_type) {
+            (Some(stream), Some(kind)) => Ok(ProcedureState::from_description(
+                stream,
+                kind,
+                &self.settings.tombstone_stream,
+                &self.settings.tombstone_type,
+            )),
+            _ => Ok(ProcedureState::Unanswered(
+                "its result row names no tombstone stream or type".into(),
+            )),
+        }
+    }
+
+    fn forget_fill_mode(&self) {
+        self.mode.store(MODE_UNKNOWN, Ordering::Release);
+    }
+
+    /// `CREATE OR ALTER PROCEDURE <schema>.gap_healer_fill` for this
+    /// configuration's tombstone stream and type, which become constants of
+    /// the procedure: what `gap-healer install` runs. The login needs CREATE
+    /// PROCEDURE in the database and ALTER on the schema.
+    pub async fn install(&self) -> DbResult<()> {
+        let mut session = self.checkout().await?;
+        let result = session
+            .client
+            .execute(self.sql.fill_procedure.as_str(), &[])
+            .await;
+        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
+            session.clean = true;
+        }
+        drop(session);
+        result.map_err(|e| self.driver_error(&e))?;
+        self.forget_fill_mode();
+        tracing::info!(
+            schema = %self.settings.schema,
+            tombstone_stream = %self.settings.tombstone_stream,
+            tombstone_type = %self.settings.tombstone_type,
+            "installed the gap_healer_fill procedure"
+        );
+        Ok(())
+    }
+
+    /// Runs the fill batch or the procedure call and reads its one result
+    /// row. The session goes back to the pool only when that row came back
+    /// and says no transaction is open: any failure of the batch itself (it
+    /// did not reach its result row) leaves the session in an unknown state,
+    /// so it stays unclean and bb8 closes it, and the server rolls back
+    /// whatever it had open.
+    async fn fill_batch(&self, text: &str, params: &[&dyn ToSql]) -> DbResult<FillRow> {
+        let mut session = self.checkout().await?;
+        let sets = run(&mut session.client, text, params)
+            .await
+            .map_err(|e| self.driver_error(&e))?;
+        let answer = match sets
+            .first()
+            .and_then(|rows| rows.first())
+            .map(FillRow::from_row)
+        {
+            Some(Ok(answer)) => answer,
+            Some(Err(e)) => return Err(self.driver_error(&e)),
+            None => {
+                return Err(DbError::transient(
+                    "the fill batch returned no result row; connection discarded",
+                ))
+            }
+        };
+        if answer.open_transactions != 0 {
+            return Err(DbError::transient(format!(
+                "the fill batch left {} transaction(s) open; connection discarded",
+                answer.open_transactions
+            )));
+        }
+        session.clean = true;
+        Ok(answer)
+    }
+
+    pub(crate) async fn fill_once(
+        &self,
+        range: PosRange,
+        lock_timeout: Duration,
+        fence: &Fence,
+    ) -> DbResult<FillOutcome> {
+        let width = range.width();
+        if width > MAX_FILL_ROWS {
+            return Err(DbError::permanent(format!(
+                "refused to fill {range}: {width} positions, more than {MAX_FILL_ROWS} per transaction"
+            )));
+        }
+        let fence_name = fence_lock(fence);
+        let mode = self.fill_mode().await?;
+        let key_ms = millis_i32(lock_timeout);
+        let stream_ms = stream_lock_timeout_ms(key_ms);
+        let stream = self.settings.tombstone_stream.as_str();
+        let kind = self.settings.tombstone_type.as_str();
+
+        let started = Instant::now();
+        let answer = match mode {
+            // The procedure's tombstone stream and type are its own constants.
+            FillMode::Procedure => {
+                let params: [&dyn ToSql; 5] =
+                    [&range.start, &range.end, &key_ms, &stream_ms, &fence_name];
+                self.fill_batch(&self.sql.fill_call, &params).await
+            }
+            FillMode::Direct => {
+                let params: [&dyn ToSql; 7] = [
+                    &range.start,
+                    &range.end,
+                    &stream,
+                    &kind,
+                    &key_ms,
+                    &stream_ms,
+                    &fence_name,
+                ];
+                self.fill_batch(&self.sql.fill, &params).await
+            }
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(err) => {
+                if err.kind == DbErrorKind::Permanent {
+                    self.forget_fill_mode();
+                }
+                return Err(err);
+            }
+        };
+        if (
+            answer.stream_name.as_deref(),
+            answer.message_type.as_deref(),
+        ) != (Some(stream), Some(kind))
+        {
+            // The procedure was created again, for other tombstones, since
+            // the mode was chosen. What happened stands; the next fill asks again.
+            tracing::warn!(
+                range = %range,
+                stream = ?answer.stream_name,
+                message_type = ?answer.message_type,
+                "the fill procedure wrote or would have written other tombstones than configured; \
+                 choosing the fill mode again"
+            );
+            self.forget_fill_mode();
+        }
+        if answer.error_number == Some(i32::try_from(LEADER_FENCE).unwrap_or(i32::MAX))
+            && Stage::from_fill(&answer.error_stage) == Stage::Leader
+        {
+            if let Fence::Leader(token) = fence {
+                let session_id = token.session_id;
+                tracing::warn!(
+                    range = %range,
+                    leader_session_id = session_id,
+                    "not filling: the leader lock session has ended (leader fence); another healer may lead"
+                );
+            }
+        }
+
+        let outcome = self.outcome(range, mode, &answer);
+        tracing::debug!(
+            range = %range,
+            mode = mode.as_str(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            outcome = ?outcome,
+            "fill"
+        );
+        outcome
+    }
+
+    fn outcome(&self, range: PosRange, mode: FillMode, answer: &FillRow) -> DbResult<FillOutcome> {
+        let width = range.width();
+        let Some(code) = answer.error_number else {
+            return match answer.rows_filled {
+                Some(rows) if u64::try_from(rows).ok() == Some(width) => Ok(FillOutcome::Filled { rows: width }),
+                other => Err(DbError::permanent(format!(
+                    "the fill of {range} committed but reported {other:?} rows for {width} positions"
+                ))),
+            };
+        };
+        let code = u32::try_from(code).unwrap_or(0);
+        let stage = Stage::from_fill(&answer.error_stage);
+        match classify(code, stage) {
+            Class::Outcome(outcome) => Ok(outcome),
+            class => {
+                let mut err = server_error(
+                    code,
+                    stage,
+                    &answer.error_message,
+                    &self.settings.connection_string,
+                );
+                err.message = format!(
+                    "fill of {range} ({} mode) failed at {}: {}",
+                    mode.as_str(),
+                    stage.as_str(),
+                    err.message
+                );
+                if class == Class::Permanent {
+                    self.forget_fill_mode();
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The one result row of the fill batch and procedure.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct FillRow {
+    rows_filled: Option<i64>,
+    error_number: Option<i32>,
+    error_stage: String,
+    error_message: String,
+    open_transactions: i32,
+    /// The tombstones this fill writes (procedure mode: the procedure's constants).
+    stream_name: Option<String>,
+    message_type: Option<String>,
+}
+
+impl FillRow {
+    fn from_row(row: &Row) -> tiberius::Result<FillRow> {
+        Ok(FillRow {
+            rows_filled: row.try_get::<i64, _>("rows_filled")?,
+            error_number: row.try_get::<i32, _>("error_number")?,
+            error_stage: row
+                .try_get::<&str, _>("error_stage")?
+                .unwrap_or_default()
+                .to_string(),
+            error_message: row
+                .try_get::<&str, _>("error_message")?
+                .unwrap_or_default()
+                .to_string(),
+            open_transactions: row.try_get::<i32, _>("open_transactions")?.unwrap_or(-1),
+            stream_name: row.try_get::<&str, _>("stream_name")?.map(str::to_string),
+            message_type: row.try_get::<&str, _>("message_type")?.map(str::to_string),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tests_support::mssql_settings as settings;
+    use crate::engine::FenceToken;
+
+    fn r(a: i64, b: i64) -> PosRange {
+        PosRange::new(a, b).unwrap()
+    }
+
+    #[test]
+    fn lock_timeouts() {
+        assert_eq!(millis_i32(Duration::from_secs(2)), 2000);
+        assert_eq!(millis_i32(Duration::from_secs(u64::MAX)), i32::MAX);
+        assert_eq!(stream_lock_timeout_ms(2000), 5000);
+        assert_eq!(stream_lock_timeout_ms(i32::MAX), i32::MAX);
+        assert!(stream_lock_timeout_ms(0) > 0);
+    }
+
+    #[test]
+    fn fill_outcomes_from_result_rows() {
+        let engine = MssqlEngine::new(&settings("Server=db;User Id=app;Password=x")).unwrap();
+        let range = r(10, 12);
+        let row = |code: Option<i32>, stage: &str| FillRow {
+            rows_filled: if code.is_none() { Some(3) } else { None },
+            error_number: code,
+            error_stage: stage.into(),
+            error_message: "message".into(),
+            open_transactions: 0,
+            stream_name: Some("__tombstones__".into()),
+            message_type: Some("$tombstone".into()),
+        };
+        let m = FillMode::Direct;
+        assert_eq!(
+            engine.outcome(range, m, &row(None, "commit")),
+            Ok(FillOutcome::Filled { rows: 3 })
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(2627), "messages")),
+            Ok(FillOutcome::Committed)
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(2601), "messages")),
+            Ok(FillOutcome::Committed)
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(1222), "messages")),
+            Ok(FillOutcome::Held)
+        );
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(1222), "stream")),
+            Ok(FillOutcome::Busy)
+        );
+        // The leader fence: this process no longer leads.
+        assert_eq!(
+            engine.outcome(range, m, &row(Some(50006), "leader")),
+            Ok(FillOutcome::Busy)
+        );
+        assert_eq!(
+            engine.outcome(range, FillMode::Procedure, &row(Some(50006), "leader")),
+            Ok(FillOutcome::Busy)
+        );
+        let deadlock = engine
+            .outcome(range, m, &row(Some(1205), "messages"))
+            .unwrap_err();
+        assert!(deadlock.is_transient());
+        assert_eq!(deadlock.code.as_deref(), Some("1205"));
+        let above = engine
+            .outcome(range, m, &row(Some(50005), "head"))
+            .unwrap_err();
+        assert_eq!(above.kind, DbErrorKind::Permanent);
+        assert!(
+            above.message.contains("failed at head"),
+            "{}",
+            above.message
+        );
+        let wrong_count = FillRow {
+            rows_filled: Some(2),
+            ..row(None, "commit")
+        };
+        assert!(engine.outcome(range, m, &wrong_count).is_err());
+    }
+
+    #[test]
+    fn the_fence_lock_comes_from_the_token() {
+        assert_eq!(fence_lock(&Fence::Unfenced), None);
+        let token = FenceToken {
+            session_id: 70_000,
+            lock: "gap-healer fence 70000 x".into(),
+        };
+        assert_eq!(
+            fence_lock(&Fence::Leader(token)),
+            Some("gap-healer fence 70000 x")
+        );
+    }
+}

@@ -1,0 +1,324 @@
+//! The leader lock: `sp_getapplock` (Exclusive, owner Session, no wait) on a
+//! session opened for it alone, outside the pool
+//! (`sql/mssql/leader_lock.sql`); the leader checks every second with
+//! `APPLOCK_MODE` on that session (`sql/mssql/leader_check.sql`). Dropping
+//! the [`MssqlLeaderSession`] closes its connection, and the server releases
+//! a session's application locks when the session ends. An application lock
+//! is no write: it touches no table.
+//!
+//! # The fence
+//! A healer whose lock session alone died (KILL, a dropped connection) keeps
+//! filling through its pool until its next check notices, while another
+//! healer may already have taken the lock. So the lock session also takes a
+//! second application lock with a fresh, random name (the fence lock); the
+//! winning session's [`FenceToken`] carries its name, and every fill fenced
+//! by that token checks inside its transaction, after the tombstone
+//! stream's row is locked, that `APPLOCK_TEST` finds the fence lock held, or
+//! rolls back and reports [`crate::engine::FillOutcome::Busy`]. A pooled
+//! session cannot ask whether session N holds the leader lock without VIEW
+//! SERVER STATE (sys.dm_tran_locks; `APPLOCK_MODE` answers for the caller's
+//! own session only), but any session may ask whether a lock that only
+//! session N holds is held. Running fills on the lock session itself was
+//! the other way; it would put every fill's lock waits in front of the
+//! once-a-second check and lose leadership with every abandoned fill.
+
+use std::fmt;
+
+use super::conn::{self, Client};
+use super::errors::{applock_result, LOCK_TIMEOUT};
+use super::{get, get_integer, run, sql, MssqlEngine};
+use crate::engine::{DbError, DbResult, FenceToken, LeaderLock, LeaderSession};
+
+/// The longest leader key `sp_getapplock` takes whole: its `@Resource` is
+/// NVARCHAR(255), counted in UTF-16 code units, and it silently truncates
+/// longer names (two keys that share their first 255 units would then be one
+/// lock). Longer keys are refused instead.
+pub const MAX_LEADER_KEY_UNITS: usize = 255;
+
+fn check_leader_key(key: &str) -> DbResult<()> {
+    let units = key.encode_utf16().count();
+    if units == 0 || units > MAX_LEADER_KEY_UNITS {
+        return Err(DbError::permanent(format!(
+            "the leader key must be 1 to {MAX_LEADER_KEY_UNITS} UTF-16 code units for sp_getapplock; it has {units}"
+        )));
+    }
+    Ok(())
+}
+
+/// `APPLOCK_MODE`'s answer on the leader's session: only `Exclusive` means
+/// the lock is held (`NoLock` or anything else: it is not).
+fn lock_mode_is_held(mode: Option<&str>) -> bool {
+    mode == Some("Exclusive")
+}
+
+/// The dedicated session that holds the SQL Server leader lock.
+///
+/// Its own connection, never a pooled one. Dropping it closes the connection;
+/// SQL Server then ends the session and releases its application locks.
+pub struct MssqlLeaderSession {
+    client: Client,
+    /// `@@SPID`: smallint on SQL Server, int on Babelfish.
+    session_id: i64,
+    /// The name of the fence lock this session holds besides the leader lock.
+    fence: String,
+    /// A query on this session started and did not complete (its future was
+    /// dropped by a timeout, or it failed): the session is not trusted again,
+    /// and every later check is an error.
+    in_doubt: bool,
+}
+
+impl MssqlLeaderSession {
+    /// `@@SPID` of the session, as the lock batch reported it (for logs, and
+    /// for tests that KILL it).
+    pub fn session_id(&self) -> i64 {
+        self.session_id
+    }
+
+    /// The name of the fence lock this session holds (see the module doc).
+    pub fn fence(&self) -> &str {
+        &self.fence
+    }
+}
+
+impl LeaderSession for MssqlLeaderSession {
+    /// The fence is the session's own fence lock: any pooled session may
+    /// ask whether it is still held (`APPLOCK_TEST`), and only this session
+    /// can hold it.
+    fn fence_token(&self) -> FenceToken {
+        FenceToken {
+            session_id: self.session_id,
+            lock: self.fence.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for MssqlLeaderSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MssqlLeaderSession")
+            .field("session_id", &self.session_id)
+            .field("fence", &self.fence)
+            .field("in_doubt", &self.in_doubt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MssqlEngine {
+    /// A session of its own for the leader lock, outside the pool.
+    async fn connect_leader_session(&self) -> DbResult<MssqlLeaderSession> {
+        let client =
+            conn::connect_dedicated(&self.config, &self.settings.connection_string).await?;
+        Ok(MssqlLeaderSession {
+            client,
+            session_id: 0,
+            fence: String::new(),
+            in_doubt: false,
+        })
+    }
+
+    /// Runs the lock batch on `session`: whether it took the leader lock
+    /// (and with it the fence lock), and the session back.
+    async fn lock_on(
+        &self,
+        mut session: MssqlLeaderSession,
+        key: &str,
+    ) -> DbResult<(bool, MssqlLeaderSession)> {
+        session.in_doubt = true;
+        let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&key]).await {
+            Ok(sets) => sets,
+            // @LockTimeout = 0 reports a held lock as -1, not as an error;
+            // should a server raise 1222 instead, it means the same.
+            Err(tiberius::error::Error::Server(token)) if token.code() == LOCK_TIMEOUT => {
+                session.in_doubt = false;
+                return Ok((false, session));
+            }
+            Err(e) => return Err(self.driver_error(&e)),
+        };
+        let row = sets
+            .first()
+            .and_then(|rows| rows.first())
+            .ok_or_else(|| DbError::permanent("the leader lock batch returned no row"))?;
+        let code = get::<i32>(row, "lock_result")?
+            .ok_or_else(|| DbError::permanent("sp_getapplock returned no code"))?;
+        session.session_id = get_integer(row, "session_id")?.unwrap_or(0);
+        session.in_doubt = false;
+        if !applock_result(code)? {
+            return Ok((false, session));
+        }
+        // The fence lock, taken in the same batch: without it this session
+        // must not lead (dropped with the error, it releases the leader lock).
+        let fence_code = get::<i32>(row, "fence_result")?
+            .ok_or_else(|| DbError::permanent("the leader lock batch took no fence lock"))?;
+        if !applock_result(fence_code)? {
+            return Err(DbError::transient(
+                "the leader fence lock was held by another session; not leading",
+            ));
+        }
+        session.fence = get::<&str>(row, "fence")?
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| DbError::permanent("the leader lock batch named no fence lock"))?
+            .to_string();
+        tracing::debug!(
+            session_id = session.session_id,
+            key,
+            fence = %session.fence,
+            "took the SQL Server leader lock"
+        );
+        Ok((true, session))
+    }
+
+    /// Runs `work` within the connect timeout: a silent server must not hold
+    /// the election up.
+    async fn within_connect_timeout<T>(
+        &self,
+        work: impl std::future::Future<Output = DbResult<T>>,
+    ) -> DbResult<T> {
+        let limit = self.settings.connect_timeout;
+        tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+            Err(DbError::transient(format!(
+                "no SQL Server leader session within {}",
+                humantime::format_duration(limit)
+            )))
+        })
+    }
+}
+
+impl LeaderLock for MssqlEngine {
+    type Session = MssqlLeaderSession;
+
+    /// A dedicated session, within the connect timeout. A key that
+    /// `sp_getapplock` would cut short is refused before connecting.
+    async fn open_session(&self, key: &str) -> DbResult<MssqlLeaderSession> {
+        check_leader_key(key)?;
+        self.within_connect_timeout(self.connect_leader_session())
+            .await
+    }
+
+    fn reusable(&self, session: &MssqlLeaderSession) -> bool {
+        !session.in_doubt
+    }
+
+    /// The lock batch on `session`, within the connect timeout: the leader
+    /// lock and with it the fence lock, whose name the session's
+    /// [`FenceToken`] carries.
+    async fn try_lock(
+        &self,
+        session: MssqlLeaderSession,
+        key: &str,
+    ) -> DbResult<(bool, MssqlLeaderSession)> {
+        check_leader_key(key)?;
+        self.within_connect_timeout(self.lock_on(session, key))
+            .await
+    }
+
+    /// `APPLOCK_MODE` on the lock's own session. Any failure, including a
+    /// session already in doubt, is an error: the caller steps down.
+    async fn still_held(&self, session: &mut MssqlLeaderSession, key: &str) -> DbResult<bool> {
+        if session.in_doubt {
+            return Err(DbError::transient(
+                "the leader session failed or was interrupted before; it is not used again",
+            ));
+        }
+        session.in_doubt = true;
+        let sets = run(&mut session.client, sql::LEADER_CHECK, &[&key])
+            .await
+            .map_err(|e| self.driver_error(&e))?;
+        let mode = match sets.first().and_then(|rows| rows.first()) {
+            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
+            None => return Err(DbError::permanent("the leader check returned no row")),
+        };
+        session.in_doubt = false;
+        Ok(lock_mode_is_held(mode.as_deref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::engine::tests_support::mssql_settings as settings;
+    use crate::engine::DbErrorKind;
+
+    #[test]
+    fn leader_keys_fit_sp_getapplock() {
+        assert!(check_leader_key("gap-healer:eventuous").is_ok());
+        assert!(check_leader_key(&"k".repeat(255)).is_ok());
+        // Counted in UTF-16 units, as NVARCHAR counts: the emoji is two.
+        let astral = format!("{}😀", "k".repeat(253));
+        assert_eq!(
+            (astral.chars().count(), astral.encode_utf16().count()),
+            (254, 255)
+        );
+        assert!(check_leader_key(&astral).is_ok());
+        // 255 characters, 256 units: too long.
+        let too_long = format!("{}😀", "k".repeat(254));
+        let err = check_leader_key(&too_long).unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        assert!(check_leader_key(&"k".repeat(256)).is_err());
+        assert!(check_leader_key("").is_err());
+    }
+
+    #[test]
+    fn only_exclusive_means_held() {
+        assert!(lock_mode_is_held(Some("Exclusive")));
+        for other in [
+            None,
+            Some("NoLock"),
+            Some("Shared"),
+            Some("exclusive"),
+            Some(""),
+        ] {
+            assert!(!lock_mode_is_held(other), "{other:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn try_lead_without_a_server_is_a_transient_secret_free_error() {
+        let engine = MssqlEngine::new(&settings(
+            "Server=tcp:127.0.0.1,1;User Id=app;Password=Hunter2;TrustServerCertificate=true",
+        ))
+        .unwrap();
+        let started = Instant::now();
+        let err = engine
+            .try_lead("gap-healer:eventuous")
+            .await
+            .expect_err("nothing listens on port 1");
+        assert!(err.is_transient(), "{err:?}");
+        assert!(!err.message.contains("Hunter2"), "{}", err.message);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A key sp_getapplock would truncate is refused before connecting.
+        let err = engine.try_lead(&"k".repeat(256)).await.unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+    }
+
+    #[tokio::test]
+    async fn try_lead_gives_up_at_the_connect_timeout() {
+        // A listener that accepts and never answers the TDS prelogin.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let engine = MssqlEngine::new(&settings(&format!(
+            "Server=tcp:127.0.0.1,{port};User Id=app;Password=Hunter2;TrustServerCertificate=true"
+        )))
+        .unwrap();
+        let started = Instant::now();
+        let err = engine.try_lead("gap-healer:eventuous").await.unwrap_err();
+        let waited = started.elapsed();
+        assert!(err.is_transient(), "{err:?}");
+        assert!(
+            err.message.contains("no SQL Server leader session within"),
+            "{}",
+            err.message
+        );
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        silent.abort();
+    }
+}

@@ -1,0 +1,170 @@
+//! The connection pool both engines use: bb8, plus what bb8 leaves out.
+//!
+//! bb8 reports a failed connection attempt only to its error sink and keeps
+//! the caller waiting for the whole connection timeout, even when the server
+//! refused the login at once. [`Pool::checkout`] listens to the sink, so a
+//! refused connection fails the caller at once with the server's reason, and
+//! a timeout says what the last attempt met.
+//!
+//! Architecture invariant: every pooled session a caller gets comes from
+//! [`Pool::checkout`]; engines never call bb8's `get` themselves.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bb8::{ManageConnection, PooledConnection, RunError};
+
+use super::DbError;
+
+/// Most sessions one engine holds in its pool: a fill, a scan and a probe at
+/// once, and one spare.
+pub const MAX_POOLED_SESSIONS: u32 = 4;
+
+/// The last error of a background connection attempt, and a wake-up for
+/// whoever waits for a connection.
+#[derive(Clone, Default)]
+pub struct LastError {
+    slot: Arc<Mutex<Option<DbError>>>,
+    failed: Arc<tokio::sync::Notify>,
+}
+
+impl LastError {
+    pub fn get(&self) -> Option<DbError> {
+        self.slot.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Forgets the last failure (a connection attempt succeeded).
+    pub fn clear(&self) {
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = None;
+        }
+    }
+}
+
+impl fmt::Debug for LastError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LastError").field(&self.get()).finish()
+    }
+}
+
+impl bb8::ErrorSink<DbError> for LastError {
+    fn sink(&self, error: DbError) {
+        tracing::debug!(error = %error.message, "connection attempt failed");
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(error);
+        }
+        self.failed.notify_waiters();
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<DbError>> {
+        Box::new(self.clone())
+    }
+}
+
+/// A bb8 pool of sessions whose manager reports [`DbError`]s.
+pub struct Pool<M: ManageConnection<Error = DbError>> {
+    /// Built on first use: bb8 spawns its reaper on the runtime, so building
+    /// must happen inside one, and every caller of `checkout` is async.
+    inner: OnceLock<bb8::Pool<M>>,
+    manager: Mutex<Option<M>>,
+    max_size: u32,
+    last: LastError,
+    connect_timeout: Duration,
+    /// The server's name in messages: "SQL Server", "PostgreSQL".
+    server: &'static str,
+}
+
+impl<M: ManageConnection<Error = DbError>> fmt::Debug for Pool<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("last", &self.last)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+impl<M: ManageConnection<Error = DbError>> Pool<M> {
+    /// A lazy pool: nothing connects (nor is spawned) until the first
+    /// checkout, so a daemon started while the database is down comes up and
+    /// retries.
+    pub fn new(server: &'static str, manager: M, max_size: u32, connect_timeout: Duration) -> Self {
+        Pool {
+            inner: OnceLock::new(),
+            manager: Mutex::new(Some(manager)),
+            max_size,
+            last: LastError::default(),
+            connect_timeout,
+            server,
+        }
+    }
+
+    fn inner(&self) -> Result<&bb8::Pool<M>, DbError> {
+        if let Some(pool) = self.inner.get() {
+            return Ok(pool);
+        }
+        let manager = self.manager.lock().ok().and_then(|mut m| m.take());
+        if let Some(manager) = manager {
+            let pool = bb8::Pool::builder()
+                .max_size(self.max_size)
+                .min_idle(Some(0))
+                .connection_timeout(self.connect_timeout)
+                .retry_connection(false)
+                .error_sink(Box::new(self.last.clone()))
+                .build_unchecked(manager);
+            // A concurrent first checkout may have built it: keep one.
+            let _ = self.inner.set(pool);
+        }
+        self.inner
+            .get()
+            .ok_or_else(|| DbError::transient("the connection pool is being built"))
+    }
+
+    /// A pooled session, or the reason there is none: the server's own
+    /// error as soon as an attempt fails, else a timeout after
+    /// `connect_timeout` naming the last failure seen.
+    pub async fn checkout(&self) -> Result<PooledConnection<'_, M>, DbError> {
+        // Listening before asking, so a connection refused at once is heard.
+        let failed = self.last.failed.notified();
+        tokio::pin!(failed);
+        failed.as_mut().enable();
+        let inner = self.inner()?;
+        let got = tokio::select! {
+            got = inner.get() => got,
+            _ = &mut failed => return Err(self.failed()),
+        };
+        match got {
+            Ok(session) => {
+                self.last.clear();
+                Ok(session)
+            }
+            Err(RunError::User(e)) => Err(e),
+            Err(RunError::TimedOut) => Err(self.timed_out()),
+        }
+    }
+
+    fn failed(&self) -> DbError {
+        match self.last.get() {
+            Some(last) => DbError {
+                message: format!("{} connection failed: {}", self.server, last.message),
+                ..last
+            },
+            None => DbError::transient(format!("{} connection failed", self.server)),
+        }
+    }
+
+    fn timed_out(&self) -> DbError {
+        let waited = humantime::format_duration(self.connect_timeout);
+        match self.last.get() {
+            Some(last) => DbError {
+                message: format!(
+                    "no {} connection within {waited}: {}",
+                    self.server, last.message
+                ),
+                ..last
+            },
+            None => DbError::transient(format!("no {} connection within {waited}", self.server)),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! PostgreSQL errors: which are worth retrying, how they read, and what a
+//! fill's error means (held, committed, busy). Never a password in a message.
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::FromSql;
+use tokio_postgres::Row;
+
+use crate::engine::{DbError, DbErrorKind, DbResult};
+use crate::secret::ConnectionString;
+
+/// Where in the fill transaction an error happened: a lock timeout on the
+/// tombstone stream's row means another filler, on a message key an append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Begin,
+    Stream,
+    Insert,
+    Commit,
+}
+
+/// Transient: worth retrying as is. Everything else needs a person.
+pub fn classify_code(code: &SqlState) -> DbErrorKind {
+    let c = code.code();
+    let transient_class = ["08", "40", "53", "57", "58", "55"];
+    if transient_class.iter().any(|p| c.starts_with(p)) || c == "25006" || c == "25P04" {
+        // 08 connection, 40 rollback (deadlock, serialization), 53 resources
+        // (disk full, out of memory, too many connections), 57 operator
+        // intervention (shutdown, query canceled, cannot connect now), 58 I/O,
+        // 55 lock not available; 25006 read-only transaction (a failover in
+        // progress), 25P04 idle session timeout.
+        DbErrorKind::Transient
+    } else {
+        DbErrorKind::Permanent
+    }
+}
+
+pub(crate) fn classify(e: &tokio_postgres::Error) -> DbErrorKind {
+    match e.code() {
+        Some(code) => classify_code(code),
+        // No SQLSTATE: the connection broke, or an I/O error.
+        None => DbErrorKind::Transient,
+    }
+}
+
+/// A driver error as one line: SQLSTATE and message, or the I/O cause.
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => {
+            let mut text = e.to_string();
+            if let Some(source) = std::error::Error::source(e) {
+                text = format!("{text}: {source}");
+            }
+            text
+        }
+    }
+}
+
+/// Classifies a driver error and scrubs its text of the connection string's secrets.
+pub(crate) fn db_error(cs: &ConnectionString, e: &tokio_postgres::Error, during: &str) -> DbError {
+    DbError {
+        kind: classify(e),
+        code: e.code().map(|c| c.code().to_string()),
+        message: cs.scrub(&format!("{during}: {}", describe(e))),
+    }
+}
+
+/// A column of a row, or a permanent error naming the column when the
+/// server sent a type the engine did not expect (never a panic).
+pub(crate) fn get<'a, T: FromSql<'a>>(row: &'a Row, column: &str) -> DbResult<T> {
+    row.try_get(column).map_err(|e| DbError {
+        kind: DbErrorKind::Permanent,
+        code: None,
+        message: format!("unexpected value in column {column}: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        for (code, kind) in [
+            (SqlState::T_R_DEADLOCK_DETECTED, DbErrorKind::Transient),
+            (SqlState::T_R_SERIALIZATION_FAILURE, DbErrorKind::Transient),
+            (SqlState::ADMIN_SHUTDOWN, DbErrorKind::Transient),
+            (SqlState::CANNOT_CONNECT_NOW, DbErrorKind::Transient),
+            (SqlState::QUERY_CANCELED, DbErrorKind::Transient),
+            (SqlState::DISK_FULL, DbErrorKind::Transient),
+            (SqlState::TOO_MANY_CONNECTIONS, DbErrorKind::Transient),
+            (SqlState::READ_ONLY_SQL_TRANSACTION, DbErrorKind::Transient),
+            (SqlState::CONNECTION_FAILURE, DbErrorKind::Transient),
+            (SqlState::LOCK_NOT_AVAILABLE, DbErrorKind::Transient),
+            (SqlState::INSUFFICIENT_PRIVILEGE, DbErrorKind::Permanent),
+            (SqlState::UNDEFINED_TABLE, DbErrorKind::Permanent),
+            (SqlState::UNDEFINED_COLUMN, DbErrorKind::Permanent),
+            (SqlState::UNIQUE_VIOLATION, DbErrorKind::Permanent),
+            (SqlState::SYNTAX_ERROR, DbErrorKind::Permanent),
+        ] {
+            assert_eq!(classify_code(&code), kind, "{}", code.code());
+        }
+    }
+}

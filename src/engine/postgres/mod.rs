@@ -1,0 +1,249 @@
+//! The PostgreSQL engine, for the Eventuous PostgreSQL schema
+//! (`<schema>.messages`, `streams`, `checkpoints`).
+//!
+//! PostgreSQL shows no uncommitted rows, so an open append's position looks
+//! exactly like a hole. That is fine: the fill's insert must check the primary
+//! key, waits on that append's key lock (bounded by `SET LOCAL lock_timeout`)
+//! and then fails with 55P03 (still open), fails with 23505 (it committed), or
+//! succeeds (it rolled back).
+//!
+//! What lives where (the same files as every engine):
+//! - `conn`: the parsed connection string, the pool's manager, the leader's
+//!   dedicated session;
+//! - `errors`: SQLSTATE classification, messages, typed column reads;
+//! - `fill`: the fill transaction and what its errors mean;
+//! - `leader`: the advisory leader lock and its fence token;
+//! - `preflight`: the facts `check` gathers and the pure verdicts on them;
+//! - `sql`: the statements, from `sql/postgres/*.sql`;
+//! - `tls`: TLS from libpq's options.
+//!
+//! Architecture invariant: this module writes only inside
+//! [`Engine::fill_ranges`] (tombstone rows and the tombstone stream's row)
+//! and splices nothing into SQL but the validated schema.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+mod conn;
+mod errors;
+mod fill;
+mod leader;
+mod preflight;
+mod sql;
+pub mod tls;
+
+pub use self::conn::STALLED_SESSION_TIMEOUT;
+pub use self::errors::classify_code;
+pub use self::leader::{advisory_key, PgLeaderSession};
+pub use self::sql::setup_sql;
+
+use self::conn::{Manager, Target};
+use self::errors::{db_error, get};
+use super::pool::{Pool, MAX_POOLED_SESSIONS};
+use super::{
+    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
+    ScanPage, StoreSettings,
+};
+use crate::gaps::PosRange;
+
+/// Ranges per probe query.
+const PROBE_BATCH: usize = 1_000;
+
+pub struct PostgresEngine {
+    pool: Pool<Manager>,
+    /// The parsed connection string, for the leader lock's dedicated session.
+    target: Target,
+    sql: sql::Queries,
+    schema: String,
+    tombstone_stream: String,
+    tombstone_type: String,
+    /// Name of the primary key of messages: a 23505 on it means "committed";
+    /// on any other constraint it means the tombstone stream is inconsistent.
+    messages_pkey: OnceLock<String>,
+}
+
+impl PostgresEngine {
+    /// Parses the connection string and prepares a pool. Connects lazily, so a
+    /// daemon started while the database is down comes up and retries.
+    pub fn new(settings: &StoreSettings) -> DbResult<Self> {
+        let target = Target::new(&settings.connection_string, settings.connect_timeout)?;
+        let pool = Pool::new(
+            "PostgreSQL",
+            Manager(target.clone()),
+            MAX_POOLED_SESSIONS,
+            settings.connect_timeout,
+        );
+        let schema = settings.schema.to_ascii_lowercase();
+        Ok(PostgresEngine {
+            pool,
+            target,
+            sql: sql::Queries::new(&schema),
+            schema,
+            tombstone_stream: settings.tombstone_stream.clone(),
+            tombstone_type: settings.tombstone_type.clone(),
+            messages_pkey: OnceLock::new(),
+        })
+    }
+
+    /// Classifies a driver error and scrubs its text.
+    fn error(&self, e: &tokio_postgres::Error, during: &str) -> DbError {
+        db_error(&self.target.cs, e, during)
+    }
+
+    fn messages_table(&self) -> String {
+        format!("{}.messages", self.schema)
+    }
+}
+
+impl Engine for PostgresEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Postgres
+    }
+
+    fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    fn max_fill_rows(&self) -> u64 {
+        fill::MAX_FILL_ROWS
+    }
+
+    fn max_fill_ranges(&self) -> usize {
+        fill::MAX_FILL_RANGES
+    }
+
+    async fn identity_floor(&self) -> DbResult<i64> {
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_opt(sql::IDENTITY, &[&self.messages_table()])
+            .await
+            .map_err(|e| self.error(&e, "identity seed"))?;
+        match row {
+            Some(row) => get(&row, "seed"),
+            None => Ok(1),
+        }
+    }
+
+    async fn head(&self) -> DbResult<Option<i64>> {
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_one(&self.sql.head, &[])
+            .await
+            .map_err(|e| self.error(&e, "head"))?;
+        get(&row, "head")
+    }
+
+    async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
+        let conn = self.pool.checkout().await?;
+        let table = format!("{}.checkpoints", self.schema);
+        let found = conn
+            .query_one(sql::TABLE_EXISTS, &[&table])
+            .await
+            .map_err(|e| self.error(&e, "checkpoints"))?;
+        if get::<Option<String>>(&found, "found")?.is_none() {
+            return Ok(Vec::new());
+        }
+        let rows = conn
+            .query(&self.sql.checkpoints, &[])
+            .await
+            .map_err(|e| self.error(&e, "checkpoints"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Checkpoint {
+                    id: get(r, "id")?,
+                    position: get(r, "position")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
+        let conn = self.pool.checkout().await?;
+        let rows = conn
+            .query(&self.sql.scan, &[&after, &i64::from(limit)])
+            .await
+            .map_err(|e| self.error(&e, "scan"))?;
+        let mut page = ScanPage {
+            holes: Vec::new(),
+            high: after,
+            rows: 0,
+        };
+        for row in rows {
+            page.high = get(&row, "hi")?;
+            page.rows = get::<i64>(&row, "n")?.max(0) as u64;
+            let start: Option<i64> = get(&row, "gap_start")?;
+            let end: Option<i64> = get(&row, "gap_end")?;
+            if let Some(hole) = start.zip(end).and_then(|(s, e)| PosRange::new(s, e)) {
+                page.holes.push(hole);
+            }
+        }
+        Ok(page)
+    }
+
+    async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
+        if ranges.is_empty() {
+            return Ok(Probe::default());
+        }
+        let mut committed = Vec::new();
+        let conn = self.pool.checkout().await?;
+        for batch in ranges.chunks(PROBE_BATCH) {
+            let starts: Vec<i64> = batch.iter().map(|r| r.start).collect();
+            let ends: Vec<i64> = batch.iter().map(|r| r.end).collect();
+            let rows = conn
+                .query(&self.sql.probe, &[&starts, &ends])
+                .await
+                .map_err(|e| self.error(&e, "probe"))?;
+            for row in &rows {
+                committed.push(get(row, "global_position")?);
+            }
+        }
+        Ok(Probe {
+            committed,
+            in_flight: Vec::new(),
+        })
+    }
+
+    async fn fill_ranges(
+        &self,
+        ranges: &[PosRange],
+        lock_timeout: Duration,
+        fence: &Fence,
+    ) -> DbResult<FillOutcome> {
+        self.fill_batch(ranges, lock_timeout, fence).await
+    }
+
+    async fn preflight(&self) -> DbResult<Vec<Finding>> {
+        let facts = self.preflight_facts().await?;
+        Ok(preflight::findings(
+            &facts,
+            &preflight::Expected {
+                schema: &self.schema,
+                tombstone_stream: &self.tombstone_stream,
+                tls: &self.target.mode,
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::DbErrorKind;
+    use crate::secret::ConnectionString;
+
+    #[test]
+    fn bad_connection_string_is_permanent_and_secret_free() {
+        let settings = StoreSettings {
+            connection_string: ConnectionString::new("host=db port=x password=topsecret"),
+            schema: "eventuous".into(),
+            tombstone_stream: "__tombstones__".into(),
+            tombstone_type: "$tombstone".into(),
+            connect_timeout: Duration::from_secs(1),
+        };
+        let err = PostgresEngine::new(&settings)
+            .err()
+            .expect("port=x must be refused");
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        assert!(!err.message.contains("topsecret"), "{}", err.message);
+    }
+}

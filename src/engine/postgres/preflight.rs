@@ -1,0 +1,554 @@
+//! `gap-healer check` for PostgreSQL: one query step that gathers [`Facts`]
+//! (`sql/postgres/preflight.sql`, then the tombstone stream's rows when the
+//! login may read them), and a pure function from facts to findings, so every
+//! verdict has a unit test.
+
+use tokio_postgres::Row;
+
+use super::errors::get;
+use super::tls::TlsMode;
+use super::PostgresEngine;
+use crate::engine::{Check, DbResult, Finding};
+
+/// Columns the fill writes or Eventuous needs, by table.
+const MESSAGES_COLUMNS: [&str; 7] = [
+    "message_id",
+    "message_type",
+    "stream_id",
+    "stream_position",
+    "json_data",
+    "json_metadata",
+    "created",
+];
+const STREAMS_COLUMNS: [&str; 3] = ["stream_id", "stream_name", "version"];
+
+/// A column of messages, streams or checkpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Column {
+    pub table: String,
+    pub name: String,
+    pub data_type: String,
+    pub identity: bool,
+}
+
+/// The login's rights; `None` when the table does not exist.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rights {
+    pub messages_select: Option<bool>,
+    pub messages_insert: Option<bool>,
+    pub streams_select: Option<bool>,
+    pub streams_insert: Option<bool>,
+    pub streams_update: Option<bool>,
+    pub checkpoints_select: Option<bool>,
+}
+
+/// The tombstone stream's Version beside its rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TombstoneStats {
+    pub version: i64,
+    pub rows: i64,
+    pub min_position: i64,
+    pub max_position: i64,
+}
+
+/// What the tombstone stream looks like, or why it was not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Tombstones {
+    /// Not read: a table is missing or the login may not read it.
+    Unread,
+    /// The stream's row does not exist yet.
+    Absent,
+    Present(TombstoneStats),
+    /// Reading it failed (the error's text, secret-free).
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Facts {
+    pub version: String,
+    pub version_num: i32,
+    /// Whether this session is encrypted (`pg_stat_ssl`); `None` if unknown.
+    pub encrypted: Option<bool>,
+    pub schema_exists: bool,
+    pub columns: Vec<Column>,
+    pub pkey_name: Option<String>,
+    pub pkey_columns: Vec<String>,
+    pub rights: Rights,
+    pub tombstones: Tombstones,
+}
+
+impl Facts {
+    fn from_row(row: &Row) -> DbResult<Facts> {
+        let tables: Vec<String> = get(row, "column_tables")?;
+        let names: Vec<String> = get(row, "column_names")?;
+        let types: Vec<String> = get(row, "column_types")?;
+        let identity: Vec<bool> = get(row, "column_identity")?;
+        let columns = tables
+            .into_iter()
+            .zip(names)
+            .zip(types)
+            .zip(identity)
+            .map(|(((table, name), data_type), identity)| Column {
+                table,
+                name,
+                data_type,
+                identity,
+            })
+            .collect();
+        Ok(Facts {
+            version: get(row, "server_version")?,
+            version_num: get(row, "server_version_num")?,
+            encrypted: get(row, "encrypted")?,
+            schema_exists: get(row, "schema_exists")?,
+            columns,
+            pkey_name: get(row, "pkey_name")?,
+            pkey_columns: get(row, "pkey_columns")?,
+            rights: Rights {
+                messages_select: get(row, "messages_select")?,
+                messages_insert: get(row, "messages_insert")?,
+                streams_select: get(row, "streams_select")?,
+                streams_insert: get(row, "streams_insert")?,
+                streams_update: get(row, "streams_update")?,
+                checkpoints_select: get(row, "checkpoints_select")?,
+            },
+            tombstones: Tombstones::Unread,
+        })
+    }
+
+    fn has_table(&self, table: &str) -> bool {
+        self.columns.iter().any(|c| c.table == table)
+    }
+
+    fn column(&self, table: &str, name: &str) -> Option<&Column> {
+        self.columns
+            .iter()
+            .find(|c| c.table == table && c.name == name)
+    }
+}
+
+impl PostgresEngine {
+    /// The query step: every fact `check` judges, from the database.
+    pub(crate) async fn preflight_facts(&self) -> DbResult<Facts> {
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_one(super::sql::PREFLIGHT, &[&self.schema])
+            .await
+            .map_err(|e| self.error(&e, "preflight"))?;
+        let mut facts = Facts::from_row(&row)?;
+        let readable =
+            facts.rights.messages_select == Some(true) && facts.rights.streams_select == Some(true);
+        if readable && facts.has_table("messages") && facts.has_table("streams") {
+            facts.tombstones = match conn
+                .query_opt(&self.sql.tombstone_stream, &[&self.tombstone_stream])
+                .await
+            {
+                Ok(None) => Tombstones::Absent,
+                Ok(Some(r)) => Tombstones::Present(TombstoneStats {
+                    version: get(&r, "version")?,
+                    rows: get(&r, "rows")?,
+                    min_position: get(&r, "min_position")?,
+                    max_position: get(&r, "max_position")?,
+                }),
+                Err(e) => Tombstones::Failed(self.error(&e, "tombstone stream").message),
+            };
+        }
+        Ok(facts)
+    }
+}
+
+/// What the configuration says, beside the facts.
+pub(crate) struct Expected<'a> {
+    pub schema: &'a str,
+    pub tombstone_stream: &'a str,
+    pub tls: &'a TlsMode,
+}
+
+/// The verdicts, in the order `check` prints them. Pure.
+pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
+    let schema = want.schema;
+    let mut out = Vec::new();
+    let version = &f.version;
+    out.push(if f.version_num >= 130_000 {
+        Finding::pass(Check::Connection, format!("PostgreSQL {version}"))
+    } else {
+        Finding::fail(
+            Check::Connection,
+            format!("PostgreSQL {version}: 13 or later is needed (gen_random_uuid)"),
+        )
+    });
+    out.push(match (want.tls, f.encrypted) {
+        (TlsMode::Off, _) => Finding::pass(
+            Check::Tls,
+            "off: not encrypted (sslmode=require or verify-full, with sslrootcert=FILE for a private CA, turns it on)",
+        ),
+        (TlsMode::Verified { roots }, Some(true)) => Finding::pass(
+            Check::Tls,
+            format!("on, server certificate verified against {roots}"),
+        ),
+        (TlsMode::Verified { .. }, _) => Finding::fail(
+            Check::Tls,
+            "TLS was asked for but this session is not encrypted",
+        ),
+    });
+    if !f.schema_exists {
+        out.push(Finding::fail(
+            Check::Schema,
+            format!("schema {schema} does not exist"),
+        ));
+        return out;
+    }
+    out.push(Finding::pass(
+        Check::Schema,
+        format!("schema {schema} exists"),
+    ));
+
+    for (check, table) in [
+        (Check::MessagesTable, "messages"),
+        (Check::StreamsTable, "streams"),
+    ] {
+        if !f.has_table(table) {
+            out.push(Finding::fail(
+                check,
+                format!("{schema}.{table} does not exist"),
+            ));
+        }
+    }
+    if f.has_table("messages") {
+        out.push(position(f));
+        let missing: Vec<&str> = MESSAGES_COLUMNS
+            .into_iter()
+            .filter(|c| f.column("messages", c).is_none())
+            .collect();
+        out.push(if missing.is_empty() {
+            Finding::pass(Check::MessagesColumns, "all Eventuous columns present")
+        } else {
+            Finding::fail(
+                Check::MessagesColumns,
+                format!("missing: {}", missing.join(", ")),
+            )
+        });
+    }
+    if f.has_table("streams") {
+        let missing: Vec<&str> = STREAMS_COLUMNS
+            .into_iter()
+            .filter(|c| f.column("streams", c).is_none())
+            .collect();
+        out.push(if missing.is_empty() {
+            Finding::pass(
+                Check::StreamsColumns,
+                "stream_id, stream_name, version present",
+            )
+        } else {
+            Finding::fail(
+                Check::StreamsColumns,
+                format!("missing: {}", missing.join(", ")),
+            )
+        });
+    }
+    out.push(if f.has_table("checkpoints") {
+        Finding::pass(
+            Check::Checkpoints,
+            "table present: start_from = checkpoints and lag metrics use it",
+        )
+    } else {
+        Finding::pass(
+            Check::Checkpoints,
+            "table absent: start_from = checkpoints falls back to lookback below the head",
+        )
+    });
+    out.push(rights(f, schema));
+    if let Some(finding) = tombstone_stream(&f.tombstones, want.tombstone_stream) {
+        out.push(finding);
+    }
+    out
+}
+
+/// messages.global_position: bigint identity, and the primary key on exactly it.
+fn position(f: &Facts) -> Finding {
+    let Some(col) = f.column("messages", "global_position") else {
+        return Finding::fail(
+            Check::GlobalPosition,
+            "messages.global_position: column missing",
+        );
+    };
+    if col.data_type != "bigint" || !col.identity {
+        return Finding::fail(
+            Check::GlobalPosition,
+            format!(
+                "messages.global_position: expected bigint identity, found {}{}",
+                col.data_type,
+                if col.identity {
+                    " identity"
+                } else {
+                    " without identity"
+                }
+            ),
+        );
+    }
+    let pk = f.pkey_name.as_deref().unwrap_or_default();
+    if f.pkey_columns == ["global_position"] {
+        Finding::pass(
+            Check::GlobalPosition,
+            format!("messages.global_position: bigint identity, primary key {pk}"),
+        )
+    } else {
+        Finding::fail(
+            Check::GlobalPosition,
+            format!(
+                "messages.global_position: the primary key is on ({}), not (global_position): holes cannot be filled safely",
+                f.pkey_columns.join(", ")
+            ),
+        )
+    }
+}
+
+/// The rights the fill needs, with the GRANT to run when one is missing.
+fn rights(f: &Facts, schema: &str) -> Finding {
+    let r = &f.rights;
+    let wanted = [
+        (r.messages_select, "SELECT", "messages"),
+        (r.messages_insert, "INSERT", "messages"),
+        (r.streams_select, "SELECT", "streams"),
+        (r.streams_insert, "INSERT", "streams"),
+        (r.streams_update, "UPDATE", "streams"),
+    ];
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|(granted, _, _)| *granted == Some(false))
+        .map(|(_, right, table)| format!("{right} on {schema}.{table}"))
+        .collect();
+    if missing.is_empty() {
+        Finding::pass(
+            Check::Rights,
+            "SELECT, INSERT on messages; SELECT, INSERT, UPDATE on streams",
+        )
+    } else {
+        Finding::fail(
+            Check::Rights,
+            format!(
+                "missing {} (see `gap-healer sql --engine postgres`)",
+                missing.join(", ")
+            ),
+        )
+    }
+}
+
+/// The tombstone stream, if it exists, must be consistent: positions 0..n-1, version n-1.
+fn tombstone_stream(t: &Tombstones, stream: &str) -> Option<Finding> {
+    Some(match t {
+        Tombstones::Unread => return None,
+        Tombstones::Absent => Finding::pass(
+            Check::TombstoneStream,
+            format!("{stream} not created yet (made on the first fill)"),
+        ),
+        Tombstones::Failed(why) => Finding::fail(Check::TombstoneStream, why.clone()),
+        Tombstones::Present(s) => {
+            if s.version == s.rows - 1 && s.max_position == s.rows - 1 && s.min_position == 0 {
+                Finding::pass(
+                    Check::TombstoneStream,
+                    format!("{} tombstones, version {}", s.rows, s.version),
+                )
+            } else {
+                Finding::fail(
+                    Check::TombstoneStream,
+                    format!(
+                        "inconsistent: {} rows, positions {}..{}, version {}",
+                        s.rows, s.min_position, s.max_position, s.version
+                    ),
+                )
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::check::shape_verdict;
+
+    fn col(table: &str, name: &str, data_type: &str, identity: bool) -> Column {
+        Column {
+            table: table.into(),
+            name: name.into(),
+            data_type: data_type.into(),
+            identity,
+        }
+    }
+
+    fn healthy() -> Facts {
+        let mut columns = vec![col("messages", "global_position", "bigint", true)];
+        columns.extend(
+            MESSAGES_COLUMNS
+                .iter()
+                .map(|c| col("messages", c, "text", false)),
+        );
+        columns.extend(
+            STREAMS_COLUMNS
+                .iter()
+                .map(|c| col("streams", c, "integer", false)),
+        );
+        columns.push(col("checkpoints", "id", "text", false));
+        let yes = Some(true);
+        Facts {
+            version: "15.19".into(),
+            version_num: 150_019,
+            encrypted: Some(false),
+            schema_exists: true,
+            columns,
+            pkey_name: Some("messages_pkey".into()),
+            pkey_columns: vec!["global_position".into()],
+            rights: Rights {
+                messages_select: yes,
+                messages_insert: yes,
+                streams_select: yes,
+                streams_insert: yes,
+                streams_update: yes,
+                checkpoints_select: yes,
+            },
+            tombstones: Tombstones::Absent,
+        }
+    }
+
+    fn judge(f: &Facts) -> Vec<Finding> {
+        findings(
+            f,
+            &Expected {
+                schema: "eventuous",
+                tombstone_stream: "__tombstones__",
+                tls: &TlsMode::Off,
+            },
+        )
+    }
+
+    fn find(out: &[Finding], check: Check) -> &Finding {
+        out.iter()
+            .find(|f| f.check == check)
+            .unwrap_or_else(|| panic!("no {check} finding in {out:?}"))
+    }
+
+    #[test]
+    fn a_healthy_store_passes_every_check() {
+        let out = judge(&healthy());
+        assert!(out.iter().all(|f| f.ok), "{out:?}");
+        assert_eq!(shape_verdict(&out), Ok(()));
+        assert_eq!(
+            find(&out, Check::TombstoneStream).detail,
+            "__tombstones__ not created yet (made on the first fill)"
+        );
+    }
+
+    #[test]
+    fn an_old_server_fails_connection() {
+        let mut f = healthy();
+        f.version_num = 120_010;
+        assert!(!find(&judge(&f), Check::Connection).ok);
+    }
+
+    #[test]
+    fn a_missing_schema_stops_the_checks() {
+        let mut f = healthy();
+        f.schema_exists = false;
+        let out = judge(&f);
+        assert_eq!(out.last().unwrap().check, Check::Schema);
+        assert!(shape_verdict(&out).is_err());
+    }
+
+    #[test]
+    fn wrong_position_shapes_are_refused() {
+        let mut f = healthy();
+        f.pkey_columns = vec!["message_id".into()];
+        let out = judge(&f);
+        let why = shape_verdict(&out).unwrap_err();
+        assert!(why.contains("primary key is on (message_id)"), "{why}");
+
+        let mut f = healthy();
+        f.columns[0].data_type = "integer".into();
+        let why = shape_verdict(&judge(&f)).unwrap_err();
+        assert!(
+            why.contains("expected bigint identity, found integer identity"),
+            "{why}"
+        );
+
+        let mut f = healthy();
+        f.columns[0].identity = false;
+        let why = shape_verdict(&judge(&f)).unwrap_err();
+        assert!(why.contains("without identity"), "{why}");
+
+        let mut f = healthy();
+        f.columns.retain(|c| c.name != "global_position");
+        let why = shape_verdict(&judge(&f)).unwrap_err();
+        assert!(why.contains("column missing"), "{why}");
+    }
+
+    #[test]
+    fn missing_tables_and_columns_are_refused() {
+        let mut f = healthy();
+        f.columns.retain(|c| c.table != "streams");
+        let why = shape_verdict(&judge(&f)).unwrap_err();
+        assert!(why.contains("eventuous.streams does not exist"), "{why}");
+
+        let mut f = healthy();
+        f.columns.retain(|c| c.name != "created");
+        let why = shape_verdict(&judge(&f)).unwrap_err();
+        assert!(why.contains("missing: created"), "{why}");
+    }
+
+    #[test]
+    fn missing_rights_name_the_grant_and_are_not_shape() {
+        let mut f = healthy();
+        f.rights.messages_select = Some(false);
+        f.rights.streams_update = Some(false);
+        let out = judge(&f);
+        let rights = find(&out, Check::Rights);
+        assert!(!rights.ok);
+        assert!(
+            rights
+                .detail
+                .contains("SELECT on eventuous.messages, UPDATE on eventuous.streams"),
+            "{}",
+            rights.detail
+        );
+        assert_eq!(shape_verdict(&out), Ok(()));
+    }
+
+    #[test]
+    fn tombstone_stream_consistency() {
+        let mut f = healthy();
+        f.tombstones = Tombstones::Present(TombstoneStats {
+            version: 2,
+            rows: 3,
+            min_position: 0,
+            max_position: 2,
+        });
+        assert!(find(&judge(&f), Check::TombstoneStream).ok);
+        f.tombstones = Tombstones::Present(TombstoneStats {
+            version: 5,
+            rows: 3,
+            min_position: 0,
+            max_position: 2,
+        });
+        let out = judge(&f);
+        let t = find(&out, Check::TombstoneStream);
+        assert!(!t.ok);
+        assert_eq!(t.detail, "inconsistent: 3 rows, positions 0..2, version 5");
+        f.tombstones = Tombstones::Unread;
+        assert!(judge(&f).iter().all(|x| x.check != Check::TombstoneStream));
+    }
+
+    #[test]
+    fn tls_asked_for_but_not_encrypted_fails() {
+        let f = healthy();
+        let tls = TlsMode::Verified {
+            roots: "system roots".into(),
+        };
+        let out = findings(
+            &f,
+            &Expected {
+                schema: "eventuous",
+                tombstone_stream: "t",
+                tls: &tls,
+            },
+        );
+        assert!(!find(&out, Check::Tls).ok);
+    }
+}
