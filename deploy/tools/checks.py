@@ -20,7 +20,12 @@ Subcommands (each exits non-zero with a message on failure):
                                        plus its bind mounts and build context exist
   docker-context                       files the build needs (Cargo.toml, Cargo.lock, src/, every
                                        include_str!/include_bytes! target) survive .dockerignore
-  same-objects A B                     two manifest streams hold the same objects
+  kustomize-namespace DIR STREAM       the output of DIR's kustomization (STREAM, built by
+                                       `kubectl kustomize`) holds no Namespace named as the
+                                       kustomization's `namespace:` (an overlay would rename
+                                       a base's Namespace, and its labels, to that name)
+  readme-overlay README BASE OUTDIR    write the README's example prod overlay to OUTDIR, its
+                                       `resources:` pointed at BASE, for `kubectl kustomize`
   checkov-report JSON FRAMEWORKS       summarise `checkov -o json`; fail on failed checks,
                                        parsing errors, a skip without a reason, or a
                                        framework (comma list) that scanned nothing
@@ -602,16 +607,46 @@ def cmd_docker_context(_args):
             fail(".dockerignore should exclude %s" % probe.split("/")[0])
 
 
-def cmd_same_objects(args):
-    def index(p):
-        return {(d.get("apiVersion"), d.get("kind"), d.get("metadata", {}).get("namespace"),
-                 d.get("metadata", {}).get("name")): d for d in load_yaml_docs(p)}
+def cmd_kustomize_namespace(args):
+    kdir, stream = args
+    with open(os.path.join(kdir, "kustomization.yaml"), encoding="utf-8") as fh:
+        ns = (yaml.safe_load(fh) or {}).get("namespace")
+    docs = load_yaml_docs(stream)
+    namespaces = [d for d in docs if d.get("kind") == "Namespace"]
+    if ns and any(d["metadata"].get("name") == ns for d in namespaces):
+        (obj,) = [d for d in namespaces if d["metadata"].get("name") == ns]
+        fail("%s sets namespace: %s and its output holds a Namespace of that name (labels %s): kustomize renames "
+             "every Namespace of its resources to the overlay's namespace, so applying it would relabel (e.g. "
+             "pod-security) a namespace that other applications may share. Keep Namespace objects out of "
+             "kustomizations that set namespace:" % (kdir, ns, obj["metadata"].get("labels", {})))
+    psa = [d["metadata"]["name"] for d in namespaces
+           if any(k.startswith("pod-security.kubernetes.io/") for k in d["metadata"].get("labels", {}))]
+    if psa and any(d.get("kind") != "Namespace" for d in docs):
+        fail("%s: a Namespace with pod-security labels (%s) is built together with other objects; keep it in a "
+             "kustomization of its own" % (kdir, ", ".join(psa)))
+    print("OK: %s: namespace %s; Namespace objects in its output: %s"
+          % (kdir, ns or "(not set)", ", ".join(d["metadata"]["name"] for d in namespaces) or "none"))
 
-    a, b = index(args[0]), index(args[1])
-    diff = sorted(str(k) for k in set(a) | set(b) if a.get(k) != b.get(k))
-    if diff:
-        fail("%s and %s differ in: %s" % (args[0], args[1], ", ".join(diff)))
-    print("OK: %s and %s hold the same %d objects" % (args[0], args[1], len(a)))
+
+def cmd_readme_overlay(args):
+    """The YAML block of deploy/README.md that starts with
+    `# overlays/prod/kustomization.yaml`, its `../../base` resource pointed at BASE."""
+    readme, base, outdir = args
+    with open(readme, encoding="utf-8") as fh:
+        text = fh.read()
+    m = re.search(r"```yaml\n(# overlays/prod/kustomization\.yaml\n.*?)```", text, re.S)
+    if not m:
+        fail("%s has no ```yaml block starting with '# overlays/prod/kustomization.yaml'" % readme)
+    k = yaml.safe_load(m.group(1))
+    if "../../base" not in k.get("resources", []):
+        fail("the README's prod overlay no longer lists ../../base: update this check")
+    # kustomize takes a base only by a relative path
+    rel = os.path.relpath(os.path.abspath(base), os.path.abspath(outdir))
+    k["resources"] = [rel if r == "../../base" else r for r in k["resources"]]
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "kustomization.yaml"), "w", encoding="utf-8") as fh:
+        yaml.safe_dump(k, fh, sort_keys=False)
+    print("OK: the README's prod overlay (namespace %s) written to %s" % (k.get("namespace"), outdir))
 
 
 def cmd_checkov_report(args):
@@ -651,7 +686,8 @@ def cmd_checkov_report(args):
 
 COMMANDS = {
     "docker-context": cmd_docker_context,
-    "same-objects": cmd_same_objects,
+    "kustomize-namespace": cmd_kustomize_namespace,
+    "readme-overlay": cmd_readme_overlay,
     "checkov-report": cmd_checkov_report,
     "gen-prometheusrule": cmd_gen_prometheusrule,
     "sync": cmd_sync,
