@@ -26,6 +26,13 @@ Subcommands (each exits non-zero with a message on failure):
                                        a base's Namespace, and its labels, to that name)
   readme-overlay README BASE OUTDIR    write the README's example prod overlay to OUTDIR, its
                                        `resources:` pointed at BASE, for `kubectl kustomize`
+  helm-lint CHART [OPTS]               Helm's own `lint --strict` (helm-python-sdk): any
+                                       message, even INFO, fails
+  helm-render CHART [OPTS]             Helm's own rendering (helm-python-sdk), printed like
+                                       `helm template`; OPTS: --release NAME --namespace NS
+                                       -f VALUES.yaml --set EXPR (Helm's --set syntax)
+                                       --kube-version V (helm-lint only)
+  helm-values-used CHART               every .Values path the templates read is in values.yaml
   checkov-report JSON FRAMEWORKS       summarise `checkov -o json`; fail on failed checks,
                                        parsing errors, a skip without a reason, or a
                                        framework (comma list) that scanned nothing
@@ -649,6 +656,111 @@ def cmd_readme_overlay(args):
     print("OK: the README's prod overlay (namespace %s) written to %s" % (k.get("namespace"), outdir))
 
 
+def helm_args(args):
+    """CHART [--release NAME] [--namespace NS] [-f FILE]... [--set EXPR]... [--kube-version V]
+    -> (chart, options, values): values as helm's CLI builds them (files, then --set)."""
+    import helm_python as helm
+
+    chart, rest = args[0], args[1:]
+    opts = {"release": "gap-healer", "namespace": "gap-healer", "kube_version": None}
+    values = {}
+
+    def merge(base, over):
+        for k, v in over.items():
+            if isinstance(v, dict) and isinstance(base.get(k), dict):
+                merge(base[k], v)
+            else:
+                base[k] = v
+
+    i = 0
+    while i < len(rest):
+        flag, val = rest[i], rest[i + 1]
+        if flag == "--release":
+            opts["release"] = val
+        elif flag == "--namespace":
+            opts["namespace"] = val
+        elif flag == "--kube-version":
+            opts["kube_version"] = val
+        elif flag == "-f":
+            with open(val, encoding="utf-8") as fh:
+                merge(values, helm.values_from_yaml(fh.read()))
+        elif flag == "--set":
+            merge(values, helm.parse_set_string(val))
+        else:
+            fail("helm: unknown option %s" % flag)
+        i += 2
+    return chart, opts, values
+
+
+def cmd_helm_lint(args):
+    import helm_python as helm
+
+    chart, opts, values = helm_args(args)
+    r = helm.lint(chart, values or None, strict=True, namespace=opts["namespace"],
+                  kube_version=opts["kube_version"])
+    sev = {0: "UNKNOWN", 1: "INFO", 2: "WARNING", 3: "ERROR"}
+    msgs = ["[%s] %s: %s" % (sev.get(m["severity"], m["severity"]), m["path"], m["error"]) for m in r["messages"]]
+    what = "helm lint --strict%s%s (Helm %s)" % (" --kube-version " + opts["kube_version"] if opts["kube_version"] else "",
+                                                 " with values set (%s)" % ", ".join(sorted(values)) if values else "",
+                                                 helm.helm_sdk_version())
+    if r.get("total_charts_linted") != 1 or msgs or r.get("errors"):
+        fail("%s %s: %d chart(s) linted\n  %s" % (what, chart, r.get("total_charts_linted", 0),
+                                                 "\n  ".join(msgs + r.get("errors", []))))
+    print("OK: %s %s: 1 chart linted, no message" % (what, chart))
+
+
+def cmd_helm_render(args):
+    import helm_python as helm
+
+    chart_dir, opts, values = helm_args(args)
+    try:
+        with helm.Chart.load(chart_dir) as chart:
+            out = chart.render(values, name=opts["release"], namespace=opts["namespace"])
+    except helm.HelmError as exc:
+        print("helm: %s" % exc, file=sys.stderr)
+        sys.exit(1)
+    docs = []
+    for path in sorted(out):
+        if path.endswith("NOTES.txt") or not out[path].strip():
+            continue
+        docs.append("---\n# Source: %s\n%s\n" % (path, out[path].strip("\n")))
+    stream = "".join(docs)
+    try:  # helm install/template would refuse output that is not YAML
+        list(yaml.safe_load_all(stream))
+    except yaml.YAMLError as exc:
+        print(stream, file=sys.stderr)
+        fail("helm: rendered output is not valid YAML: %s" % exc)
+    sys.stdout.write(stream)
+
+
+def cmd_helm_values_used(args):
+    """Helm renders a .Values key that is not set as empty, silently: every path
+    the templates read must be in values.yaml (with its default there)."""
+    chart = args[0]
+    with open(os.path.join(chart, "values.yaml"), encoding="utf-8") as fh:
+        values = yaml.safe_load(fh) or {}
+    tdir = os.path.join(chart, "templates")
+    used, missing = {}, []
+    ref = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+    for f in sorted(os.listdir(tdir)):
+        with open(os.path.join(tdir, f), encoding="utf-8") as fh:
+            for m in ref.finditer(fh.read()):
+                used.setdefault(m.group(1)[1:], set()).add(f)
+    for path, files in sorted(used.items()):
+        cur = values
+        for key in path.split("."):
+            if not isinstance(cur, dict) or key not in cur:
+                missing.append("%s (in %s)" % (path, ", ".join(sorted(files))))
+                break
+            cur = cur[key]
+    if not used:
+        fail("no .Values reference found in %s" % tdir)
+    if missing:
+        fail("templates read .Values paths that values.yaml does not set (helm would render them empty):\n  "
+             + "\n  ".join(missing))
+    print("OK: all %d .Values paths the templates read are set in values.yaml" % len(used))
+
+
 def cmd_checkov_report(args):
     path, frameworks = args[0], [f for f in args[1].split(",") if f]
     with open(path, encoding="utf-8") as fh:
@@ -688,6 +800,9 @@ COMMANDS = {
     "docker-context": cmd_docker_context,
     "kustomize-namespace": cmd_kustomize_namespace,
     "readme-overlay": cmd_readme_overlay,
+    "helm-lint": cmd_helm_lint,
+    "helm-render": cmd_helm_render,
+    "helm-values-used": cmd_helm_values_used,
     "checkov-report": cmd_checkov_report,
     "gen-prometheusrule": cmd_gen_prometheusrule,
     "sync": cmd_sync,
