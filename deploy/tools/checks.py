@@ -20,7 +20,19 @@ Subcommands (each exits non-zero with a message on failure):
                                        plus its bind mounts and build context exist
   docker-context                       files the build needs (Cargo.toml, Cargo.lock, src/, every
                                        include_str!/include_bytes! target) survive .dockerignore
-  same-objects A B                     two manifest streams hold the same objects
+  kustomize-namespace DIR STREAM       the output of DIR's kustomization (STREAM, built by
+                                       `kubectl kustomize`) holds no Namespace named as the
+                                       kustomization's `namespace:` (an overlay would rename
+                                       a base's Namespace, and its labels, to that name)
+  readme-overlay README BASE OUTDIR    write the README's example prod overlay to OUTDIR, its
+                                       `resources:` pointed at BASE, for `kubectl kustomize`
+  helm-lint CHART [OPTS]               Helm's own `lint --strict` (helm-python-sdk): any
+                                       message, even INFO, fails
+  helm-render CHART [OPTS]             Helm's own rendering (helm-python-sdk), printed like
+                                       `helm template`; OPTS: --release NAME --namespace NS
+                                       -f VALUES.yaml --set EXPR (Helm's --set syntax)
+                                       --kube-version V (helm-lint only)
+  helm-values-used CHART               every .Values path the templates read is in values.yaml
   checkov-report JSON FRAMEWORKS       summarise `checkov -o json`; fail on failed checks,
                                        parsing errors, a skip without a reason, or a
                                        framework (comma list) that scanned nothing
@@ -602,16 +614,151 @@ def cmd_docker_context(_args):
             fail(".dockerignore should exclude %s" % probe.split("/")[0])
 
 
-def cmd_same_objects(args):
-    def index(p):
-        return {(d.get("apiVersion"), d.get("kind"), d.get("metadata", {}).get("namespace"),
-                 d.get("metadata", {}).get("name")): d for d in load_yaml_docs(p)}
+def cmd_kustomize_namespace(args):
+    kdir, stream = args
+    with open(os.path.join(kdir, "kustomization.yaml"), encoding="utf-8") as fh:
+        ns = (yaml.safe_load(fh) or {}).get("namespace")
+    docs = load_yaml_docs(stream)
+    namespaces = [d for d in docs if d.get("kind") == "Namespace"]
+    if ns and any(d["metadata"].get("name") == ns for d in namespaces):
+        (obj,) = [d for d in namespaces if d["metadata"].get("name") == ns]
+        fail("%s sets namespace: %s and its output holds a Namespace of that name (labels %s): kustomize renames "
+             "every Namespace of its resources to the overlay's namespace, so applying it would relabel (e.g. "
+             "pod-security) a namespace that other applications may share. Keep Namespace objects out of "
+             "kustomizations that set namespace:" % (kdir, ns, obj["metadata"].get("labels", {})))
+    psa = [d["metadata"]["name"] for d in namespaces
+           if any(k.startswith("pod-security.kubernetes.io/") for k in d["metadata"].get("labels", {}))]
+    if psa and any(d.get("kind") != "Namespace" for d in docs):
+        fail("%s: a Namespace with pod-security labels (%s) is built together with other objects; keep it in a "
+             "kustomization of its own" % (kdir, ", ".join(psa)))
+    print("OK: %s: namespace %s; Namespace objects in its output: %s"
+          % (kdir, ns or "(not set)", ", ".join(d["metadata"]["name"] for d in namespaces) or "none"))
 
-    a, b = index(args[0]), index(args[1])
-    diff = sorted(str(k) for k in set(a) | set(b) if a.get(k) != b.get(k))
-    if diff:
-        fail("%s and %s differ in: %s" % (args[0], args[1], ", ".join(diff)))
-    print("OK: %s and %s hold the same %d objects" % (args[0], args[1], len(a)))
+
+def cmd_readme_overlay(args):
+    """The YAML block of deploy/README.md that starts with
+    `# overlays/prod/kustomization.yaml`, its `../../base` resource pointed at BASE."""
+    readme, base, outdir = args
+    with open(readme, encoding="utf-8") as fh:
+        text = fh.read()
+    m = re.search(r"```yaml\n(# overlays/prod/kustomization\.yaml\n.*?)```", text, re.S)
+    if not m:
+        fail("%s has no ```yaml block starting with '# overlays/prod/kustomization.yaml'" % readme)
+    k = yaml.safe_load(m.group(1))
+    if "../../base" not in k.get("resources", []):
+        fail("the README's prod overlay no longer lists ../../base: update this check")
+    # kustomize takes a base only by a relative path
+    rel = os.path.relpath(os.path.abspath(base), os.path.abspath(outdir))
+    k["resources"] = [rel if r == "../../base" else r for r in k["resources"]]
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "kustomization.yaml"), "w", encoding="utf-8") as fh:
+        yaml.safe_dump(k, fh, sort_keys=False)
+    print("OK: the README's prod overlay (namespace %s) written to %s" % (k.get("namespace"), outdir))
+
+
+def helm_args(args):
+    """CHART [--release NAME] [--namespace NS] [-f FILE]... [--set EXPR]... [--kube-version V]
+    -> (chart, options, values): values as helm's CLI builds them (files, then --set)."""
+    import helm_python as helm
+
+    chart, rest = args[0], args[1:]
+    opts = {"release": "gap-healer", "namespace": "gap-healer", "kube_version": None}
+    values = {}
+
+    def merge(base, over):
+        for k, v in over.items():
+            if isinstance(v, dict) and isinstance(base.get(k), dict):
+                merge(base[k], v)
+            else:
+                base[k] = v
+
+    i = 0
+    while i < len(rest):
+        flag, val = rest[i], rest[i + 1]
+        if flag == "--release":
+            opts["release"] = val
+        elif flag == "--namespace":
+            opts["namespace"] = val
+        elif flag == "--kube-version":
+            opts["kube_version"] = val
+        elif flag == "-f":
+            with open(val, encoding="utf-8") as fh:
+                merge(values, helm.values_from_yaml(fh.read()))
+        elif flag == "--set":
+            merge(values, helm.parse_set_string(val))
+        else:
+            fail("helm: unknown option %s" % flag)
+        i += 2
+    return chart, opts, values
+
+
+def cmd_helm_lint(args):
+    import helm_python as helm
+
+    chart, opts, values = helm_args(args)
+    r = helm.lint(chart, values or None, strict=True, namespace=opts["namespace"],
+                  kube_version=opts["kube_version"])
+    sev = {0: "UNKNOWN", 1: "INFO", 2: "WARNING", 3: "ERROR"}
+    msgs = ["[%s] %s: %s" % (sev.get(m["severity"], m["severity"]), m["path"], m["error"]) for m in r["messages"]]
+    what = "helm lint --strict%s%s (Helm %s)" % (" --kube-version " + opts["kube_version"] if opts["kube_version"] else "",
+                                                 " with values set (%s)" % ", ".join(sorted(values)) if values else "",
+                                                 helm.helm_sdk_version())
+    if r.get("total_charts_linted") != 1 or msgs or r.get("errors"):
+        fail("%s %s: %d chart(s) linted\n  %s" % (what, chart, r.get("total_charts_linted", 0),
+                                                 "\n  ".join(msgs + r.get("errors", []))))
+    print("OK: %s %s: 1 chart linted, no message" % (what, chart))
+
+
+def cmd_helm_render(args):
+    import helm_python as helm
+
+    chart_dir, opts, values = helm_args(args)
+    try:
+        with helm.Chart.load(chart_dir) as chart:
+            out = chart.render(values, name=opts["release"], namespace=opts["namespace"])
+    except helm.HelmError as exc:
+        print("helm: %s" % exc, file=sys.stderr)
+        sys.exit(1)
+    docs = []
+    for path in sorted(out):
+        if path.endswith("NOTES.txt") or not out[path].strip():
+            continue
+        docs.append("---\n# Source: %s\n%s\n" % (path, out[path].strip("\n")))
+    stream = "".join(docs)
+    try:  # helm install/template would refuse output that is not YAML
+        list(yaml.safe_load_all(stream))
+    except yaml.YAMLError as exc:
+        print(stream, file=sys.stderr)
+        fail("helm: rendered output is not valid YAML: %s" % exc)
+    sys.stdout.write(stream)
+
+
+def cmd_helm_values_used(args):
+    """Helm renders a .Values key that is not set as empty, silently: every path
+    the templates read must be in values.yaml (with its default there)."""
+    chart = args[0]
+    with open(os.path.join(chart, "values.yaml"), encoding="utf-8") as fh:
+        values = yaml.safe_load(fh) or {}
+    tdir = os.path.join(chart, "templates")
+    used, missing = {}, []
+    ref = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+    for f in sorted(os.listdir(tdir)):
+        with open(os.path.join(tdir, f), encoding="utf-8") as fh:
+            for m in ref.finditer(fh.read()):
+                used.setdefault(m.group(1)[1:], set()).add(f)
+    for path, files in sorted(used.items()):
+        cur = values
+        for key in path.split("."):
+            if not isinstance(cur, dict) or key not in cur:
+                missing.append("%s (in %s)" % (path, ", ".join(sorted(files))))
+                break
+            cur = cur[key]
+    if not used:
+        fail("no .Values reference found in %s" % tdir)
+    if missing:
+        fail("templates read .Values paths that values.yaml does not set (helm would render them empty):\n  "
+             + "\n  ".join(missing))
+    print("OK: all %d .Values paths the templates read are set in values.yaml" % len(used))
 
 
 def cmd_checkov_report(args):
@@ -651,7 +798,11 @@ def cmd_checkov_report(args):
 
 COMMANDS = {
     "docker-context": cmd_docker_context,
-    "same-objects": cmd_same_objects,
+    "kustomize-namespace": cmd_kustomize_namespace,
+    "readme-overlay": cmd_readme_overlay,
+    "helm-lint": cmd_helm_lint,
+    "helm-render": cmd_helm_render,
+    "helm-values-used": cmd_helm_values_used,
     "checkov-report": cmd_checkov_report,
     "gen-prometheusrule": cmd_gen_prometheusrule,
     "sync": cmd_sync,
