@@ -76,23 +76,25 @@ pub(crate) enum Class {
 /// operator frees space, backs up the log or fails over: the healer waits
 /// with backoff, as for PostgreSQL's 53100 and 25006), and the errors Azure
 /// SQL and SQL Server report while a database moves, fails over, is
-/// throttled or drops the connection.
+/// throttled or drops the connection. Client socket codes (64, 233, 10053,
+/// 10054, 10060 in SqlClient) never arrive as server errors: tiberius reports
+/// a broken connection as an I/O error, which is transient by itself.
 pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
-    64,    // connection terminated by the server (login phase)
-    233,   // no process on the other end of the pipe
+    601,   // NOLOCK scan aborted by data movement (fills themselves can cause it)
+    701,   // not enough memory to run the query
     976,   // availability group database not accessible (a secondary now)
     983,   // availability group replica role not resolved (failover)
     1101,  // no new page: filegroup full, disk full
     1105,  // no space for an object: filegroup full
+    1204,  // cannot obtain a lock: the lock table is out of memory
     1205,  // deadlock victim
     3906,  // database is read-only
+    3948,  // snapshot transaction aborted: a secondary replica's state changed
     3960,  // snapshot isolation update conflict
     4060,  // cannot open database (Azure: database moving or restarting)
     4221,  // login to a read secondary failed while the replica catches up
+    8645,  // timeout waiting for memory to run the query
     9002,  // transaction log full
-    10053, // transport-level error: connection aborted
-    10054, // transport-level error: connection reset by peer
-    10060, // network error: connection timed out
     10928, // Azure: resource limit reached
     10929, // Azure: resource limit, minimum guarantee not available
     40143, // Azure: the service has encountered an error processing your request
@@ -109,6 +111,19 @@ pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
 
 /// Lock request time out period exceeded.
 pub(crate) const LOCK_TIMEOUT: u32 = 1222;
+/// Babelfish's generic error number: what it means is in the message.
+pub(crate) const BABELFISH_GENERIC: u32 = 33_557_097;
+
+/// The SQL Server error number an error stands for. Babelfish reports a
+/// lock timeout as its generic 33557097 with PostgreSQL's text ("canceling
+/// statement due to lock timeout"): that is 1222, as on SQL Server.
+pub(crate) fn normalize(code: u32, message: &str) -> u32 {
+    if code == BABELFISH_GENERIC && message.contains("lock timeout") {
+        LOCK_TIMEOUT
+    } else {
+        code
+    }
+}
 /// Violation of a PRIMARY KEY or UNIQUE constraint.
 pub(crate) const DUPLICATE_KEY_CONSTRAINT: u32 = 2627;
 /// Duplicate key row in a unique index.
@@ -192,7 +207,12 @@ pub(crate) fn applock_result(code: i32) -> Result<bool, DbError> {
 pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionString) -> DbError {
     use tiberius::error::Error as E;
     match err {
-        E::Server(token) => server_error(token.code(), Stage::Read, token.message(), secret),
+        E::Server(token) => server_error(
+            normalize(token.code(), token.message()),
+            Stage::Read,
+            token.message(),
+            secret,
+        ),
         E::Io { .. } | E::Protocol(_) | E::Routing { .. } => {
             DbError::transient(secret.scrub(&format!("SQL Server connection failed: {err}")))
         }
@@ -266,11 +286,6 @@ mod tests {
             (4221, Stage::Read, Transient),
             (10928, Stage::Read, Transient),
             (10929, Stage::Read, Transient),
-            (10053, Stage::Messages, Transient),
-            (10054, Stage::Read, Transient),
-            (10060, Stage::Read, Transient),
-            (233, Stage::Read, Transient),
-            (64, Stage::Read, Transient),
             // Everything else is permanent.
             (208, Stage::Read, Permanent),      // invalid object name
             (229, Stage::Read, Permanent),      // permission denied
@@ -285,6 +300,38 @@ mod tests {
         for &(code, stage, want) in table {
             assert_eq!(classify(code, stage), want, "error {code} at {stage:?}");
         }
+    }
+
+    /// Review finding F6: resource and data-movement errors pass on a retry;
+    /// client socket codes are not server errors and are not listed.
+    #[test]
+    fn resource_errors_are_retried_and_client_socket_codes_are_not_listed() {
+        for code in [601, 701, 1204, 8645, 3948] {
+            for stage in ALL_STAGES {
+                assert_eq!(classify(code, stage), Class::Transient, "{code}");
+            }
+        }
+        for code in [64, 233, 10053, 10054, 10060] {
+            assert!(!TRANSIENT_SERVER_ERRORS.contains(&code), "{code}");
+        }
+    }
+
+    /// Babelfish's lock timeout is 1222 by another number.
+    #[test]
+    fn babelfish_lock_timeouts_are_lock_timeouts() {
+        let text = "canceling statement due to lock timeout";
+        assert_eq!(normalize(BABELFISH_GENERIC, text), LOCK_TIMEOUT);
+        assert_eq!(
+            classify(normalize(BABELFISH_GENERIC, text), Stage::Messages),
+            Class::Outcome(FillOutcome::Held)
+        );
+        assert_eq!(
+            classify(normalize(BABELFISH_GENERIC, text), Stage::Stream),
+            Class::Outcome(FillOutcome::Busy)
+        );
+        // Any other generic error stays what it is.
+        assert_eq!(normalize(BABELFISH_GENERIC, "syntax error"), BABELFISH_GENERIC);
+        assert_eq!(normalize(1222, "whatever"), 1222);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tiberius::{Row, ToSql};
 
-use super::errors::{classify, server_error, Class, Stage, LEADER_FENCE};
+use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
@@ -338,7 +338,7 @@ impl MssqlEngine {
                 ))),
             };
         };
-        let code = u32::try_from(code).unwrap_or(0);
+        let code = normalize(u32::try_from(code).unwrap_or(0), &answer.error_message);
         let stage = Stage::from_fill(&answer.error_stage);
         match classify(code, stage) {
             Class::Outcome(outcome) => Ok(outcome),
