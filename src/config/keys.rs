@@ -516,8 +516,27 @@ fn parse_name(s: &str, max: usize) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// A level, or a tracing filter (`info,gap_healer=debug`).
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A level, or a tracing filter (`info,gap_healer=debug`). A bare word that is
+/// not a level is refused: the filter would read it as a target name and
+/// silence every other log line (`wran` for `warn`).
 fn parse_log_level(s: &str) -> Result<String, String> {
+    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = directive
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'));
+        let level = directive.parse::<tracing::level_filters::LevelFilter>();
+        if bare && level.is_err() {
+            let hint = closest(&directive.to_ascii_lowercase(), LEVELS, 2)
+                .map(|l| format!(" (did you mean `{l}`?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "`{directive}` is not a level{hint}; expected {}, or target=level directives such as info,gap_healer=debug",
+                LEVELS.join(", ")
+            ));
+        }
+    }
     tracing_subscriber::EnvFilter::try_new(s)
         .map(|_| s.to_string())
         .map_err(|e| format!("not a log level or filter: {e}"))
@@ -580,6 +599,28 @@ mod tests {
         assert_eq!(suggest("Poll-Interval"), Some("poll_interval"));
         assert_eq!(suggest("leader_keys"), Some("leader_key"));
         assert_eq!(suggest("password"), None);
+        assert_eq!(closest("wran", LEVELS, 2), Some("warn"));
+        assert_eq!(closest("verbose", LEVELS, 2), None);
+    }
+
+    #[test]
+    fn log_levels() {
+        for ok in [
+            "info",
+            "WARN",
+            "debug,tokio=off",
+            "info,gap_healer=debug",
+            "gap_healer=trace",
+            "off",
+            "",
+        ] {
+            assert_eq!(parse_log_level(ok), Ok(ok.to_string()));
+        }
+        let err = parse_log_level("wran").unwrap_err();
+        assert!(err.contains("did you mean `warn`"), "{err}");
+        let err = parse_log_level("info,gap_healer").unwrap_err();
+        assert!(err.contains("`gap_healer` is not a level"), "{err}");
+        assert!(parse_log_level("info[").is_err());
     }
 
     #[test]

@@ -791,6 +791,17 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
+    #[test]
+    fn log_level_typos_are_refused() {
+        let err = load(&args().with("log_level", "wran"), vec![], Need::Connection).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "log_level = \"wran\" (from flag --log-level): `wran` is not a level (did you mean `warn`?)"
+            ),
+            "{err}"
+        );
+    }
+
     proptest! {
         /// Any text in any key, from any layer: never a panic, and either valid
         /// settings or problems that each name a key.
