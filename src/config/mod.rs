@@ -791,6 +791,26 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
+    /// The example file names every key and loads as it is.
+    #[test]
+    fn the_example_file_has_every_key() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-healer.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        for key in KEYS {
+            assert!(
+                text.lines().any(|l| l
+                    .trim_start_matches("# ")
+                    .starts_with(&format!("{} = ", key.name))),
+                "{} missing from {path}",
+                key.name
+            );
+        }
+        let mut a = ConfigArgs::default().with("connection_string", "host=db");
+        a.config = Some(path.into());
+        let s = load(&a, vec![], Need::Connection).unwrap();
+        assert!(s.origins.iter().any(|(_, o)| o.starts_with("config file")));
+    }
+
     #[test]
     fn log_level_typos_are_refused() {
         let err = load(&args().with("log_level", "wran"), vec![], Need::Connection).unwrap_err();
