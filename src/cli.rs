@@ -126,7 +126,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         }
         _ => {}
     }
-    telemetry::init_logging(settings.log_format, &settings.log_level);
+    telemetry::init_logging(settings.daemon.log_format, &settings.daemon.log_level);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -169,8 +169,13 @@ async fn run_daemon<E: Engine + LeaderLock>(
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let metrics = telemetry::install_metrics()?;
     let health = Health::new(settings.poll_interval, settings.lock_timeout);
-    let (addr, server) =
-        telemetry::bind(settings.metrics_addr, metrics, health.clone(), stop.clone()).await?;
+    let (addr, server) = telemetry::bind(
+        settings.daemon.metrics_addr,
+        metrics,
+        health.clone(),
+        stop.clone(),
+    )
+    .await?;
     info!(
         addr = %addr,
         engine = %settings.engine,
@@ -400,4 +405,51 @@ async fn install<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, F
     println!("{done}");
     let _ = settings;
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gap-healer").chain(argv.iter().copied()))
+    }
+
+    #[test]
+    fn booleans_can_be_set_to_false_from_the_command_line() {
+        for (argv, key, value) in [
+            (&["run", "--dry-run"][..], "dry_run", "true"),
+            (&["run", "--dry-run=false"], "dry_run", "false"),
+            (&["--dry-run", "heal", "--once"], "dry_run", "true"),
+            (
+                &["run", "--leader-election=false"],
+                "leader_election",
+                "false",
+            ),
+            (&["run", "--no-leader-election"], "leader_election", "false"),
+            (&["run", "--no-dry-run"], "dry_run", "false"),
+        ] {
+            let cli = parse(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            assert_eq!(cli.config.get(key), Some(value), "{argv:?}");
+        }
+        let cli = parse(&["heal", "--once", "--dry-run=no", "--engine", "postgres"]).unwrap();
+        let s = config::load(&cli.config, [], Need::EngineOnly).unwrap();
+        assert!(!s.dry_run);
+        // A value must follow `=`: `--dry-run heal` keeps `heal` the subcommand.
+        assert!(parse(&["run", "--leader-election", "false"]).is_err());
+    }
+
+    #[test]
+    fn every_configuration_key_is_a_global_flag() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for key in config::KEYS {
+            assert!(
+                cmd.get_arguments()
+                    .any(|a| a.get_long() == Some(key.long().as_str()) && a.is_global_set()),
+                "--{}",
+                key.long()
+            );
+        }
+        cmd.debug_assert();
+    }
 }

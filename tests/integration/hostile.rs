@@ -673,7 +673,7 @@ fn case() -> impl Strategy<Value = Case> {
                 (
                     proptest::sample::select(
                         KEYS.iter()
-                            .copied()
+                            .map(|k| k.name)
                             .filter(|k| !k.starts_with("connection_string"))
                             .collect::<Vec<_>>(),
                     ),
@@ -713,39 +713,6 @@ fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-fn set_flag(args: &mut ConfigArgs, key: &str, value: String) {
-    let slot = match key {
-        "engine" => &mut args.engine,
-        "connection_string" => &mut args.connection_string,
-        "connection_string_file" => &mut args.connection_string_file,
-        "schema" => &mut args.schema,
-        "gap_timeout" => &mut args.gap_timeout,
-        "poll_interval" => &mut args.poll_interval,
-        "lock_timeout" => &mut args.lock_timeout,
-        "connect_timeout" => &mut args.connect_timeout,
-        "metrics_addr" => &mut args.metrics_addr,
-        "start_from" => &mut args.start_from,
-        "lookback" => &mut args.lookback,
-        "scan_page_size" => &mut args.scan_page_size,
-        "log_format" => &mut args.log_format,
-        "log_level" => &mut args.log_level,
-        "tombstone_stream" => &mut args.tombstone_stream,
-        "tombstone_type" => &mut args.tombstone_type,
-        "leader_key" => &mut args.leader_key,
-        "give_up_after" => &mut args.give_up_after,
-        "dry_run" => {
-            args.dry_run = value == "true";
-            return;
-        }
-        "leader_election" => {
-            args.no_leader_election = value == "false";
-            return;
-        }
-        other => panic!("unknown key {other}"),
-    };
-    *slot = Some(value);
-}
-
 /// Builds the three layers of a case in `dir` and loads them.
 fn load_case(c: &Case, dir: &std::path::Path) -> Result<config::Settings, config::ConfigError> {
     let mut args = ConfigArgs::default();
@@ -756,7 +723,9 @@ fn load_case(c: &Case, dir: &std::path::Path) -> Result<config::Settings, config
             match layer {
                 Layer::File => toml.push_str(&format!("{key} = {}\n", toml_string(&value))),
                 Layer::Env => env.push((format!("GAP_HEALER_{}", key.to_ascii_uppercase()), value)),
-                Layer::Flag => set_flag(args, key, value),
+                Layer::Flag => {
+                    args.set(key, value);
+                }
             }
         };
     let (cs_key, cs_value) = if c.cs_in_file {

@@ -1,0 +1,654 @@
+//! The table of configuration keys, and the parsers its rows use.
+//!
+//! Each row of [`KEYS`] says everything about one key: its name (from which
+//! the flag `--<name-with-dashes>` and the environment variable
+//! `GAP_HEALER_<NAME>` derive), its help line, its default, how its text
+//! becomes a field of [`DaemonSettings`] or [`StoreConfig`] and how that field
+//! is shown by `gap-healer config`. Adding a key is one row here (and the field
+//! it fills).
+//!
+//! Three rules span several keys and live in [`super::load`]: `engine` is
+//! required, the connection string comes from exactly one of
+//! `connection_string` and `connection_string_file`, and `leader_key` defaults
+//! to `gap-healer:<schema>`.
+
+use std::time::Duration;
+
+use crate::engine::EngineKind;
+
+use super::{DaemonSettings, LogFormat, StartFrom, StoreConfig, ENV_PREFIX};
+
+pub const DEFAULT_SCHEMA: &str = "eventuous";
+pub const DEFAULT_GAP_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9477";
+pub const DEFAULT_LOOKBACK: u64 = 1_000_000;
+pub const DEFAULT_SCAN_PAGE_SIZE: u32 = 10_000;
+pub const DEFAULT_TOMBSTONE_STREAM: &str = "__tombstones__";
+pub const DEFAULT_TOMBSTONE_TYPE: &str = "$tombstone";
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// One configuration key.
+#[derive(Debug)]
+pub struct Key {
+    /// The TOML key. The flag is `--<name-with-dashes>`, the environment
+    /// variable `GAP_HEALER_<NAME>`.
+    pub name: &'static str,
+    /// The `--help` line; the default is appended to it.
+    pub help: &'static str,
+    pub flag: Flag,
+    pub unset: Unset,
+    /// Which settings the key belongs to, and how it reads and shows its value.
+    pub scope: Scope,
+}
+
+/// How a key is written on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    /// `--key VALUE`; the text is the value's placeholder in `--help`.
+    Value(&'static str),
+    /// A boolean: `--key` (true), `--key=BOOL`, or `--no-key` (false).
+    Switch,
+}
+
+/// What an unset key means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unset {
+    /// This text, parsed like any other value (the lowest layer, origin
+    /// "default"), and shown in `--help`.
+    Default(&'static str),
+    /// A problem: the key must be set.
+    Required,
+    /// Computed from other keys after the table is read; the text describes
+    /// it in `--help`.
+    Derived(&'static str),
+    /// Left unset; a rule after the table decides (the connection string).
+    Optional,
+}
+
+/// Which settings a key fills: one for the daemon, or one per store (the
+/// store keys are what a later `[[stores]]` entry can override).
+#[derive(Debug)]
+pub enum Scope {
+    Daemon(Field<DaemonSettings>),
+    Store(Field<StoreConfig>),
+}
+
+/// How a key reads its (trimmed) text into `T`, and shows it back as a TOML
+/// value.
+#[derive(Debug)]
+pub struct Field<T> {
+    pub parse: fn(&str, &mut T) -> Result<(), String>,
+    /// `None`: not shown by `gap-healer config`.
+    pub render: Option<fn(&T) -> String>,
+}
+
+impl Scope {
+    const fn daemon(
+        parse: fn(&str, &mut DaemonSettings) -> Result<(), String>,
+        render: fn(&DaemonSettings) -> String,
+    ) -> Self {
+        Scope::Daemon(Field {
+            parse,
+            render: Some(render),
+        })
+    }
+
+    const fn store(
+        parse: fn(&str, &mut StoreConfig) -> Result<(), String>,
+        render: fn(&StoreConfig) -> String,
+    ) -> Self {
+        Scope::Store(Field {
+            parse,
+            render: Some(render),
+        })
+    }
+}
+
+/// Every key the configuration knows, in the order of `--help` and
+/// `gap-healer config`.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "engine",
+        help: "Database engine: mssql or postgres",
+        flag: Flag::Value("ENGINE"),
+        unset: Unset::Required,
+        scope: Scope::store(
+            |v, s| {
+                let engine = EngineKind::parse(v).map(|e| s.engine = e);
+                engine.ok_or_else(|| {
+                    let names = EngineKind::NAMES.join(", ");
+                    format!("unknown engine; expected one of {names}")
+                })
+            },
+            |s| quote(s.engine.as_str()),
+        ),
+    },
+    Key {
+        name: "connection_string",
+        help: "ADO.NET string (mssql) or libpq string/URL (postgres). Prefer the environment variable GAP_HEALER_CONNECTION_STRING: flags show in `ps`",
+        flag: Flag::Value("STRING"),
+        unset: Unset::Optional,
+        scope: Scope::store(by_rule, |s| {
+            quote(&s.store.connection_string.redacted())
+        }),
+    },
+    Key {
+        name: "connection_string_file",
+        help: "File holding the connection string (a mounted Secret, a systemd credential)",
+        flag: Flag::Value("FILE"),
+        unset: Unset::Optional,
+        // Shown as the origin of connection_string.
+        scope: Scope::Store(Field {
+            parse: by_rule,
+            render: None,
+        }),
+    },
+    Key {
+        name: "schema",
+        help: "Schema of the event store's tables",
+        flag: Flag::Value("NAME"),
+        unset: Unset::Default(DEFAULT_SCHEMA),
+        scope: Scope::store(
+            |v, s| parse_identifier(v).map(|v| s.store.schema = v),
+            |s| quote(&s.store.schema),
+        ),
+    },
+    Key {
+        name: "gap_timeout",
+        help: "Age a hole must reach before it is filled (Eventuous' GapHandlingTimeoutMs)",
+        flag: Flag::Value("DURATION"),
+        unset: Unset::Default("5s"),
+        scope: Scope::store(
+            |v, s| parse_duration(v, Duration::ZERO).map(|d| s.gap_timeout = d),
+            |s| duration(s.gap_timeout),
+        ),
+    },
+    Key {
+        name: "poll_interval",
+        help: "Time between scans for new rows",
+        flag: Flag::Value("DURATION"),
+        unset: Unset::Default("250ms"),
+        scope: Scope::store(
+            |v, s| parse_duration(v, Duration::from_millis(10)).map(|d| s.poll_interval = d),
+            |s| duration(s.poll_interval),
+        ),
+    },
+    Key {
+        name: "lock_timeout",
+        help: "Longest wait of a fill on a position an open append holds",
+        flag: Flag::Value("DURATION"),
+        unset: Unset::Default("2s"),
+        scope: Scope::store(
+            |v, s| parse_duration(v, Duration::from_millis(1)).map(|d| s.lock_timeout = d),
+            |s| duration(s.lock_timeout),
+        ),
+    },
+    Key {
+        name: "connect_timeout",
+        help: "Longest wait for a new database connection",
+        flag: Flag::Value("DURATION"),
+        unset: Unset::Default("5s"),
+        scope: Scope::store(
+            |v, s| {
+                parse_duration(v, Duration::from_millis(100))
+                    .map(|d| s.store.connect_timeout = d)
+            },
+            |s| duration(s.store.connect_timeout),
+        ),
+    },
+    Key {
+        name: "metrics_addr",
+        help: "Address of /metrics, /healthz, /readyz",
+        flag: Flag::Value("HOST:PORT"),
+        unset: Unset::Default(DEFAULT_METRICS_ADDR),
+        scope: Scope::daemon(
+            |v, d| {
+                v.parse().map(|a| d.metrics_addr = a).map_err(|_| {
+                    "expected HOST:PORT with an IP address, e.g. 0.0.0.0:9477 or [::1]:9477".into()
+                })
+            },
+            |d| quote(&d.metrics_addr.to_string()),
+        ),
+    },
+    Key {
+        name: "start_from",
+        help: "Where the first scan starts: checkpoints, head, or a position",
+        flag: Flag::Value("FROM"),
+        unset: Unset::Default("checkpoints"),
+        scope: Scope::store(
+            |v, s| parse_start_from(v).map(|f| s.start_from = f),
+            |s| match s.start_from {
+                StartFrom::Position(p) => p.to_string(),
+                other => quote(&other.to_string()),
+            },
+        ),
+    },
+    Key {
+        name: "lookback",
+        help: "Positions below the head to start from when there are no checkpoints",
+        flag: Flag::Value("POSITIONS"),
+        unset: Unset::Default("1000000"),
+        scope: Scope::store(
+            |v, s| {
+                let n = v.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64);
+                n.map(|n| s.lookback = n)
+                    .ok_or_else(|| "expected a whole number of positions, 0 or more".into())
+            },
+            |s| s.lookback.to_string(),
+        ),
+    },
+    Key {
+        name: "scan_page_size",
+        help: "Rows read per scan query",
+        flag: Flag::Value("ROWS"),
+        unset: Unset::Default("10000"),
+        scope: Scope::store(
+            |v, s| {
+                let n = v.parse::<u32>().ok().filter(|n| (100..=1_000_000).contains(n));
+                n.map(|n| s.scan_page_size = n)
+                    .ok_or_else(|| "expected a number of rows from 100 to 1000000".into())
+            },
+            |s| s.scan_page_size.to_string(),
+        ),
+    },
+    Key {
+        name: "dry_run",
+        help: "Find and report holes, never write",
+        flag: Flag::Switch,
+        unset: Unset::Default("false"),
+        scope: Scope::store(
+            |v, s| parse_bool(v).map(|b| s.dry_run = b),
+            |s| s.dry_run.to_string(),
+        ),
+    },
+    Key {
+        name: "log_format",
+        help: "Log format: text or json",
+        flag: Flag::Value("FORMAT"),
+        unset: Unset::Default("text"),
+        scope: Scope::daemon(
+            |v, d| {
+                d.log_format = match v.to_ascii_lowercase().as_str() {
+                    "text" => LogFormat::Text,
+                    "json" => LogFormat::Json,
+                    _ => return Err("expected text or json".into()),
+                };
+                Ok(())
+            },
+            |d| {
+                quote(match d.log_format {
+                    LogFormat::Text => "text",
+                    LogFormat::Json => "json",
+                })
+            },
+        ),
+    },
+    Key {
+        name: "log_level",
+        help: "Log level or tracing filter; RUST_LOG overrides it",
+        flag: Flag::Value("LEVEL"),
+        unset: Unset::Default(DEFAULT_LOG_LEVEL),
+        scope: Scope::daemon(
+            |v, d| parse_log_level(v).map(|l| d.log_level = l),
+            |d| quote(&d.log_level),
+        ),
+    },
+    Key {
+        name: "tombstone_stream",
+        help: "Stream that owns the tombstones",
+        flag: Flag::Value("NAME"),
+        unset: Unset::Default(DEFAULT_TOMBSTONE_STREAM),
+        scope: Scope::store(
+            |v, s| parse_name(v, 850).map(|n| s.store.tombstone_stream = n),
+            |s| quote(&s.store.tombstone_stream),
+        ),
+    },
+    Key {
+        name: "tombstone_type",
+        help: "Message type of the tombstones",
+        flag: Flag::Value("TYPE"),
+        unset: Unset::Default(DEFAULT_TOMBSTONE_TYPE),
+        scope: Scope::store(
+            |v, s| parse_name(v, 128).map(|n| s.store.tombstone_type = n),
+            |s| quote(&s.store.tombstone_type),
+        ),
+    },
+    Key {
+        name: "leader_election",
+        help: "Take the store's leader lock before filling; false only for a single instance",
+        flag: Flag::Switch,
+        unset: Unset::Default("true"),
+        scope: Scope::store(
+            |v, s| parse_bool(v).map(|b| s.leader_election = b),
+            |s| s.leader_election.to_string(),
+        ),
+    },
+    Key {
+        name: "leader_key",
+        help: "Name of the leader lock; healers sharing it elect one filler",
+        flag: Flag::Value("NAME"),
+        unset: Unset::Derived("gap-healer:<schema>"),
+        scope: Scope::store(
+            |v, s| parse_name(v, 255).map(|n| s.leader_key = n),
+            |s| quote(&s.leader_key),
+        ),
+    },
+    Key {
+        name: "give_up_after",
+        help: "`run` exits 3 once its scans have failed for this long without a success (database unreachable, tables missing); `never` keeps retrying",
+        flag: Flag::Value("DURATION|never"),
+        unset: Unset::Default("never"),
+        scope: Scope::store(
+            |v, s| {
+                s.give_up_after = if v.eq_ignore_ascii_case("never") {
+                    None
+                } else {
+                    let d = parse_duration(v, Duration::from_secs(1))
+                        .map_err(|e| format!("{e}; or never"))?;
+                    Some(d)
+                };
+                Ok(())
+            },
+            |s| quote(&s.give_up_after.map_or("never".into(), plain_duration)),
+        ),
+    },
+];
+
+impl Key {
+    /// The row named `name`.
+    pub fn find(name: &str) -> Option<&'static Key> {
+        KEYS.iter().find(|k| k.name == name)
+    }
+
+    /// `GAP_HEALER_<NAME>`.
+    pub fn env(&self) -> String {
+        format!("{ENV_PREFIX}{}", self.name.to_ascii_uppercase())
+    }
+
+    /// `<name-with-dashes>`, the flag without its `--`.
+    pub fn long(&self) -> String {
+        self.name.replace('_', "-")
+    }
+
+    /// The help line with the default, as `--help` shows it.
+    pub fn help_line(&self) -> String {
+        match self.unset {
+            Unset::Default(d) | Unset::Derived(d) => format!("{} [default: {d}]", self.help),
+            Unset::Required | Unset::Optional => self.help.to_string(),
+        }
+    }
+
+    pub fn is_store(&self) -> bool {
+        matches!(self.scope, Scope::Store(_))
+    }
+
+    /// Parses `text` into the field this key fills.
+    pub fn read(
+        &self,
+        text: &str,
+        daemon: &mut DaemonSettings,
+        store: &mut StoreConfig,
+    ) -> Result<(), String> {
+        match &self.scope {
+            Scope::Daemon(f) => (f.parse)(text, daemon),
+            Scope::Store(f) => (f.parse)(text, store),
+        }
+    }
+
+    /// The field this key fills, as a TOML value; `None` when not shown.
+    pub fn show(&self, daemon: &DaemonSettings, store: &StoreConfig) -> Option<String> {
+        match &self.scope {
+            Scope::Daemon(f) => f.render.map(|r| r(daemon)),
+            Scope::Store(f) => f.render.map(|r| r(store)),
+        }
+    }
+}
+
+/// The parser of the keys a rule after the table reads.
+fn by_rule<T>(_: &str, _: &mut T) -> Result<(), String> {
+    Ok(())
+}
+
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn plain_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn duration(d: Duration) -> String {
+    quote(&plain_duration(d))
+}
+
+/// The closest of `candidates` to `word`, at most `max` edits away.
+pub fn closest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    max: usize,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::levenshtein(word, c), c))
+        .filter(|(d, _)| *d <= max)
+        .min()
+        .map(|(_, c)| c)
+}
+
+/// The closest known key to a typo, when it is close.
+pub fn suggest(key: &str) -> Option<&'static str> {
+    let normal = key.to_ascii_lowercase().replace('-', "_");
+    closest(&normal, KEYS.iter().map(|k| k.name), 3)
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, at most 128 characters: safe to splice into SQL.
+pub fn parse_identifier(s: &str) -> Result<String, String> {
+    let mut chars = s.chars();
+    let ok_first = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if ok_first && s.len() <= 128 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(s.to_string())
+    } else {
+        Err("expected a plain identifier: a letter or _, then letters, digits or _, at most 128 characters".into())
+    }
+}
+
+/// A humantime duration with a unit (`250ms`, `5s`, `1m 30s`), at least `min`.
+pub fn parse_duration(s: &str, min: Duration) -> Result<Duration, String> {
+    if s.starts_with('-') {
+        return Err("must not be negative".into());
+    }
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!("give a unit, e.g. \"{s}ms\" or \"{s}s\""));
+    }
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("not a duration ({e}); examples: 250ms, 5s, 1m"))?;
+    if d < min {
+        return Err(format!(
+            "must be at least {}",
+            humantime::format_duration(min)
+        ));
+    }
+    if d > Duration::from_secs(7 * 24 * 3600) {
+        return Err("must be at most 7 days".into());
+    }
+    Ok(d)
+}
+
+fn parse_start_from(s: &str) -> Result<StartFrom, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "checkpoints" => Ok(StartFrom::Checkpoints),
+        "head" => Ok(StartFrom::Head),
+        n => n
+            .parse::<i64>()
+            .ok()
+            .filter(|p| *p >= 0)
+            .map(StartFrom::Position)
+            .ok_or_else(|| {
+                "expected checkpoints, head, or a position (a whole number, 0 or more)".into()
+            }),
+    }
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err("expected true or false".into()),
+    }
+}
+
+/// A name bound as a parameter: any text but control characters, not empty.
+fn parse_name(s: &str, max: usize) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.chars().count() > max {
+        return Err(format!("must be at most {max} characters"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    Ok(s.to_string())
+}
+
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A level, or a tracing filter (`info,gap_healer=debug`). A bare word that is
+/// not a level is refused: the filter would read it as a target name and
+/// silence every other log line (`wran` for `warn`).
+fn parse_log_level(s: &str) -> Result<String, String> {
+    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = directive
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'));
+        let level = directive.parse::<tracing::level_filters::LevelFilter>();
+        if bare && level.is_err() {
+            let hint = closest(&directive.to_ascii_lowercase(), LEVELS, 2)
+                .map(|l| format!(" (did you mean `{l}`?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "`{directive}` is not a level{hint}; expected {}, or target=level directives such as info,gap_healer=debug",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("not a log level or filter: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn names_are_unique_lowercase_snake_case() {
+        for (i, k) in KEYS.iter().enumerate() {
+            assert!(
+                k.name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{}",
+                k.name
+            );
+            assert!(
+                KEYS[..i].iter().all(|o| o.name != k.name),
+                "{} twice",
+                k.name
+            );
+            assert!(!k.help.is_empty(), "{} has no help", k.name);
+        }
+    }
+
+    #[test]
+    fn every_default_parses() {
+        let mut daemon = DaemonSettings::unset();
+        let mut store = StoreConfig::unset();
+        for k in KEYS {
+            if let Unset::Default(text) = k.unset {
+                let parsed = k.read(text, &mut daemon, &mut store);
+                assert_eq!(parsed, Ok(()), "the default of {}", k.name);
+            }
+        }
+        assert_eq!(store.gap_timeout, DEFAULT_GAP_TIMEOUT);
+        assert_eq!(store.poll_interval, DEFAULT_POLL_INTERVAL);
+        assert_eq!(store.lock_timeout, DEFAULT_LOCK_TIMEOUT);
+        assert_eq!(store.store.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(store.lookback, DEFAULT_LOOKBACK);
+        assert_eq!(store.scan_page_size, DEFAULT_SCAN_PAGE_SIZE);
+        assert_eq!(daemon.metrics_addr.to_string(), DEFAULT_METRICS_ADDR);
+    }
+
+    #[test]
+    fn the_scopes_split_daemon_and_store() {
+        let daemon: Vec<_> = KEYS
+            .iter()
+            .filter(|k| !k.is_store())
+            .map(|k| k.name)
+            .collect();
+        assert_eq!(daemon, ["metrics_addr", "log_format", "log_level"]);
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(suggest("gap_timout"), Some("gap_timeout"));
+        assert_eq!(suggest("Poll-Interval"), Some("poll_interval"));
+        assert_eq!(suggest("leader_keys"), Some("leader_key"));
+        assert_eq!(suggest("password"), None);
+        assert_eq!(closest("wran", LEVELS, 2), Some("warn"));
+        assert_eq!(closest("verbose", LEVELS, 2), None);
+    }
+
+    #[test]
+    fn log_levels() {
+        for ok in [
+            "info",
+            "WARN",
+            "debug,tokio=off",
+            "info,gap_healer=debug",
+            "gap_healer=trace",
+            "off",
+            "",
+        ] {
+            assert_eq!(parse_log_level(ok), Ok(ok.to_string()));
+        }
+        let err = parse_log_level("wran").unwrap_err();
+        assert!(err.contains("did you mean `warn`"), "{err}");
+        let err = parse_log_level("info,gap_healer").unwrap_err();
+        assert!(err.contains("`gap_healer` is not a level"), "{err}");
+        assert!(parse_log_level("info[").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(
+            parse_duration("250ms", Duration::ZERO),
+            Ok(Duration::from_millis(250))
+        );
+        assert!(parse_duration("5", Duration::ZERO)
+            .unwrap_err()
+            .contains("unit"));
+        assert!(parse_duration("-5s", Duration::ZERO)
+            .unwrap_err()
+            .contains("negative"));
+        assert!(parse_duration("0s", Duration::from_millis(1))
+            .unwrap_err()
+            .contains("at least"));
+        assert!(parse_duration("5 parsecs", Duration::ZERO).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn identifier_rule(s in "\\PC{0,140}") {
+            let ok = parse_identifier(&s).is_ok();
+            let re = !s.is_empty() && s.len() <= 128
+                && s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            prop_assert_eq!(ok, re);
+        }
+    }
+}

@@ -1,0 +1,847 @@
+//! Configuration: defaults < config file < environment < flags, layered with
+//! figment and validated once into [`Settings`].
+//!
+//! One table, [`KEYS`], describes every key; the flags ([`ConfigArgs`]), the
+//! environment names, the file's known keys, the validation and the
+//! `gap-healer config` output ([`Settings::to_toml`]) are all derived from it.
+//! Keys are daemon-wide ([`DaemonSettings`]) or belong to the store healed
+//! ([`StoreConfig`]).
+//!
+//! Every problem is collected before anything connects, each naming the key,
+//! the offending value and where it came from; the caller exits 2.
+//!
+//! Architecture invariant: nothing outside this module reads the environment or
+//! the config file, and nothing here ever prints a connection string unredacted.
+
+mod args;
+mod keys;
+mod sources;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::ops::Deref;
+use std::time::Duration;
+
+use figment::value::Value;
+use figment::{Figment, Metadata, Profile, Source};
+
+use crate::engine::{EngineKind, StoreSettings};
+use crate::secret::ConnectionString;
+
+pub use args::ConfigArgs;
+pub use keys::{
+    parse_duration, parse_identifier, Field, Flag, Key, Scope, Unset, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_GAP_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOG_LEVEL, DEFAULT_LOOKBACK,
+    DEFAULT_METRICS_ADDR, DEFAULT_POLL_INTERVAL, DEFAULT_SCAN_PAGE_SIZE, DEFAULT_SCHEMA,
+    DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, KEYS,
+};
+use sources::Layer;
+
+pub const ENV_PREFIX: &str = "GAP_HEALER_";
+
+/// Where the first scan starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The lowest position in the Checkpoints table; `lookback` below the head without one.
+    Checkpoints,
+    /// The current head: only holes that appear from now on.
+    Head,
+    /// This position (a backfill from here).
+    Position(i64),
+}
+
+impl fmt::Display for StartFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartFrom::Checkpoints => f.write_str("checkpoints"),
+            StartFrom::Head => f.write_str("head"),
+            StartFrom::Position(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The daemon-wide keys ([`Scope::Daemon`]).
+#[derive(Clone, Debug)]
+pub struct DaemonSettings {
+    pub metrics_addr: SocketAddr,
+    pub log_format: LogFormat,
+    pub log_level: String,
+}
+
+/// The keys of one store ([`Scope::Store`]): what one healer of one store
+/// needs. A `[[stores]]` list would hold one of these per store, each
+/// starting from the top-level values.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub engine: EngineKind,
+    /// What the engine needs: connection string, schema, tombstone names,
+    /// connect timeout.
+    pub store: StoreSettings,
+    pub gap_timeout: Duration,
+    pub poll_interval: Duration,
+    pub lock_timeout: Duration,
+    pub start_from: StartFrom,
+    pub lookback: u64,
+    pub scan_page_size: u32,
+    pub dry_run: bool,
+    pub leader_election: bool,
+    /// The leader lock's name (an advisory lock key on PostgreSQL, an
+    /// application lock resource on SQL Server; both are per database).
+    pub leader_key: String,
+    /// `run` gives up (exit 3) once its scans have failed this long in a row;
+    /// `None`: never.
+    pub give_up_after: Option<Duration>,
+}
+
+impl DaemonSettings {
+    /// Placeholders, each overwritten by its key's default or reported missing.
+    fn unset() -> Self {
+        DaemonSettings {
+            metrics_addr: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            log_format: LogFormat::Text,
+            log_level: String::new(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Placeholders, each overwritten by its key's default, by a rule, or
+    /// reported missing.
+    fn unset() -> Self {
+        StoreConfig {
+            engine: EngineKind::Postgres,
+            store: StoreSettings {
+                connection_string: ConnectionString::new(""),
+                schema: DEFAULT_SCHEMA.into(),
+                tombstone_stream: String::new(),
+                tombstone_type: String::new(),
+                connect_timeout: Duration::ZERO,
+            },
+            gap_timeout: Duration::ZERO,
+            poll_interval: Duration::ZERO,
+            lock_timeout: Duration::ZERO,
+            start_from: StartFrom::Checkpoints,
+            lookback: 0,
+            scan_page_size: 0,
+            dry_run: false,
+            leader_election: true,
+            leader_key: String::new(),
+            give_up_after: None,
+        }
+    }
+}
+
+/// The validated configuration: the daemon's keys and the one store it heals.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub daemon: DaemonSettings,
+    pub store_config: StoreConfig,
+    /// Where each key's value came from, for `gap-healer config`.
+    pub origins: Vec<(&'static str, String)>,
+}
+
+/// One store per daemon for now: `settings.gap_timeout` is its store's.
+impl Deref for Settings {
+    type Target = StoreConfig;
+
+    fn deref(&self) -> &StoreConfig {
+        &self.store_config
+    }
+}
+
+/// One configuration problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    /// The offending value as shown to the user (`None` when missing or secret).
+    pub value: Option<String>,
+    /// "config file x.toml", "environment variable GAP_HEALER_X", "flag --x", "default".
+    pub origin: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.value {
+            Some(v) => write!(
+                f,
+                "{} = {:?} (from {}): {}",
+                self.key, v, self.origin, self.message
+            ),
+            None => write!(f, "{} (from {}): {}", self.key, self.origin, self.message),
+        }
+    }
+}
+
+/// Every problem found, reported together.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "invalid configuration ({n} problem{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a subcommand needs from the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Everything, including a connection string (run, scan, heal, check, install, config).
+    Connection,
+    /// Engine and schema only (sql).
+    EngineOnly,
+}
+
+/// Loads and validates the configuration from the flags, the file they name,
+/// and the given environment (pass `std::env::vars()`).
+pub fn load(
+    args: &ConfigArgs,
+    env: impl IntoIterator<Item = (String, String)>,
+    need: Need,
+) -> Result<Settings, ConfigError> {
+    let mut problems = Vec::new();
+    let mut figment = Figment::from(Layer::defaults());
+    if let Some(path) = &args.config {
+        match sources::file(path) {
+            Ok((toml, unknown)) => {
+                problems.extend(unknown);
+                figment = figment.merge(toml);
+            }
+            Err(p) => problems.push(p),
+        }
+    }
+    figment = figment.merge(Layer::env(env)).merge(Layer::flags(args));
+    let mut v = Validator {
+        figment: &figment,
+        problems,
+        origins: Vec::new(),
+    };
+    let mut daemon = DaemonSettings::unset();
+    let mut store = StoreConfig::unset();
+    let set = v.read_keys(&mut daemon, &mut store);
+    v.rules(&set, &mut store, need);
+    if v.problems.is_empty() {
+        Ok(Settings {
+            daemon,
+            store_config: store,
+            origins: v.origins,
+        })
+    } else {
+        Err(ConfigError {
+            problems: v.problems,
+        })
+    }
+}
+
+/// A key's raw text and where it came from.
+struct Raw {
+    text: String,
+    origin: String,
+    /// The text parsed.
+    valid: bool,
+}
+
+struct Validator<'a> {
+    figment: &'a Figment,
+    problems: Vec<Problem>,
+    origins: Vec<(&'static str, String)>,
+}
+
+impl Validator<'_> {
+    /// Reads and parses every key of the table; returns those that are set.
+    fn read_keys(
+        &mut self,
+        daemon: &mut DaemonSettings,
+        store: &mut StoreConfig,
+    ) -> BTreeMap<&'static str, Raw> {
+        let mut set = BTreeMap::new();
+        for key in KEYS {
+            let Some((text, origin)) = self.raw(key.name) else {
+                if key.unset == Unset::Required {
+                    self.problem(
+                        key.name,
+                        "nowhere",
+                        format!(
+                            "required: set --{}, {} or {} in the config file",
+                            key.long(),
+                            key.env(),
+                            key.name
+                        ),
+                    );
+                }
+                continue;
+            };
+            let valid = match key.read(text.trim(), daemon, store) {
+                Ok(()) => true,
+                Err(message) => {
+                    self.problems.push(Problem {
+                        key: key.name.into(),
+                        value: Some(text.clone()),
+                        origin: origin.clone(),
+                        message,
+                    });
+                    false
+                }
+            };
+            set.insert(
+                key.name,
+                Raw {
+                    text,
+                    origin,
+                    valid,
+                },
+            );
+        }
+        set
+    }
+
+    /// The value of `key` as text, and where it came from; `None` when unset.
+    fn raw(&mut self, key: &'static str) -> Option<(String, String)> {
+        let value = self.figment.find_value(key).ok()?;
+        let origin = match self.figment.find_metadata(key) {
+            Some(Metadata {
+                source: Some(Source::File(path)),
+                ..
+            }) => format!("config file {}", path.display()),
+            Some(meta) => meta.interpolate(&Profile::Default, &[key]),
+            None => "unknown source".into(),
+        };
+        self.origins.push((key, origin.clone()));
+        let text = match value {
+            Value::String(_, s) => s,
+            Value::Char(_, c) => c.to_string(),
+            Value::Bool(_, b) => b.to_string(),
+            Value::Num(_, n) => match (n.to_i128(), n.to_f64()) {
+                (Some(i), _) => i.to_string(),
+                (None, Some(f)) => f.to_string(),
+                _ => format!("{n:?}"),
+            },
+            Value::Empty(..) => String::new(),
+            Value::Dict(..) | Value::Array(..) => {
+                self.problem(
+                    key,
+                    &origin,
+                    "expected a single value, found a table or list",
+                );
+                return None;
+            }
+        };
+        Some((text, origin))
+    }
+
+    fn problem(&mut self, key: &str, origin: &str, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            value: None,
+            origin: origin.into(),
+            message: message.into(),
+        });
+    }
+
+    /// The rules that span several keys: the connection string and the
+    /// leader key's default.
+    fn rules(&mut self, set: &BTreeMap<&str, Raw>, store: &mut StoreConfig, need: Need) {
+        let engine = set
+            .get("engine")
+            .filter(|raw| raw.valid)
+            .map(|_| store.engine);
+        if let Some(cs) = self.connection_string(set, engine, need) {
+            store.store.connection_string = cs;
+        }
+        if !set.contains_key("leader_key") {
+            store.leader_key = format!("gap-healer:{}", store.store.schema);
+        }
+    }
+
+    /// The connection string from `connection_string` or `connection_string_file`
+    /// (not both), checked by the engine's own parser. Never echoes the value.
+    fn connection_string(
+        &mut self,
+        set: &BTreeMap<&str, Raw>,
+        engine: Option<EngineKind>,
+        need: Need,
+    ) -> Option<ConnectionString> {
+        let (text, origin) = match (
+            set.get("connection_string"),
+            set.get("connection_string_file"),
+        ) {
+            (Some(inline), Some(file)) => {
+                self.problem(
+                    "connection_string",
+                    &format!("{} and {}", inline.origin, file.origin),
+                    "set connection_string or connection_string_file, not both",
+                );
+                return None;
+            }
+            (Some(inline), None) => (inline.text.clone(), inline.origin.clone()),
+            (None, Some(file)) => match read_small(&file.text) {
+                Ok(text) => {
+                    self.origins
+                        .push(("connection_string", file.origin.clone()));
+                    (
+                        text.trim_end_matches(['\r', '\n']).to_string(),
+                        format!("file {} named by {}", file.text, file.origin),
+                    )
+                }
+                Err(e) => {
+                    self.problems.push(Problem {
+                        key: "connection_string_file".into(),
+                        value: Some(file.text.clone()),
+                        origin: file.origin.clone(),
+                        message: format!("cannot read the file: {e}"),
+                    });
+                    return None;
+                }
+            },
+            (None, None) => {
+                return match need {
+                    Need::EngineOnly => Some(ConnectionString::new("")),
+                    Need::Connection => {
+                        self.problem(
+                            "connection_string",
+                            "nowhere",
+                            "required: set GAP_HEALER_CONNECTION_STRING, connection_string_file, or --connection-string",
+                        );
+                        None
+                    }
+                };
+            }
+        };
+        let cs = ConnectionString::new(text);
+        if cs.is_empty() {
+            if need == Need::Connection {
+                self.problem("connection_string", &origin, "is empty");
+                return None;
+            }
+            return Some(cs);
+        }
+        if let Some(engine) = engine {
+            if let Err(message) = crate::engine::check_connection_string(engine, &cs) {
+                self.problem("connection_string", &origin, cs.scrub(&message));
+                return None;
+            }
+        }
+        Some(cs)
+    }
+}
+
+/// A secret file of at most 64 KiB (a connection string, not `/dev/zero`).
+fn read_small(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    const MAX: u64 = 64 * 1024;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX {
+        return Err(std::io::Error::other(
+            "larger than 64 KiB: not a connection string",
+        ));
+    }
+    Ok(text)
+}
+
+impl Settings {
+    /// The effective configuration as TOML, connection string redacted, each
+    /// line commented with where its value came from.
+    pub fn to_toml(&self) -> String {
+        let origin = |key: &str| {
+            self.origins
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or("default", |(_, o)| o.as_str())
+        };
+        let rows: Vec<(&str, String, &str)> = KEYS
+            .iter()
+            .filter_map(|k| {
+                let value = k.show(&self.daemon, &self.store_config)?;
+                Some((k.name, value, origin(k.name)))
+            })
+            .collect();
+        let width = rows
+            .iter()
+            .map(|(k, v, _)| k.len() + v.len())
+            .max()
+            .unwrap_or(0)
+            + 3;
+        rows.into_iter()
+            .map(|(k, v, o)| {
+                let line = format!("{k} = {v}");
+                format!("{line:<width$}  # {o}\n")
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn args() -> ConfigArgs {
+        ConfigArgs::default()
+            .with("engine", "postgres")
+            .with("connection_string", "host=db user=u password=pw")
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn temp_dir(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("gh-cfg-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let s = load(&args(), env(&[]), Need::Connection).unwrap();
+        assert_eq!(s.gap_timeout, DEFAULT_GAP_TIMEOUT);
+        assert_eq!(s.store.schema, "eventuous");
+        assert_eq!(s.start_from, StartFrom::Checkpoints);
+        assert!(s.leader_election);
+        assert!(!s.dry_run);
+        assert_eq!(s.give_up_after, None, "never gives up unless configured");
+        assert_eq!(s.leader_key, "gap-healer:eventuous");
+        assert_eq!(s.daemon.log_level, DEFAULT_LOG_LEVEL);
+    }
+
+    #[test]
+    fn give_up_after_is_a_duration_or_never() {
+        let with = |v: &str| {
+            load(
+                &args(),
+                env(&[("GAP_HEALER_GIVE_UP_AFTER", v)]),
+                Need::Connection,
+            )
+        };
+        assert_eq!(
+            with("90s").unwrap().give_up_after,
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(with("NEVER").unwrap().give_up_after, None);
+        for (bad, why) in [
+            ("0s", "at least 1s"),
+            ("soon", "or never"),
+            ("-1m", "negative"),
+        ] {
+            let text = with(bad).unwrap_err().to_string();
+            assert!(
+                text.contains(&format!("give_up_after = \"{bad}\" (from environment variable GAP_HEALER_GIVE_UP_AFTER)"))
+                    && text.contains(why),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn precedence_file_env_flags() {
+        let dir = temp_dir("prec");
+        let file = dir.join("a.toml");
+        std::fs::write(
+            &file,
+            "gap_timeout = \"7s\"\npoll_interval = \"1s\"\nlock_timeout = \"3s\"\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.config = Some(file.clone());
+        a.set("lock_timeout", "4s");
+        let s = load(
+            &a,
+            env(&[
+                ("GAP_HEALER_POLL_INTERVAL", "2s"),
+                ("GAP_HEALER_LOCK_TIMEOUT", "9s"),
+            ]),
+            Need::Connection,
+        )
+        .unwrap();
+        assert_eq!(s.gap_timeout, Duration::from_secs(7));
+        assert_eq!(s.poll_interval, Duration::from_secs(2));
+        assert_eq!(s.lock_timeout, Duration::from_secs(4));
+        let toml = s.to_toml();
+        assert!(
+            toml.contains("# environment variable GAP_HEALER_POLL_INTERVAL"),
+            "{toml}"
+        );
+        assert!(toml.contains("# flag --lock-timeout"), "{toml}");
+        assert!(
+            toml.contains(&format!("# config file {}", file.display())),
+            "{toml}"
+        );
+        assert!(!toml.contains("pw\""), "{toml}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn all_problems_reported_at_once_with_key_value_origin() {
+        let dir = temp_dir("bad");
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "gap_timout = \"5s\"\nschema = \"x; drop table y\"\n").unwrap();
+        let mut a = ConfigArgs::default()
+            .with("engine", "oracle")
+            .with("poll_interval", "-1s");
+        a.config = Some(file.clone());
+        let err = load(
+            &a,
+            env(&[("GAP_HEALER_LOCK_TIMEOUT", "soon")]),
+            Need::Connection,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        for needle in [
+            "gap_timout",
+            "did you mean `gap_timeout`",
+            "engine = \"oracle\" (from flag --engine): unknown engine",
+            "schema = \"x; drop table y\"",
+            "poll_interval = \"-1s\" (from flag --poll-interval): must not be negative",
+            "lock_timeout = \"soon\" (from environment variable GAP_HEALER_LOCK_TIMEOUT)",
+            "connection_string (from nowhere): required",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert_eq!(err.problems.len(), 6, "{text}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn unknown_env_vars_are_ignored() {
+        let s = load(
+            &args(),
+            env(&[
+                ("GAP_HEALER_SERVICE_HOST", "10.0.0.1"),
+                ("GAP_HEALER_PORT", "tcp://x"),
+            ]),
+            Need::Connection,
+        );
+        assert!(s.is_ok());
+    }
+
+    #[test]
+    fn bad_connection_string_never_echoes_password() {
+        let a = args().with(
+            "connection_string",
+            "Server=tcp:db,notaport;Password=hunter2secret;User Id=sa",
+        );
+        if let Err(e) = load(&a.with("engine", "mssql"), env(&[]), Need::Connection) {
+            assert!(!e.to_string().contains("hunter2secret"), "{e}");
+        }
+        let a = args().with(
+            "connection_string",
+            "host=db port=notaport password=hunter2secret",
+        );
+        let e = load(&a, env(&[]), Need::Connection).unwrap_err();
+        assert!(!e.to_string().contains("hunter2secret"), "{e}");
+        assert!(e.to_string().contains("connection_string"), "{e}");
+    }
+
+    #[test]
+    fn connection_string_from_a_file_and_not_both() {
+        let dir = temp_dir("cs");
+        let secret = dir.join("cs");
+        std::fs::write(&secret, "host=db password=FromFile1\n").unwrap();
+        let path = secret.to_str().unwrap();
+        let a = ConfigArgs::default()
+            .with("engine", "postgres")
+            .with("connection_string_file", path);
+        let s = load(&a, env(&[]), Need::Connection).unwrap();
+        assert_eq!(
+            s.store.connection_string.expose(),
+            "host=db password=FromFile1"
+        );
+        let toml = s.to_toml();
+        assert!(toml.contains("# flag --connection-string-file"), "{toml}");
+        assert!(!toml.contains("connection_string_file ="), "{toml}");
+        assert!(!toml.contains("FromFile1"), "{toml}");
+        let err = load(
+            &a,
+            env(&[("GAP_HEALER_CONNECTION_STRING", "host=x")]),
+            Need::Connection,
+        )
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(err.to_string().contains("not both"), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn engine_only_needs_no_connection_string() {
+        let a = ConfigArgs::default().with("engine", "mssql");
+        assert!(load(&a, env(&[]), Need::EngineOnly).is_ok());
+        let err = load(&ConfigArgs::default(), env(&[]), Need::EngineOnly).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(
+            err.to_string()
+                .contains("engine (from nowhere): required: set --engine, GAP_HEALER_ENGINE"),
+            "{err}"
+        );
+    }
+
+    /// Each key, set through each layer, lands in the settings and is shown
+    /// by `gap-healer config` with that layer as its origin.
+    #[test]
+    fn every_key_by_env_file_and_flag() {
+        let dir = temp_dir("every");
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "host=db").unwrap();
+        let secret = secret.to_str().unwrap().to_string();
+        // A valid value other than the default, for each key.
+        let value = |key: &Key| match key.name {
+            "engine" => "mssql".to_string(),
+            "connection_string" => "Server=tcp:db,1433;User Id=sa;Password=x".into(),
+            "connection_string_file" => secret.clone(),
+            "schema" | "tombstone_stream" | "tombstone_type" | "leader_key" => "other".into(),
+            "metrics_addr" => "127.0.0.1:1".into(),
+            "start_from" => "head".into(),
+            "lookback" | "scan_page_size" => "123".into(),
+            "dry_run" => "true".into(),
+            "leader_election" => "false".into(),
+            "log_format" => "json".into(),
+            "log_level" => "debug".into(),
+            _ => "7s".into(),
+        };
+        for key in KEYS {
+            // The connection string and its file exclude each other, and the
+            // engine must match the string.
+            let base: Vec<(&str, String)> = match key.name {
+                "engine" => vec![(
+                    "connection_string",
+                    value(Key::find("connection_string").unwrap()),
+                )],
+                "connection_string" => vec![("engine", "mssql".into())],
+                "connection_string_file" => vec![("engine", "postgres".into())],
+                _ => vec![
+                    ("engine", "postgres".into()),
+                    ("connection_string", "host=db".into()),
+                ],
+            };
+            let flag_origin = format!("flag --{}", key.long());
+            let env_origin = format!("environment variable {}", key.env());
+            let file = dir.join(format!("{}.toml", key.name));
+            std::fs::write(
+                &file,
+                format!("{} = {}\n", key.name, toml::Value::String(value(key))),
+            )
+            .unwrap();
+            let file_origin = format!("config file {}", file.display());
+            for layer in 0..3 {
+                let mut a = ConfigArgs::default();
+                for (k, v) in &base {
+                    a.set(k, v.clone());
+                }
+                let mut e = Vec::new();
+                let origin = match layer {
+                    0 => {
+                        a.set(key.name, value(key));
+                        &flag_origin
+                    }
+                    1 => {
+                        e.push((key.env(), value(key)));
+                        &env_origin
+                    }
+                    _ => {
+                        a.config = Some(file.clone());
+                        &file_origin
+                    }
+                };
+                let s = load(&a, e, Need::Connection)
+                    .unwrap_or_else(|err| panic!("{} by {origin}: {err}", key.name));
+                let toml = s.to_toml();
+                let shown = match key.name {
+                    "connection_string_file" => "connection_string",
+                    name => name,
+                };
+                let line = toml
+                    .lines()
+                    .find(|l| l.starts_with(&format!("{shown} = ")))
+                    .unwrap_or_else(|| panic!("{shown} not in\n{toml}"));
+                assert!(line.ends_with(&format!("# {origin}")), "{line}");
+                if key.show(&s.daemon, &s.store_config).is_some() {
+                    let def = load(&args(), vec![], Need::Connection).unwrap();
+                    assert_ne!(
+                        key.show(&s.daemon, &s.store_config),
+                        key.show(&def.daemon, &def.store_config),
+                        "{} by {origin} changed nothing",
+                        key.name
+                    );
+                }
+            }
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    /// The example file names every key and loads as it is.
+    #[test]
+    fn the_example_file_has_every_key() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-healer.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        for key in KEYS {
+            assert!(
+                text.lines().any(|l| l
+                    .trim_start_matches("# ")
+                    .starts_with(&format!("{} = ", key.name))),
+                "{} missing from {path}",
+                key.name
+            );
+        }
+        let mut a = ConfigArgs::default().with("connection_string", "host=db");
+        a.config = Some(path.into());
+        let s = load(&a, vec![], Need::Connection).unwrap();
+        assert!(s.origins.iter().any(|(_, o)| o.starts_with("config file")));
+    }
+
+    #[test]
+    fn log_level_typos_are_refused() {
+        let err = load(&args().with("log_level", "wran"), vec![], Need::Connection).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "log_level = \"wran\" (from flag --log-level): `wran` is not a level (did you mean `warn`?)"
+            ),
+            "{err}"
+        );
+    }
+
+    proptest! {
+        /// Any text in any key, from any layer: never a panic, and either valid
+        /// settings or problems that each name a key.
+        #[test]
+        fn never_panics(
+            key in proptest::sample::select(KEYS.iter().map(|k| k.name).collect::<Vec<_>>()),
+            value in "\\PC{0,30}",
+            layer in 0..2u8,
+        ) {
+            let mut a = args();
+            let mut e = Vec::new();
+            if layer == 0 {
+                e.push((format!("GAP_HEALER_{}", key.to_ascii_uppercase()), value.clone()));
+            } else {
+                a.set(key, value.clone());
+            }
+            if let Err(err) = load(&a, e, Need::Connection) {
+                prop_assert!(!err.problems.is_empty());
+                prop_assert!(err.problems.iter().all(|p| !p.key.is_empty()));
+            }
+        }
+    }
+}
