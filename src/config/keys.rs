@@ -26,8 +26,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9477";
 pub const DEFAULT_LOOKBACK: u64 = 1_000_000;
 pub const DEFAULT_SCAN_PAGE_SIZE: u32 = 10_000;
-pub const DEFAULT_TOMBSTONE_STREAM: &str = "__tombstones__";
-pub const DEFAULT_TOMBSTONE_TYPE: &str = "$tombstone";
+/// The tombstone stream and type are the engines' (and Eventuous's) convention.
+pub use crate::engine::{DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE};
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 /// One configuration key.
