@@ -10,6 +10,7 @@
 //! tombstone stream's Streams row, and only inside [`Engine::fill`].
 
 pub mod check;
+pub mod keywords;
 pub mod mssql;
 pub mod pool;
 pub mod postgres;
@@ -390,9 +391,12 @@ impl fmt::Display for EngineKind {
 /// connects. The message is the driver's, scrubbed of the password.
 pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Result<(), String> {
     let result = match kind {
-        EngineKind::Postgres => postgres::tls::parse(cs.expose())
-            .map(|_| ())
-            .map_err(|e| format!("not a PostgreSQL connection string: {e}")),
+        EngineKind::Postgres => postgres::tls::parse(cs.expose()).map(|_| ()).map_err(|e| {
+            format!(
+                "not a PostgreSQL connection string: {e} ({})",
+                postgres::npgsql::ACCEPTED_FORMS
+            )
+        }),
         EngineKind::Mssql => mssql::check_connection_string(cs),
     };
     result.map_err(|m| cs.scrub(&m))

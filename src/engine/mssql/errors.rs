@@ -330,7 +330,10 @@ mod tests {
             Class::Outcome(FillOutcome::Busy)
         );
         // Any other generic error stays what it is.
-        assert_eq!(normalize(BABELFISH_GENERIC, "syntax error"), BABELFISH_GENERIC);
+        assert_eq!(
+            normalize(BABELFISH_GENERIC, "syntax error"),
+            BABELFISH_GENERIC
+        );
         assert_eq!(normalize(1222, "whatever"), 1222);
     }
 

@@ -15,7 +15,8 @@
 //! - `leader`: the advisory leader lock and its fence token;
 //! - `preflight`: the facts `check` gathers and the pure verdicts on them;
 //! - `sql`: the statements, from `sql/postgres/*.sql`;
-//! - `tls`: TLS from libpq's options.
+//! - `tls`: TLS from libpq's options;
+//! - `npgsql`: Npgsql connection strings, turned into libpq's form.
 //!
 //! Architecture invariant: this module writes only inside
 //! [`Engine::fill_ranges`] (tombstone rows and the tombstone stream's row)
@@ -28,6 +29,7 @@ mod conn;
 mod errors;
 mod fill;
 mod leader;
+pub mod npgsql;
 mod preflight;
 mod sql;
 pub mod tls;

@@ -181,11 +181,15 @@ pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
             Check::Tls,
             "off: not encrypted (sslmode=require or verify-full, with sslrootcert=FILE for a private CA, turns it on)",
         ),
+        (TlsMode::Encrypted, Some(true)) => Finding::pass(
+            Check::Tls,
+            "on, server certificate NOT verified (sslmode=require): use verify-full with sslrootcert=FILE to know whom gap-healer writes to",
+        ),
         (TlsMode::Verified { roots }, Some(true)) => Finding::pass(
             Check::Tls,
             format!("on, server certificate verified against {roots}"),
         ),
-        (TlsMode::Verified { .. }, _) => Finding::fail(
+        (TlsMode::Encrypted | TlsMode::Verified { .. }, _) => Finding::fail(
             Check::Tls,
             "TLS was asked for but this session is not encrypted",
         ),

@@ -5,10 +5,16 @@
 //! `verify-ca`, `verify-full` and `sslrootcert`. This module takes those out
 //! before tokio-postgres parses the string and decides:
 //! - `disable`, `allow`, `prefer` (the default): no TLS;
-//! - `require`, `verify-ca`, `verify-full`: TLS with the server's certificate
-//!   verified (chain and host name) against `sslrootcert` when given, else the
-//!   system's roots. Stricter than libpq's `require`, which does not verify:
-//!   a healer that writes to the store must know whom it talks to.
+//! - `require`: TLS without verifying the server's certificate, as libpq and
+//!   Npgsql mean it (the usual cloud setting): encrypted, but it does not
+//!   prove whom it talks to, which `check` says; with `sslrootcert` given it
+//!   verifies, as libpq does;
+//! - `verify-ca`, `verify-full`: TLS with the server's certificate verified
+//!   (chain and host name, so `verify-ca` is as strict as `verify-full`)
+//!   against `sslrootcert` when given, else the system's roots.
+//!
+//! Npgsql strings (`Host=..;SSL Mode=Require`) are turned into the libpq
+//! form first ([`super::npgsql`]).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -21,7 +27,11 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TlsMode {
     Off,
-    Verified { roots: String },
+    /// Encrypted, the server's certificate not verified (`sslmode=require`).
+    Encrypted,
+    Verified {
+        roots: String,
+    },
 }
 
 pub struct Target {
@@ -32,12 +42,35 @@ pub struct Target {
 
 /// Parses a libpq key/value string or URL. Errors never contain a value.
 pub fn parse(raw: &str) -> Result<Target, String> {
+    let converted;
+    let raw = if super::npgsql::is_npgsql(raw) {
+        converted = super::npgsql::to_libpq(raw)?;
+        converted.as_str()
+    } else {
+        raw
+    };
     let (rest, options) = take_tls_options(raw)?;
     let mut config = Config::from_str(&rest)
         .map_err(|e| format!("invalid PostgreSQL connection string: {e}"))?;
     let verify = match options.sslmode.as_deref() {
         None | Some("disable" | "allow" | "prefer") => false,
-        Some("require" | "verify-ca" | "verify-full") => true,
+        // As in libpq: with a root certificate given, require verifies.
+        Some("require") if options.sslrootcert.is_some() => true,
+        Some("require") => {
+            config.ssl_mode(SslMode::Require);
+            let tls = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS setup: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Unverified(provider())))
+                .with_no_client_auth();
+            return Ok(Target {
+                config,
+                tls: MakeRustlsConnect::new(tls),
+                mode: TlsMode::Encrypted,
+            });
+        }
+        Some("verify-ca" | "verify-full") => true,
         Some(_) => return Err(
             "invalid sslmode: expected disable, allow, prefer, require, verify-ca or verify-full"
                 .into(),
@@ -70,6 +103,61 @@ pub fn parse(raw: &str) -> Result<Target, String> {
         tls: MakeRustlsConnect::new(tls_config),
         mode,
     })
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `sslmode=require`: any certificate is accepted, but the handshake's
+/// signatures are still checked, so the session is encrypted to whoever
+/// holds the key of the certificate the server sent.
+#[derive(Debug)]
+struct Unverified(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 fn roots(file: Option<&str>) -> Result<(rustls::RootCertStore, String), String> {
@@ -254,8 +342,18 @@ mod tests {
     fn modes() {
         assert_eq!(parse("host=db user=app").unwrap().mode, TlsMode::Off);
         assert_eq!(parse("host=db sslmode=prefer").unwrap().mode, TlsMode::Off);
+        assert_eq!(
+            parse("host=db sslmode=require").unwrap().mode,
+            TlsMode::Encrypted
+        );
+        assert_eq!(
+            parse("Host=db;Username=app;SSL Mode=Require;Trust Server Certificate=true")
+                .unwrap()
+                .mode,
+            TlsMode::Encrypted
+        );
         assert!(matches!(
-            parse("host=db sslmode=require").map(|t| t.mode),
+            parse("host=db sslmode=verify-full").map(|t| t.mode),
             Ok(TlsMode::Verified { .. }) | Err(_)
         ));
         let e = parse("host=db sslmode=sometimes password=hunter2")

@@ -1,0 +1,195 @@
+//! Npgsql connection strings (`Host=db;Port=5432;Username=app;Password=..;
+//! Database=es;SSL Mode=Require`), the form Eventuous's .NET applications
+//! hold, turned into the libpq key/value form the rest of the engine reads.
+//!
+//! Keys are case- and space-insensitive; values may be quoted as ADO.NET
+//! quotes them ([`crate::engine::keywords::split_ado`]). Errors name keys,
+//! never values.
+
+use crate::engine::keywords::{split_ado, AdoError};
+
+/// The forms a PostgreSQL connection string may take, for error messages.
+pub const ACCEPTED_FORMS: &str =
+    "accepted forms: libpq key/value (host=db port=5432 user=app dbname=es), \
+     a URL (postgres://app@db:5432/es), or Npgsql (Host=db;Port=5432;Username=app;Database=es)";
+
+/// Npgsql's keys (lower case, inner spaces single) and the libpq key each becomes.
+const KEYS: &[(&[&str], Target)] = &[
+    (&["host", "server"], Target::Libpq("host")),
+    (&["port"], Target::Libpq("port")),
+    (
+        &["username", "user name", "user id", "userid", "user", "uid"],
+        Target::Libpq("user"),
+    ),
+    (&["password", "pwd", "psw"], Target::Libpq("password")),
+    (&["database", "db"], Target::Libpq("dbname")),
+    (&["ssl mode", "sslmode"], Target::SslMode),
+    (
+        &["root certificate", "rootcertificate"],
+        Target::Libpq("sslrootcert"),
+    ),
+    (&["timeout"], Target::Libpq("connect_timeout")),
+    (
+        &["application name", "applicationname"],
+        Target::Libpq("application_name"),
+    ),
+    (
+        &["command timeout", "commandtimeout"],
+        Target::Setting("statement_timeout", "s"),
+    ),
+    (
+        &["search path", "searchpath"],
+        Target::Setting("search_path", ""),
+    ),
+    (
+        &["trust server certificate", "trustservercertificate"],
+        Target::Ignored,
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum Target {
+    Libpq(&'static str),
+    SslMode,
+    /// A server setting passed in `options` (`-c name=value<unit>`).
+    Setting(&'static str, &'static str),
+    /// Accepted and without effect: `SSL Mode=Require` already skips
+    /// certificate verification, as Npgsql 6+ does.
+    Ignored,
+}
+
+/// Whether `raw` is an Npgsql string: not a URL, and either `;`-separated or
+/// its first key is not a libpq key (libpq keys are lower case, no spaces).
+pub fn is_npgsql(raw: &str) -> bool {
+    let raw = raw.trim();
+    if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+        return false;
+    }
+    if raw.contains(';') {
+        return true;
+    }
+    let first_key = raw.split('=').next().unwrap_or_default().trim();
+    !first_key.is_empty()
+        && first_key
+            .chars()
+            .any(|c| c.is_ascii_uppercase() || c.is_whitespace())
+}
+
+/// The libpq key/value string an Npgsql string stands for.
+pub fn to_libpq(raw: &str) -> Result<String, String> {
+    let pairs =
+        split_ado(raw).map_err(|AdoError(e)| format!("invalid Npgsql connection string: {e}"))?;
+    let mut out: Vec<String> = Vec::new();
+    let mut settings: Vec<String> = Vec::new();
+    for (key, value) in &pairs {
+        let Some((_, target)) = KEYS.iter().find(|(names, _)| names.contains(&key.as_str())) else {
+            return Err(format!(
+                "unknown Npgsql connection string key {key:?} (known: Host, Server, Port, Username, User ID, \
+                 Password, Database, SSL Mode, Trust Server Certificate, Root Certificate, Timeout, \
+                 Command Timeout, Application Name, Search Path)"
+            ));
+        };
+        match target {
+            Target::Libpq(name) => out.push(format!("{name}={}", quote(value))),
+            Target::SslMode => out.push(format!("sslmode={}", ssl_mode(value)?)),
+            Target::Setting(name, unit) => {
+                if value.contains(|c: char| c.is_whitespace() || c == '\\' || c == '\'') {
+                    return Err(format!(
+                        "Npgsql key {key:?}: the value may not contain spaces or quotes"
+                    ));
+                }
+                settings.push(format!("-c {name}={value}{unit}"));
+            }
+            Target::Ignored => {}
+        }
+    }
+    if !settings.is_empty() {
+        out.push(format!("options={}", quote(&settings.join(" "))));
+    }
+    Ok(out.join(" "))
+}
+
+/// Npgsql's SSL Mode names as libpq's.
+fn ssl_mode(value: &str) -> Result<&'static str, String> {
+    let v: String = value
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    Ok(match v.as_str() {
+        "disable" => "disable",
+        "allow" => "allow",
+        "prefer" => "prefer",
+        "require" => "require",
+        "verifyca" => "verify-ca",
+        "verifyfull" => "verify-full",
+        _ => return Err(
+            "invalid SSL Mode: expected Disable, Allow, Prefer, Require, VerifyCA or VerifyFull"
+                .into(),
+        ),
+    })
+}
+
+/// A libpq value, single-quoted with `\` and `'` escaped.
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventuous_sample_strings_are_npgsql() {
+        // The shape of the connection strings in Eventuous's samples.
+        let s = "Host=localhost;Username=postgres;Password=secret;Database=eventuous;Include Error Detail=true";
+        assert!(is_npgsql(s));
+        // Include Error Detail is not one we know: named, value not shown.
+        let e = to_libpq(s).unwrap_err();
+        assert!(e.contains("\"include error detail\""), "{e}");
+        assert!(!e.contains("secret"), "{e}");
+
+        let s = "Host=db.internal;Port=5433;Username=gap_healer;Password='p;w''d';Database=es;\
+                 SSL Mode=Require;Trust Server Certificate=true;Timeout=7;Command Timeout=30;\
+                 Application Name=orders healer;Search Path=eventuous";
+        assert_eq!(
+            to_libpq(s).unwrap(),
+            "host='db.internal' port='5433' user='gap_healer' password='p;w\\'d' dbname='es' \
+             sslmode=require connect_timeout='7' application_name='orders healer' \
+             options='-c statement_timeout=30s -c search_path=eventuous'"
+        );
+    }
+
+    #[test]
+    fn keys_are_case_and_space_insensitive() {
+        let a =
+            to_libpq("HOST=db;user id=app;SSLMODE=verifyfull;ROOT CERTIFICATE=/ca.pem").unwrap();
+        assert_eq!(
+            a,
+            "host='db' user='app' sslmode=verify-full sslrootcert='/ca.pem'"
+        );
+        assert_eq!(
+            to_libpq("Server=db;User Name=app;SSL Mode=Verify-CA").unwrap(),
+            "host='db' user='app' sslmode=verify-ca"
+        );
+    }
+
+    #[test]
+    fn libpq_strings_and_urls_are_not_npgsql() {
+        assert!(!is_npgsql("host=db port=5432 user=app dbname=es"));
+        assert!(!is_npgsql("postgres://app:pw@db/es?sslmode=require"));
+        assert!(!is_npgsql("postgresql://db/es"));
+        assert!(is_npgsql("Host=db"));
+        assert!(is_npgsql("Host=db; Username=app"));
+    }
+
+    #[test]
+    fn bad_values_are_named_never_shown() {
+        let e = to_libpq("Host=db;Password=Zq7Secret;SSL Mode=Sometimes").unwrap_err();
+        assert!(e.contains("SSL Mode") && !e.contains("Zq7Secret"), "{e}");
+        let e = to_libpq("Host=db;Password='Zq7Secret").unwrap_err();
+        assert!(!e.contains("Zq7Secret"), "{e}");
+        let e = to_libpq("Host=db;Search Path='a b'").unwrap_err();
+        assert!(e.contains("search path"), "{e}");
+    }
+}
