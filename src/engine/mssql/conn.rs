@@ -23,14 +23,14 @@
 //!
 //! # Dedicated sessions
 //! The leader lock lives on a session of its own, never a pooled one
-//! ([`connect_dedicated`]): it is opened with TCP keepalive on, follows an
-//! Azure SQL gateway redirect like the pool does, and is closed by dropping it.
+//! ([`connect`], as the pool's are): it is opened with TCP keepalive on,
+//! follows an Azure SQL gateway redirect, and is closed by dropping it.
 
-use tiberius::{AuthMethod, Config};
+use tiberius::{AuthMethod, Config, EncryptionLevel};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::errors::{connect_error, driver_error};
+use super::errors::driver_error;
 use crate::engine::keywords::{last, split_ado, AdoError};
 use crate::engine::DbError;
 use crate::secret::ConnectionString;
@@ -46,19 +46,16 @@ pub(crate) struct Session {
     pub(crate) clean: bool,
 }
 
-/// bb8's view of SQL Server: bb8-tiberius's connection manager, plus the
-/// clean flag and error classification.
+/// bb8's view of SQL Server: sessions from [`connect`], the clean flag, and
+/// error classification.
 pub(crate) struct Manager {
-    inner: bb8_tiberius::ConnectionManager,
+    config: Config,
     secret: ConnectionString,
 }
 
 impl Manager {
     pub(crate) fn new(config: Config, secret: ConnectionString) -> Self {
-        Manager {
-            inner: bb8_tiberius::ConnectionManager::new(config),
-            secret,
-        }
+        Manager { config, secret }
     }
 }
 
@@ -67,13 +64,11 @@ impl bb8::ManageConnection for Manager {
     type Error = DbError;
 
     async fn connect(&self) -> Result<Session, DbError> {
-        match bb8::ManageConnection::connect(&self.inner).await {
-            Ok(client) => Ok(Session {
-                client,
-                clean: true,
-            }),
-            Err(e) => Err(connect_error(&e, &self.secret)),
-        }
+        let client = connect(&self.config, &self.secret).await?;
+        Ok(Session {
+            client,
+            clean: true,
+        })
     }
 
     async fn is_valid(&self, session: &mut Session) -> Result<(), DbError> {
@@ -103,9 +98,14 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
-/// Opens one session outside the pool: TCP with `SO_KEEPALIVE` and
+/// Opens one session, pooled or dedicated: TCP with `SO_KEEPALIVE` and
 /// `TCP_NODELAY`, then the TDS login; one redirect (Azure SQL's "redirect"
-/// connection policy) is followed, as bb8-tiberius does for the pool.
+/// connection policy) is followed.
+///
+/// `Encrypt=false` behaves as SqlClient's: the login is encrypted when the
+/// server offers TLS, and a server that offers none (Babelfish without
+/// PostgreSQL's ssl) gets a plaintext session. `Encrypt=true` (or strict)
+/// never falls back: such a server is refused.
 ///
 /// Keepalive uses the operating system's timers (on Linux the first probe
 /// after 2 hours idle, unless `net.ipv4.tcp_keepalive_time` says otherwise):
@@ -113,23 +113,86 @@ impl bb8::ManageConnection for Manager {
 /// dependency. The leader's heartbeat query every second, bounded by the
 /// caller, is what notices a dead server quickly; keepalive only keeps a
 /// quiet connection from being dropped silently by a middlebox.
-pub(crate) async fn connect_dedicated(
-    config: &Config,
-    secret: &ConnectionString,
-) -> Result<Client, DbError> {
-    let tcp = open_tcp(&config.get_addr(), secret).await?;
+pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Result<Client, DbError> {
+    match login(config.clone(), secret).await {
+        Err(Refused::NoTls) if wants_login_encryption_only(config) => {
+            let mut plain = config.clone();
+            plain.encryption(EncryptionLevel::NotSupported);
+            tracing::debug!("the server offers no TLS and Encrypt=false: connecting unencrypted");
+            login(plain, secret).await.map_err(|e| e.into_db(secret))
+        }
+        other => other.map_err(|e| e.into_db(secret)),
+    }
+}
+
+/// A connection string's `Encrypt=false` (tiberius: encrypt the login only).
+/// tiberius has no getter for the level; its `Debug` output names it (the
+/// unit test below pins that).
+fn wants_login_encryption_only(config: &Config) -> bool {
+    format!("{config:?}").contains("encryption: Off")
+}
+
+/// Why a login failed.
+enum Refused {
+    /// The server offers no TLS where the login asked for it.
+    NoTls,
+    Other(DbError),
+}
+
+impl Refused {
+    fn into_db(self, secret: &ConnectionString) -> DbError {
+        match self {
+            Refused::NoTls => DbError::permanent(secret.scrub(
+                "the server offers no TLS and the connection string asks for encryption \
+                 (Encrypt=true or strict): not connecting unencrypted",
+            )),
+            Refused::Other(e) => e,
+        }
+    }
+}
+
+/// One login attempt. tiberius panics when the server offers no TLS and
+/// the login requires it; the attempt runs as its own task so that panic is
+/// an error here, not a crash.
+async fn login(config: Config, secret: &ConnectionString) -> Result<Client, Refused> {
+    let task_secret = secret.clone();
+    let attempt = tokio::spawn(async move { login_once(config, &task_secret).await });
+    match attempt.await {
+        Ok(result) => result,
+        Err(join) if join.is_panic() => Err(Refused::NoTls),
+        Err(join) => Err(Refused::Other(DbError::transient(format!(
+            "SQL Server login did not finish: {join}"
+        )))),
+    }
+}
+
+async fn login_once(config: Config, secret: &ConnectionString) -> Result<Client, Refused> {
+    let failed = |e: tiberius::error::Error| {
+        let no_tls = matches!(&e, tiberius::error::Error::Tls(_))
+            || matches!(&e, tiberius::error::Error::Io { message, .. } if message.contains("tls handshake eof"));
+        if no_tls {
+            Refused::NoTls
+        } else {
+            Refused::Other(driver_error(&e, secret))
+        }
+    };
+    let tcp = open_tcp(&config.get_addr(), secret)
+        .await
+        .map_err(Refused::Other)?;
     match tiberius::Client::connect(config.clone(), tcp.compat_write()).await {
         Ok(client) => Ok(client),
         Err(tiberius::error::Error::Routing { host, port }) => {
-            let mut routed = config.clone();
+            let mut routed = config;
             routed.host(&host);
             routed.port(port);
-            let tcp = open_tcp(&routed.get_addr(), secret).await?;
+            let tcp = open_tcp(&routed.get_addr(), secret)
+                .await
+                .map_err(Refused::Other)?;
             tiberius::Client::connect(routed, tcp.compat_write())
                 .await
-                .map_err(|e| driver_error(&e, secret))
+                .map_err(failed)
         }
-        Err(e) => Err(driver_error(&e, secret)),
+        Err(e) => Err(failed(e)),
     }
 }
 
@@ -320,6 +383,23 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_encrypt_false_may_fall_back_to_plaintext() {
+        let config = |cs: &str| config_from_ado(cs).unwrap();
+        assert!(wants_login_encryption_only(&config(
+            "Server=db;User Id=app;Password=x;Encrypt=false"
+        )));
+        for strict in [
+            "Server=db;User Id=app;Password=x;Encrypt=true",
+            "Server=db;User Id=app;Password=x",
+            "Server=db;User Id=app;Password=x;Encrypt=strict",
+        ] {
+            if let Ok(c) = config_from_ado(strict) {
+                assert!(!wants_login_encryption_only(&c), "{strict}");
+            }
+        }
+    }
 
     fn password_of(raw: &str) -> String {
         let pairs = split_ado(raw).expect(raw);

@@ -223,16 +223,6 @@ pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionStri
     }
 }
 
-/// A connection attempt's error (bb8-tiberius wraps tiberius and I/O errors).
-pub(crate) fn connect_error(err: &bb8_tiberius::Error, secret: &ConnectionString) -> DbError {
-    match err {
-        bb8_tiberius::Error::Tiberius(e) => driver_error(e, secret),
-        bb8_tiberius::Error::Io(e) => {
-            DbError::transient(secret.scrub(&format!("cannot reach SQL Server: {e}")))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,10 +423,10 @@ mod tests {
         assert_eq!(e.code.as_deref(), Some("18456"));
         assert!(!e.message.contains("hunter2"), "{}", e.message);
 
-        let io = bb8_tiberius::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            "refused",
-        ));
-        assert!(connect_error(&io, &secret).is_transient());
+        let io = tiberius::error::Error::Io {
+            kind: std::io::ErrorKind::ConnectionRefused,
+            message: "refused".into(),
+        };
+        assert!(driver_error(&io, &secret).is_transient());
     }
 }

@@ -105,8 +105,7 @@ impl fmt::Debug for MssqlLeaderSession {
 impl MssqlEngine {
     /// A session of its own for the leader lock, outside the pool.
     async fn connect_leader_session(&self) -> DbResult<MssqlLeaderSession> {
-        let client =
-            conn::connect_dedicated(&self.config, &self.settings.connection_string).await?;
+        let client = conn::connect(&self.config, &self.settings.connection_string).await?;
         Ok(MssqlLeaderSession {
             client,
             session_id: 0,
