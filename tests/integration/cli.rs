@@ -5,6 +5,13 @@ use std::time::Duration;
 
 use crate::support::*;
 
+/// How long the daemon may take to exit after SIGTERM. Its own worst case is
+/// 2.0 s: the fill in flight gets DRAIN_DEADLINE (1.5 s) before it is
+/// abandoned, then the leader election 200 ms and the metrics server 300 ms
+/// to stop; a bound equal to that fails on a busy machine for no fault of
+/// the daemon, so it gets a second of margin.
+const SIGTERM_BOUND: Duration = Duration::from_secs(3);
+
 fn args<'a>(first: &[&'a str], store: &'a [String]) -> Vec<&'a str> {
     first
         .iter()
@@ -434,7 +441,7 @@ async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
     let (code, took, log) = d.terminate();
     println!("SIGTERM to exit: {took:?}");
     assert_eq!(code, Some(0), "{log}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < SIGTERM_BOUND, "{took:?}");
     assert!(
         log.contains("\"outcome\":\"filled\""),
         "fills are logged with their outcome:\n{log}"
@@ -443,7 +450,7 @@ async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
 }
 
 #[tokio::test]
-async fn sigterm_during_a_lock_wait_exits_within_two_seconds() {
+async fn sigterm_during_a_lock_wait_exits_without_waiting_it_out() {
     let store = Store::new("drain").await;
     store.append("A", 1, Ending::Commit).await;
     let open = store.append_open("slow", 1).await;
@@ -465,7 +472,7 @@ async fn sigterm_during_a_lock_wait_exits_within_two_seconds() {
     let (code, took, log) = d.terminate();
     println!("SIGTERM during a 10 s lock wait: exited in {took:?}");
     assert_eq!(code, Some(0), "{log}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < SIGTERM_BOUND, "{took:?}");
     open.commit().await.expect("the open append still commits");
     assert!(store.tombstone_positions().await.is_empty());
     store.drop_schema().await;
