@@ -1,0 +1,601 @@
+//! SQL Server for the integration tests and the chaos run: where the server
+//! comes from, one database per test, an append that does what Eventuous's
+//! `append_events` does, and a subscriber that follows Eventuous's
+//! all-stream gap rules.
+//!
+//! # Where the server comes from
+//! 1. `GAP_HEALER_TEST_MSSQL`: an ADO.NET connection string of a login that
+//!    may create databases and logins (CI sets it for a `services:` container);
+//! 2. else a `mcr.microsoft.com/mssql/server:2022-latest` container through
+//!    testcontainers, when a Docker engine answers; it is shared by every test
+//!    of the run, and left running when the run ends (a process exit drops no
+//!    statics): its id is printed so it can be removed (`docker rm -f`);
+//! 3. else no server.
+//!
+//! # Skipping honestly
+//! Every SQL Server test is `#[ignore]`d, so a plain `cargo test` reports them
+//! as ignored, never as passed. Run them with `cargo test --test integration
+//! -- --ignored mssql::` (and the chaos run with `cargo test --test chaos --
+//! --ignored sql_server`). Run that way without a server, each one prints
+//! `SQL Server tests skipped: <reason>` and FAILS (panics with the reason): a
+//! run that asked for SQL Server and did not get one must not look green.
+
+use std::fmt::Write as _;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use gap_healer::engine::mssql::MssqlEngine;
+use gap_healer::engine::StoreSettings;
+use tiberius::{Config, Row, ToSql, Uuid};
+use tokio::net::TcpStream;
+use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
+use tokio_util::sync::CancellationToken;
+
+pub use crate::eventuous::{EVENT_TYPE, TOMBSTONE_STREAM, TOMBSTONE_TYPE};
+use crate::subscriber::{Follower, Offered, PageRow};
+
+pub const ENV: &str = "GAP_HEALER_TEST_MSSQL";
+pub const SCHEMA: &str = "eventuous";
+const IMAGE_TAG: &str = "2022-latest";
+const SA_PASSWORD: &str = "GapHealer-Test-2025!";
+const FIXTURE: &str = include_str!("../../fixtures/eventuous_mssql.sql");
+
+pub type Client = tiberius::Client<Compat<TcpStream>>;
+
+static SERVER: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// The admin connection string, or why there is none.
+pub fn server() -> Result<&'static str, String> {
+    SERVER
+        .get_or_init(find_server)
+        .as_deref()
+        .map_err(Clone::clone)
+}
+
+/// The admin connection string. Without a server: prints the reason and
+/// panics (see the module doc: these tests are ignored by default, and a run
+/// that includes them must not pass without SQL Server).
+pub fn require_server() -> &'static str {
+    match server() {
+        Ok(cs) => cs,
+        Err(reason) => {
+            eprintln!("SQL Server tests skipped: {reason}");
+            panic!("SQL Server tests skipped: {reason}");
+        }
+    }
+}
+
+fn find_server() -> Result<String, String> {
+    if let Ok(cs) = std::env::var(ENV) {
+        if !cs.trim().is_empty() {
+            return Ok(cs.trim().trim_end_matches(';').to_string());
+        }
+    }
+    // testcontainers on a runtime of its own, in a thread that keeps the
+    // container alive for the rest of the process.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("mssql-container".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("no tokio runtime for testcontainers: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match start_container().await {
+                    Ok((container, cs)) => {
+                        eprintln!(
+                            "SQL Server test container {} is left running after the tests; remove it with `docker rm -f {}`",
+                            container.id(),
+                            container.id()
+                        );
+                        let _ = tx.send(Ok(cs));
+                        std::future::pending::<()>().await;
+                        drop(container);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the container thread: {e}"))?;
+    rx.recv()
+        .map_err(|_| "the container thread died".to_string())?
+}
+
+async fn start_container() -> Result<
+    (
+        testcontainers::ContainerAsync<testcontainers_modules::mssql_server::MssqlServer>,
+        String,
+    ),
+    String,
+> {
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers::ImageExt;
+    use testcontainers_modules::mssql_server::MssqlServer;
+
+    let container = MssqlServer::default()
+        .with_accept_eula()
+        .with_sa_password(SA_PASSWORD)
+        .with_tag(IMAGE_TAG)
+        .with_startup_timeout(Duration::from_secs(240))
+        .start()
+        .await
+        .map_err(|e| format!("{ENV} is not set and no Docker engine answered ({e})"))?;
+    let host = container
+        .get_host()
+        .await
+        .map_err(|e| format!("container host: {e}"))?;
+    let port = container
+        .get_host_port_ipv4(1433)
+        .await
+        .map_err(|e| format!("container port: {e}"))?;
+    let cs = format!(
+        "Server=tcp:{host},{port};User Id=sa;Password={SA_PASSWORD};Encrypt=true;TrustServerCertificate=true"
+    );
+    // The image logs "ready" a little before logins work.
+    crate::wait::retry(Duration::from_secs(60), Duration::from_millis(500), || {
+        connect(&cs)
+    })
+    .await
+    .map_err(|e| format!("container never accepted a login: {e}"))?;
+    Ok((container, cs))
+}
+
+/// A tiberius client for an ADO.NET string (test code: the string is ours).
+pub async fn connect(cs: &str) -> Result<Client, String> {
+    let config =
+        Config::from_ado_string(cs).map_err(|e| format!("bad test connection string: {e}"))?;
+    let tcp = TcpStream::connect(config.get_addr())
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    tiberius::Client::connect(config, tcp.compat_write())
+        .await
+        .map_err(|e| format!("login: {e}"))
+}
+
+/// `cs` without its credentials and database, plus `extra`.
+fn with_keys(cs: &str, extra: &str) -> String {
+    let dropped = [
+        "user id",
+        "uid",
+        "user",
+        "password",
+        "pwd",
+        "database",
+        "initial catalog",
+    ];
+    let mut out = String::new();
+    for pair in cs.split(';').filter(|p| !p.trim().is_empty()) {
+        let key = pair
+            .split('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if !dropped.contains(&key.as_str()) {
+            let _ = write!(out, "{pair};");
+        }
+    }
+    out + extra
+}
+
+pub async fn exec(client: &mut Client, sql: &str) {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nin:\n{sql}"))
+        .into_results()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nin:\n{sql}"));
+}
+
+pub async fn rows(client: &mut Client, sql: &str, params: &[&dyn ToSql]) -> Vec<Row> {
+    client
+        .query(sql, params)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nin:\n{sql}"))
+        .into_first_result()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nin:\n{sql}"))
+}
+
+/// One row of Messages, joined with its stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub position: i64,
+    pub stream: String,
+    pub stream_position: i32,
+    pub message_type: String,
+}
+
+/// A database of its own for one test, with the Eventuous schema.
+pub struct TestDb {
+    pub name: String,
+    admin: &'static str,
+    logins: Vec<String>,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let admin = require_server();
+        let name = format!("gap_healer_{}", &Uuid::new_v4().simple().to_string()[..12]);
+        let mut master = connect(admin)
+            .await
+            .unwrap_or_else(|e| panic!("SQL Server at {ENV}: {e}"));
+        exec(&mut master, &format!("CREATE DATABASE [{name}];")).await;
+        let db = TestDb {
+            name,
+            admin,
+            logins: Vec::new(),
+        };
+        let mut client = db.client().await;
+        exec(&mut client, FIXTURE).await;
+        db
+    }
+
+    /// The admin's connection string for this database.
+    pub fn connection_string(&self) -> String {
+        format!("{};Database={}", self.admin, self.name)
+    }
+
+    pub fn settings_for(&self, cs: &str) -> StoreSettings {
+        crate::engine::settings(cs, SCHEMA, Duration::from_secs(10))
+    }
+
+    pub fn settings(&self) -> StoreSettings {
+        self.settings_for(&self.connection_string())
+    }
+
+    /// The engine as the admin, as the daemon builds it.
+    pub fn engine(&self) -> MssqlEngine {
+        crate::engine::mssql(&self.settings()).expect("engine")
+    }
+
+    pub async fn client(&self) -> Client {
+        connect(&self.connection_string())
+            .await
+            .expect("connect to the test database")
+    }
+
+    pub async fn master(&self) -> Client {
+        connect(self.admin).await.expect("connect to master")
+    }
+
+    pub async fn scalar(&self, sql: &str) -> Option<i64> {
+        let mut c = self.client().await;
+        let rows = rows(&mut c, sql, &[]).await;
+        rows.first().and_then(|r| r.get::<i64, _>(0))
+    }
+
+    pub async fn ident_current(&self) -> i64 {
+        self.scalar("SELECT CAST(IDENT_CURRENT(N'eventuous.Messages') AS BIGINT)")
+            .await
+            .expect("IDENT_CURRENT")
+    }
+
+    pub async fn head(&self) -> Option<i64> {
+        self.scalar("SELECT MAX(GlobalPosition) FROM eventuous.Messages")
+            .await
+    }
+
+    /// Every committed row, in position order.
+    pub async fn messages(&self) -> Vec<Message> {
+        let mut c = self.client().await;
+        rows(
+            &mut c,
+            "SELECT m.GlobalPosition, s.StreamName, m.StreamPosition, m.MessageType \
+             FROM eventuous.Messages AS m INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId \
+             ORDER BY m.GlobalPosition",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| Message {
+            position: r.get::<i64, _>(0).unwrap_or(-1),
+            stream: r.get::<&str, _>(1).unwrap_or_default().to_string(),
+            stream_position: r.get::<i32, _>(2).unwrap_or(-1),
+            message_type: r.get::<&str, _>(3).unwrap_or_default().to_string(),
+        })
+        .collect()
+    }
+
+    pub async fn message_at(&self, position: i64) -> Option<Message> {
+        self.messages()
+            .await
+            .into_iter()
+            .find(|m| m.position == position)
+    }
+
+    /// The tombstone stream's Version, `None` when the stream does not exist.
+    pub async fn tombstone_version(&self) -> Option<i64> {
+        self.scalar("SELECT CAST([Version] AS BIGINT) FROM eventuous.Streams WHERE StreamName = N'__tombstones__'")
+            .await
+    }
+
+    /// Invariant 5: the tombstone stream's positions are 0..n-1, Version n-1.
+    pub async fn assert_tombstone_stream_contiguous(&self) {
+        let tombstones: Vec<Message> = self
+            .messages()
+            .await
+            .into_iter()
+            .filter(|m| m.stream == TOMBSTONE_STREAM)
+            .collect();
+        let mut positions: Vec<i32> = tombstones.iter().map(|m| m.stream_position).collect();
+        positions.sort_unstable();
+        let n = positions.len() as i32;
+        assert_eq!(
+            positions,
+            (0..n).collect::<Vec<_>>(),
+            "tombstone stream positions"
+        );
+        assert!(tombstones.iter().all(|m| m.message_type == TOMBSTONE_TYPE));
+        let version = self.tombstone_version().await;
+        if n > 0 || version.is_some() {
+            assert_eq!(version, Some(i64::from(n) - 1), "tombstone stream Version");
+        }
+    }
+
+    /// Appends `ids.len()` events to `stream` like Eventuous's append_events
+    /// (stream row, one INSERT ... SELECT, Version update) in one committed
+    /// transaction. Returns the positions, or the server error number.
+    pub async fn try_append_ids(&self, stream: &str, ids: &[Uuid]) -> Result<Vec<i64>, u32> {
+        let mut c = self.client().await;
+        let sql = format!(
+            "SET XACT_ABORT ON;\nBEGIN TRANSACTION;\n{}\nCOMMIT TRANSACTION;",
+            append_sql(ids.len())
+        );
+        run_append(&mut c, &sql, stream, ids).await
+    }
+
+    pub async fn append(&self, stream: &str, count: usize) -> Vec<i64> {
+        let ids: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
+        self.try_append_ids(stream, &ids)
+            .await
+            .unwrap_or_else(|code| panic!("append failed: {code}"))
+    }
+
+    /// An append that has inserted its rows and holds their keys, not yet
+    /// committed or rolled back.
+    pub async fn begin_append(&self, stream: &str, count: usize) -> OpenAppend {
+        let mut c = self.client().await;
+        exec(&mut c, "BEGIN TRANSACTION;").await;
+        let ids: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
+        let sql = format!("SET XACT_ABORT ON;\n{}", append_sql(count));
+        let positions = run_append(&mut c, &sql, stream, &ids)
+            .await
+            .expect("open append");
+        OpenAppend {
+            client: c,
+            positions,
+        }
+    }
+
+    /// A hole at a rolled-back append's positions; returns them.
+    pub async fn rolled_back_append(&self, stream: &str, count: usize) -> Vec<i64> {
+        let open = self.begin_append(stream, count).await;
+        let positions = open.positions.clone();
+        open.rollback().await;
+        positions
+    }
+
+    pub async fn set_read_committed_snapshot(&self, on: bool) {
+        let mut m = self.master().await;
+        let state = if on { "ON" } else { "OFF" };
+        exec(
+            &mut m,
+            &format!(
+                "ALTER DATABASE [{}] SET READ_COMMITTED_SNAPSHOT {state} WITH ROLLBACK IMMEDIATE;",
+                self.name
+            ),
+        )
+        .await;
+        let got = self
+            .scalar("SELECT CAST(is_read_committed_snapshot_on AS BIGINT) FROM sys.databases WHERE database_id = DB_ID()")
+            .await;
+        assert_eq!(got, Some(i64::from(on)), "READ_COMMITTED_SNAPSHOT {state}");
+    }
+
+    /// Moves the identity so the next append lands `gap` positions later.
+    pub async fn jump_identity(&self, gap: i64) {
+        let current = self.ident_current().await;
+        let mut c = self.client().await;
+        exec(
+            &mut c,
+            &format!(
+                "DBCC CHECKIDENT (N'eventuous.Messages', RESEED, {});",
+                current + gap
+            ),
+        )
+        .await;
+    }
+
+    /// A login and database user with exactly `grants` (T-SQL GRANT
+    /// statements naming the user `{user}`); returns its connection string.
+    pub async fn login_with(&mut self, grants: &[&str]) -> String {
+        let login = format!("gh_login_{}", &Uuid::new_v4().simple().to_string()[..10]);
+        let password = format!("Gh-{}-x9!", Uuid::new_v4().simple());
+        let mut m = self.master().await;
+        exec(
+            &mut m,
+            &format!("CREATE LOGIN [{login}] WITH PASSWORD = N'{password}', CHECK_POLICY = OFF;"),
+        )
+        .await;
+        self.logins.push(login.clone());
+        let mut c = self.client().await;
+        exec(
+            &mut c,
+            &format!("CREATE USER [{login}] FOR LOGIN [{login}];"),
+        )
+        .await;
+        for grant in grants {
+            exec(&mut c, &grant.replace("{user}", &format!("[{login}]"))).await;
+        }
+        with_keys(
+            self.admin,
+            &format!("Database={};User Id={login};Password={password}", self.name),
+        )
+    }
+
+    /// Drops the database and the logins made for it.
+    pub async fn drop(self) {
+        let mut m = self.master().await;
+        exec(
+            &mut m,
+            &format!(
+                "IF DB_ID(N'{0}') IS NOT NULL BEGIN ALTER DATABASE [{0}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE [{0}]; END;",
+                self.name
+            ),
+        )
+        .await;
+        for login in &self.logins {
+            exec(
+                &mut m,
+                &format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];"),
+            )
+            .await;
+        }
+    }
+}
+
+/// An append in flight.
+pub struct OpenAppend {
+    client: Client,
+    pub positions: Vec<i64>,
+}
+
+impl OpenAppend {
+    pub async fn commit(mut self) {
+        exec(&mut self.client, "COMMIT TRANSACTION;").await;
+    }
+
+    pub async fn rollback(mut self) {
+        exec(&mut self.client, "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;").await;
+    }
+}
+
+/// The test events' JSON data.
+const DATA: &str = "{\"n\":1}";
+
+/// An Eventuous-like append of `count` events of [`EVENT_TYPE`] (see
+/// [`crate::eventuous::mssql::append_sql`]).
+fn append_sql(count: usize) -> String {
+    crate::eventuous::mssql::append_sql(EVENT_TYPE, count, false)
+}
+
+/// Runs an append batch for `stream` and `ids`: the positions it took, or the
+/// server's error number.
+async fn run_append(
+    c: &mut Client,
+    sql: &str,
+    stream: &str,
+    ids: &[Uuid],
+) -> Result<Vec<i64>, u32> {
+    let mut params: Vec<&dyn ToSql> = vec![&stream];
+    for id in ids {
+        params.push(id);
+        params.push(&DATA);
+    }
+    let result = async { c.query(sql, &params).await?.into_first_result().await }.await;
+    match result {
+        Ok(rows) => Ok(rows.iter().filter_map(|r| r.get::<i64, _>(0)).collect()),
+        Err(e) => Err(e
+            .code()
+            .unwrap_or_else(|| panic!("append failed without a server error: {e}"))),
+    }
+}
+
+/// Up to `limit` rows from `next` on, in position order, as a subscriber
+/// reads them (under the database's default isolation, as Eventuous's
+/// reader does).
+pub async fn page(
+    c: &mut Client,
+    next: i64,
+    limit: u32,
+) -> Result<Vec<PageRow>, tiberius::error::Error> {
+    let sql = format!(
+        "SELECT TOP ({limit}) m.GlobalPosition, m.MessageId, s.StreamName, m.MessageType, \
+         CAST(CASE WHEN m.Created < DATEADD(HOUR, -1, SYSUTCDATETIME()) THEN 1 ELSE 0 END AS BIT) \
+         FROM eventuous.Messages AS m INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId \
+         WHERE m.GlobalPosition >= @P1 ORDER BY m.GlobalPosition"
+    );
+    let rows = c.query(sql, &[&next]).await?.into_first_result().await?;
+    Ok(rows
+        .iter()
+        .map(|r| PageRow {
+            position: r.get::<i64, _>(0).unwrap_or(-1),
+            id: r.get::<Uuid, _>(1).unwrap_or_default(),
+            stream: r.get::<&str, _>(2).unwrap_or_default().to_string(),
+            message_type: r.get::<&str, _>(3).unwrap_or_default().to_string(),
+            old: r.get::<bool, _>(4).unwrap_or(false),
+        })
+        .collect())
+}
+
+/// What a subscriber handled.
+#[derive(Clone, Debug)]
+pub struct Handled {
+    pub position: i64,
+    pub stream: String,
+    pub message_type: String,
+    /// Unknown type (a tombstone): Eventuous logs it, marks it ignored and
+    /// moves its checkpoint past it.
+    pub ignored: bool,
+    pub at: Instant,
+}
+
+/// An all-stream subscriber with Eventuous 0.17's gap rules
+/// ([`crate::subscriber`]) from position `from`, polling every `poll` until
+/// `stop`; it sends every row it hands over, tombstones (an unknown type)
+/// marked ignored.
+pub async fn subscribe(
+    cs: String,
+    from: i64,
+    poll: Duration,
+    stop: CancellationToken,
+    out: tokio::sync::mpsc::UnboundedSender<Handled>,
+) {
+    let mut c = connect(&cs).await.expect("subscriber connects");
+    let mut follower = Follower::new(from);
+    while !stop.is_cancelled() {
+        let rows = page(&mut c, follower.next(), 100)
+            .await
+            .expect("the subscriber's page");
+        for row in rows {
+            if follower.offer(row.position, row.old) == Offered::Hole {
+                break; // a gap: hold here, poll again
+            }
+            let _ = out.send(Handled {
+                position: row.position,
+                stream: row.stream,
+                ignored: row.message_type != EVENT_TYPE,
+                message_type: row.message_type,
+                at: Instant::now(),
+            });
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// `gap-healer SUBCOMMAND` on the database `db_cs` names, `flags` last.
+pub fn healer(db_cs: &str, subcommand: &[&str], flags: &[&str]) -> Command {
+    let store = [
+        "--engine",
+        "mssql",
+        "--connection-string",
+        db_cs,
+        "--schema",
+        SCHEMA,
+    ];
+    let args = subcommand.iter().chain(&store).chain(flags);
+    crate::bin::command(args, std::iter::empty::<(&str, &str)>())
+}
