@@ -91,7 +91,7 @@ impl Backend for SqlServer {
                 Some(DEADLOCK) => Refusal::Deadlock,
                 Some(_) => Refusal::Other,
             };
-            append.refused(what, refusal, &format!("{e} ({PKEY})"))
+            append.refused(what, refusal, &e.to_string())
         };
         if let Err(e) = batch(c, "SET XACT_ABORT ON; BEGIN TRANSACTION;").await {
             return refused(&e, "BEGIN");
