@@ -19,6 +19,7 @@ use std::time::Duration;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use gap_healer::gaps::{Hole, PosRange, Tracker};
 use gap_healer::plan;
+use gap_healer_testkit::thousands;
 use tokio::time::Instant;
 
 /// Counts live heap bytes, so a tracker's footprint is measured, not guessed.
@@ -324,19 +325,6 @@ fn table(mem: &[(Shape, usize)]) -> String {
         thousands(n as u64),
         ns.map_or("-".into(), human)
     ));
-    out
-}
-
-/// 1234567 -> "1,234,567".
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
     out
 }
 

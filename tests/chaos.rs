@@ -35,9 +35,6 @@ mod run;
 #[path = "chaos/postgres.rs"]
 mod postgres;
 
-#[path = "integration/mssql_support.rs"]
-mod mssql_support;
-
 #[path = "chaos/mssql.rs"]
 mod mssql;
 
@@ -47,7 +44,7 @@ async fn chaos_run_keeps_every_invariant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs SQL Server: GAP_HEALER_TEST_MSSQL or a Docker engine (see tests/integration/mssql_support.rs)"]
+#[ignore = "needs SQL Server: GAP_HEALER_TEST_MSSQL or a Docker engine (see tests/kit/src/mssql.rs)"]
 async fn sql_server_chaos_run_keeps_every_invariant() {
     run::run(mssql::SqlServer::create().await).await;
 }

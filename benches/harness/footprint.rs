@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use crate::support::*;
 
 pub async fn run(size: Size, report: &mut Report) -> Result<()> {
-    let bytes = std::fs::metadata(binary())?.len();
+    let bytes = std::fs::metadata(gap_healer_testkit::bin::path())?.len();
     let debug = cfg!(debug_assertions);
     let idle_for = size.pick(
         Duration::from_secs(3),
@@ -17,13 +17,13 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
         Duration::from_secs(60),
     );
     let (singles, wide) = size.pick((200, 100_000), (5_000, 1_000_000), (20_000, 1_000_000));
-    let schema = Schema::create("footprint").await?;
+    let schema = bench_store("footprint").await?;
     let idle = idle_run(&schema, idle_for).await;
-    schema.drop().await?;
+    schema.try_drop_schema().await?;
     let idle = idle?;
-    let schema = Schema::create("footprint_fill").await?;
+    let schema = bench_store("footprint_fill").await?;
     let fill = fill_run(&schema, singles, wide).await;
-    schema.drop().await?;
+    schema.try_drop_schema().await?;
     let fill = fill?;
 
     let mb = |kib: u64| kib as f64 / 1024.0;
@@ -105,11 +105,11 @@ struct Usage {
     statements: f64,
 }
 
-async fn idle_run(schema: &Schema, idle_for: Duration) -> Result<Usage> {
+async fn idle_run(schema: &Store, idle_for: Duration) -> Result<Usage> {
     for i in 0..10 {
-        schema.append(&format!("s{i}"), 3).await?;
+        bench_append(schema, &format!("s{i}"), 3).await?;
     }
-    let daemon = Daemon::start(&schema.name, &[])?;
+    let daemon = start_healer(&schema.schema, &[])?;
     let pid = daemon.pid();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let first = proc_sample(pid)?;
@@ -121,7 +121,7 @@ async fn idle_run(schema: &Schema, idle_for: Duration) -> Result<Usage> {
     }
     let last = proc_sample(pid)?;
     let elapsed = started.elapsed();
-    daemon.stop()?;
+    daemon.terminate();
     let ticks = last.cpu_ticks - first.cpu_ticks;
     Ok(Usage {
         rss_max,
@@ -133,8 +133,8 @@ async fn idle_run(schema: &Schema, idle_for: Duration) -> Result<Usage> {
     })
 }
 
-async fn fill_run(schema: &Schema, singles: i64, wide: i64) -> Result<Usage> {
-    let s = &schema.name;
+async fn fill_run(schema: &Store, singles: i64, wide: i64) -> Result<Usage> {
+    let s = &schema.schema;
     // Events at the odd positions 1..=2*singles+1 (a hole at each even one),
     // then one event past a `wide` hole.
     let top = 2 * singles + 1 + wide + 1;
@@ -158,7 +158,7 @@ async fn fill_run(schema: &Schema, singles: i64, wide: i64) -> Result<Usage> {
         .batch_execute(&format!("VACUUM ANALYZE {s}.messages"))
         .await?;
     let want = (singles + wide) as f64;
-    let daemon = Daemon::start(&schema.name, &[])?;
+    let daemon = start_healer(&schema.schema, &[])?;
     let pid = daemon.pid();
     let first = proc_sample(pid)?;
     let started = Instant::now();
@@ -167,7 +167,7 @@ async fn fill_run(schema: &Schema, singles: i64, wide: i64) -> Result<Usage> {
         let sample = proc_sample(pid)?;
         hwm = hwm.max(sample.hwm_kib);
         let done = daemon
-            .metric("gap_healer_tombstones_inserted_total")
+            .try_metric("gap_healer_tombstones_inserted_total")
             .await
             .unwrap_or(0.0);
         if done >= want {
@@ -181,11 +181,11 @@ async fn fill_run(schema: &Schema, singles: i64, wide: i64) -> Result<Usage> {
     let elapsed = started.elapsed();
     let last = proc_sample(pid)?;
     let statements = daemon
-        .metric("gap_healer_fill_attempts_total{outcome=\"filled\"}")
+        .try_metric("gap_healer_fill_attempts_total{outcome=\"filled\"}")
         .await
         .unwrap_or(0.0);
-    daemon.stop()?;
-    if schema.missing().await? != 0 {
+    daemon.terminate();
+    if schema.try_missing_count().await? != 0 {
         bail!("holes left after filling");
     }
     let ticks = last.cpu_ticks - first.cpu_ticks;

@@ -11,9 +11,7 @@ use anyhow::{anyhow, Result};
 use gap_healer::config::StartFrom;
 use gap_healer::engine::Engine;
 use gap_healer::gaps::PosRange;
-use gap_healer::healer::{Healer, Options};
-use gap_healer::leader::Leader;
-use gap_healer::telemetry::Health;
+use gap_healer::healer::Options;
 
 use crate::support::*;
 
@@ -37,9 +35,9 @@ pub struct IdlePoll {
 }
 
 pub async fn run(sizes: &[i64], polls: usize, report: &mut Report) -> Result<()> {
-    let schema = Schema::create("idle").await?;
+    let schema = bench_store("idle").await?;
     let result = measure(&schema, sizes, polls).await;
-    schema.drop().await?;
+    schema.try_drop_schema().await?;
     let figures = result?;
     let mut table = String::from(
         "| rows | table + indexes | load (set-based) | idle poll p50 | p99 | mean | buffers per poll | server time (EXPLAIN, median) | probe of 100 tracked ranges, p50 | JIT in that probe |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -100,8 +98,8 @@ pub async fn run(sizes: &[i64], polls: usize, report: &mut Report) -> Result<()>
     Ok(())
 }
 
-async fn measure(schema: &Schema, sizes: &[i64], polls: usize) -> Result<Vec<IdlePoll>> {
-    let s = &schema.name;
+async fn measure(schema: &Store, sizes: &[i64], polls: usize) -> Result<Vec<IdlePoll>> {
+    let s = &schema.schema;
     schema
         .client
         .execute(
@@ -118,8 +116,8 @@ async fn measure(schema: &Schema, sizes: &[i64], polls: usize) -> Result<Vec<Idl
             have = rows;
         }
         let setup = started.elapsed();
-        let engine = schema.engine()?;
-        let mut healer = Healer::new(
+        let engine = schema.try_engine()?;
+        let mut healer = gap_healer_testkit::engine::healer(
             engine.clone(),
             Options {
                 gap_timeout: Duration::from_secs(5),
@@ -131,8 +129,6 @@ async fn measure(schema: &Schema, sizes: &[i64], polls: usize) -> Result<Vec<Idl
                 dry_run: false,
                 give_up_after: None,
             },
-            Leader::always(),
-            Health::new(Duration::from_millis(250), Duration::from_secs(2)),
         );
         for _ in 0..50 {
             healer.scan_step().await?;
@@ -148,7 +144,7 @@ async fn measure(schema: &Schema, sizes: &[i64], polls: usize) -> Result<Vec<Idl
         }
         let mean = times.iter().sum::<Duration>() / polls as u32;
         times.sort();
-        let head = schema.head().await?;
+        let head = schema.try_head().await?;
         let (buffers, server) = explain(schema, head).await?;
         // What a poll adds once holes are tracked: one probe of their ranges.
         let ranges: Vec<PosRange> = (0..100)
@@ -199,8 +195,8 @@ async fn measure(schema: &Schema, sizes: &[i64], polls: usize) -> Result<Vec<Idl
 }
 
 /// Grows messages from `have` to `rows` rows (positions 1..=rows, one stream).
-async fn load(schema: &Schema, have: i64, rows: i64) -> Result<()> {
-    let s = &schema.name;
+async fn load(schema: &Store, have: i64, rows: i64) -> Result<()> {
+    let s = &schema.schema;
     schema
         .client
         .batch_execute(&format!(
@@ -235,9 +231,9 @@ async fn load(schema: &Schema, have: i64, rows: i64) -> Result<()> {
 
 /// (shared buffers hit + read, median execution time in ms over 21 runs)
 /// of the scan at `head`.
-async fn explain(schema: &Schema, head: i64) -> Result<(i64, f64)> {
+async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
     let c = &schema.client;
-    let sql = SCAN_SQL.replace("__schema__", &schema.name);
+    let sql = SCAN_SQL.replace("__schema__", &schema.schema);
     c.batch_execute(&format!("PREPARE ghb_idle_scan (bigint, bigint) AS {sql}"))
         .await?;
     let mut buffers = 0;
@@ -263,9 +259,9 @@ async fn explain(schema: &Schema, head: i64) -> Result<(i64, f64)> {
 }
 
 /// JIT time (ms) that EXPLAIN ANALYZE of the probe reports for `ranges`.
-async fn probe_jit_ms(schema: &Schema, ranges: &[PosRange]) -> Result<f64> {
+async fn probe_jit_ms(schema: &Store, ranges: &[PosRange]) -> Result<f64> {
     let c = &schema.client;
-    let sql = PROBE_SQL.replace("__schema__", &schema.name);
+    let sql = PROBE_SQL.replace("__schema__", &schema.schema);
     c.batch_execute(&format!(
         "PREPARE ghb_idle_probe (bigint[], bigint[]) AS {sql}"
     ))

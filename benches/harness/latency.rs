@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use gap_healer_testkit::eventuous::TOMBSTONE_STREAM;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -33,11 +34,13 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
     );
     let mut notes = Vec::new();
     for poll in polls {
-        let schema = Schema::create("latency").await?;
+        let schema = bench_store("latency").await?;
         let result = measure(&schema, holes, Duration::from_millis(poll)).await;
-        schema.drop().await?;
+        schema.try_drop_schema().await?;
         let m = result?;
         let q = |v: &[Duration], x: f64| quantile(v, x).map(ms).unwrap_or_else(|| "-".into());
+        // min / p50 / p90 / p99 / max, as table cells.
+        let cells = |v: &[Duration]| [0.0, 0.5, 0.9, 0.99, 1.0].map(|x| q(v, x)).join(" | ");
         let fill_q = |x: f64| {
             quantile(&m.fills_ms, x)
                 .map(|v| format!("{v:.0} ms"))
@@ -45,20 +48,12 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
         };
         let fills = format!("{} / {} / {}", fill_q(0.5), fill_q(0.99), fill_q(1.0));
         table.push_str(&format!(
-            "| {poll} ms | tombstone seen committed (upper bound) | {} | {} | {} | {} | {} | {fills} |\n",
-            q(&m.upper, 0.0),
-            q(&m.upper, 0.5),
-            q(&m.upper, 0.9),
-            q(&m.upper, 0.99),
-            q(&m.upper, 1.0),
+            "| {poll} ms | tombstone seen committed (upper bound) | {} | {fills} |\n",
+            cells(&m.upper),
         ));
         table.push_str(&format!(
-            "| {poll} ms | fill transaction start (lower bound) | {} | {} | {} | {} | {} | |\n",
-            q(&m.lower, 0.0),
-            q(&m.lower, 0.5),
-            q(&m.lower, 0.9),
-            q(&m.lower, 0.99),
-            q(&m.lower, 1.0),
+            "| {poll} ms | fill transaction start (lower bound) | {} | |\n",
+            cells(&m.lower),
         ));
         notes.push(format!(
             "{poll} ms poll: {} holes made among {} committed appends, {} tombstones inserted, \
@@ -116,11 +111,11 @@ struct Measured {
     fills_ms: Vec<f64>,
 }
 
-async fn measure(schema: &Schema, holes: usize, poll: Duration) -> Result<Measured> {
+async fn measure(schema: &Store, holes: usize, poll: Duration) -> Result<Measured> {
     // Holes arrive every 20..80 ms (about 20 a second), between steady appends.
     let spacing = (20u64, 80u64);
     let poll_flag = format!("{}ms", poll.as_millis());
-    let daemon = Daemon::start(&schema.name, &[("--poll-interval", &poll_flag)])?;
+    let daemon = start_healer(&schema.schema, &[("--poll-interval", &poll_flag)])?;
     let stop = Arc::new(AtomicBool::new(false));
     let load = Workload {
         writers: 4,
@@ -135,18 +130,18 @@ async fn measure(schema: &Schema, holes: usize, poll: Duration) -> Result<Measur
         session_sql: None,
     };
     let writers = tokio::spawn({
-        let (name, stop) = (schema.name.clone(), stop.clone());
+        let (name, stop) = (schema.schema.clone(), stop.clone());
         async move { write(&name, &load, stop).await }
     });
     let poll_stop = Arc::new(AtomicBool::new(false));
-    let poller = tokio::spawn(tombstone_poller(schema.name.clone(), poll_stop.clone()));
+    let poller = tokio::spawn(tombstone_poller(schema.schema.clone(), poll_stop.clone()));
 
     // The hole maker: one-event appends that fail after their insert.
     let maker = connect().await?;
     let fail = maker
         .prepare(&format!(
             "SELECT {}.bench_append('holes', 1, false, true)",
-            schema.name
+            schema.schema
         ))
         .await?;
     let mut rng = StdRng::seed_from_u64(1);
@@ -170,24 +165,24 @@ async fn measure(schema: &Schema, holes: usize, poll: Duration) -> Result<Measur
             holes as f64,
             Duration::from_secs(20),
         )
-        .await?;
+        .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     poll_stop.store(true, Ordering::Relaxed);
     let seen = poller.await??;
     let mut fills_ms: Vec<f64> = daemon
-        .log_lines("filled hole with tombstones")
+        .lines_containing("filled hole with tombstones")
         .iter()
         .filter_map(|l| field(l, "\"ms\":"))
         .collect();
     fills_ms.sort_by(f64::total_cmp);
-    daemon.stop()?;
+    daemon.terminate();
 
     let created: HashMap<i64, f64> = schema
         .client
         .query(
             &format!(
                 "SELECT global_position, EXTRACT(EPOCH FROM created)::float8 FROM {}.messages WHERE message_type = $1",
-                schema.name
+                schema.schema
             ),
             &[&TOMBSTONE_TYPE],
         )

@@ -128,9 +128,9 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
             for (i, (lock, design)) in designs.iter().enumerate() {
                 let mut w = w.clone();
                 w.lock = *lock;
-                let schema = Schema::create("lock").await?;
+                let schema = bench_store("lock").await?;
                 let result = measure(&schema, &w, duration).await;
-                schema.drop().await?;
+                schema.try_drop_schema().await?;
                 let o = result?;
                 println!(
                     "lock comparison, {label}, {design}: {:.0} events/s, naive reader missed {}, tombstones {}",
@@ -222,10 +222,10 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-async fn measure(schema: &Schema, w: &Workload, duration: Duration) -> Result<Outcome> {
+async fn measure(schema: &Store, w: &Workload, duration: Duration) -> Result<Outcome> {
     let healing = w.lock == AppendLock::None;
     let daemon = if healing {
-        Some(Daemon::start(&schema.name, &[])?)
+        Some(start_healer(&schema.schema, &[])?)
     } else {
         None
     };
@@ -233,17 +233,17 @@ async fn measure(schema: &Schema, w: &Workload, duration: Duration) -> Result<Ou
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
-    let naive = tokio::spawn(naive_reader(schema.name.clone(), read_stop.clone()));
+    let naive = tokio::spawn(naive_reader(schema.schema.clone(), read_stop.clone()));
     let eventuous = healing.then(|| {
         tokio::spawn(eventuous_reader(
-            schema.name.clone(),
+            schema.schema.clone(),
             read_stop.clone(),
             Duration::from_secs(20),
         ))
     });
     let watch = CpuWatch::start(daemon.iter().map(|d| d.pid()).collect()).await?;
     let writers = tokio::spawn({
-        let (name, stop, w) = (schema.name.clone(), write_stop.clone(), w.clone());
+        let (name, stop, w) = (schema.schema.clone(), write_stop.clone(), w.clone());
         async move { write(&name, &w, stop).await }
     });
     tokio::time::sleep(duration).await;
@@ -257,13 +257,13 @@ async fn measure(schema: &Schema, w: &Workload, duration: Duration) -> Result<Ou
         Some(t) => Some(t.await??),
         None => None,
     };
-    let events = schema.event_positions().await?;
+    let events = event_positions(schema).await?;
     let missing = |got: &HashSet<i64>| events.iter().filter(|p| !got.contains(p)).count();
     let naive_lost = missing(&seen);
     let eventuous = followed.map(|f| (missing(&f.handled), f));
-    let tombstones = schema.tombstones().await?;
+    let tombstones = tombstone_count(schema).await?;
     if let Some(d) = daemon {
-        d.stop()?;
+        d.terminate();
     }
     Ok(Outcome {
         written,

@@ -18,9 +18,9 @@ use anyhow::Result;
 use crate::support::*;
 
 pub async fn run(size: Size, report: &mut Report) -> Result<()> {
-    let schema = Schema::create("overhead").await?;
+    let schema = bench_store("overhead").await?;
     let result = measure(&schema, size, report).await;
-    schema.drop().await?;
+    schema.try_drop_schema().await?;
     result
 }
 
@@ -55,7 +55,7 @@ struct Window {
 /// Other work on the machine above this (cores) makes a window unclean.
 const QUIET: f64 = 0.25;
 
-async fn measure(schema: &Schema, size: Size, report: &mut Report) -> Result<()> {
+async fn measure(schema: &Store, size: Size, report: &mut Report) -> Result<()> {
     let groups = size.pick(1, 10, 25);
     let window = size.pick(
         Duration::from_secs(1),
@@ -69,7 +69,7 @@ async fn measure(schema: &Schema, size: Size, report: &mut Report) -> Result<()>
     let mut load = Workload::eight_writers();
     load.progress = Some(progress.clone());
     let writers = tokio::spawn({
-        let (name, stop) = (schema.name.clone(), stop.clone());
+        let (name, stop) = (schema.schema.clone(), stop.clone());
         async move { write(&name, &load, stop).await }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -90,7 +90,7 @@ async fn measure(schema: &Schema, size: Size, report: &mut Report) -> Result<()>
                             flags.push(("--connection-string", &no_jit_url));
                         }
                         let d =
-                            tokio::task::block_in_place(|| Daemon::start(&schema.name, &flags))?;
+                            tokio::task::block_in_place(|| start_healer(&schema.schema, &flags))?;
                         // Its first scan and pool connections, outside the window.
                         tokio::time::sleep(Duration::from_millis(300)).await;
                         Some(d)
@@ -115,10 +115,10 @@ async fn measure(schema: &Schema, size: Size, report: &mut Report) -> Result<()>
                             .await?
                             .saturating_sub(s0);
                         tombstones += d
-                            .metric("gap_healer_tombstones_inserted_total")
+                            .try_metric("gap_healer_tombstones_inserted_total")
                             .await
                             .unwrap_or(0.0);
-                        tokio::task::block_in_place(|| d.stop())?;
+                        tokio::task::block_in_place(|| d.terminate());
                         let pct = |t: u64| t as f64 / clock_ticks() / took * 100.0;
                         Some((pct(dt), pct(st)))
                     }

@@ -1,7 +1,9 @@
 //! What every section of the harness shares: the connection, a schema per
-//! benchmark (created from the Eventuous fixture, dropped afterwards), an
-//! Eventuous-style append function, concurrent writers, the two kinds of
-//! readers, the real `gap-healer` binary, `/proc` sampling and percentiles.
+//! benchmark (the test kit's [`Store`], plus a one-round-trip append
+//! function), concurrent writers, the two kinds of readers, the real
+//! `gap-healer` binary with the harness's defaults, `/proc` sampling and
+//! percentiles. The Eventuous tables, the subscription rule and the process
+//! handling are the test kit's (tests/kit), shared with the tests.
 //!
 //! Everything runs against the local PostgreSQL (`GAP_HEALER_TEST_PG`, by
 //! default `host=127.0.0.1 port=5432 user=postgres dbname=test`).
@@ -9,24 +11,22 @@
 #![allow(dead_code)]
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::StoreSettings;
-use gap_healer::secret::ConnectionString;
+use gap_healer_testkit::subscriber::{Follower, Offered};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
-pub const FIXTURE: &str = include_str!("../../tests/fixtures/eventuous_postgres.sql");
-pub const TOMBSTONE_STREAM: &str = "__tombstones__";
-pub const TOMBSTONE_TYPE: &str = "$tombstone";
+pub use gap_healer_testkit::bin::Daemon;
+pub use gap_healer_testkit::eventuous::TOMBSTONE_TYPE;
+pub use gap_healer_testkit::pg::{pg_url, Store};
+pub use gap_healer_testkit::thousands;
+
 /// Prefix of every schema the harness creates; the pid follows the tag.
 pub const SCHEMA_PREFIX: &str = "ghb_";
 
@@ -69,12 +69,6 @@ END
 $fn$;
 "#;
 
-/// The local PostgreSQL.
-pub fn pg_url() -> String {
-    std::env::var("GAP_HEALER_TEST_PG")
-        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
-}
-
 /// The application name of every session the harness opens, so its share of
 /// the server's CPU can be told from other work on the machine.
 pub fn app_name() -> String {
@@ -87,13 +81,9 @@ pub fn healer_app_name() -> String {
 }
 
 pub async fn connect() -> Result<Client> {
-    let (client, conn) = tokio_postgres::connect(&pg_url_named(&app_name()), NoTls)
+    gap_healer_testkit::pg::try_connect(&pg_url_named(&app_name()))
         .await
-        .with_context(|| format!("PostgreSQL at {}", pg_url()))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
+        .with_context(|| format!("PostgreSQL at {}", pg_url()))
 }
 
 /// How big a run is.
@@ -153,134 +143,66 @@ pub async fn drop_stale_schemas(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// One benchmark's store: its own schema with the Eventuous tables and the
-/// append function. Drop it with [`Schema::drop`].
-pub struct Schema {
-    pub name: String,
-    pub client: Client,
+/// One benchmark's store: its own schema `ghb_<tag>_<pid>` with the Eventuous
+/// tables and the append function, on a session named [`app_name`]. Drop it
+/// with [`Store::try_drop_schema`].
+pub async fn bench_store(tag: &str) -> Result<Store> {
+    let client = connect().await?;
+    let name = format!("{SCHEMA_PREFIX}{tag}_{}", std::process::id());
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+        .await?;
+    let store = Store::create(client, &pg_url(), &name)
+        .await
+        .context("create the Eventuous schema")?;
+    store
+        .client
+        .batch_execute(&APPEND_FN.replace("__schema__", &name))
+        .await
+        .context("create the append function")?;
+    Ok(store)
 }
 
-impl Schema {
-    pub async fn create(tag: &str) -> Result<Schema> {
-        let client = connect().await?;
-        let name = format!("{SCHEMA_PREFIX}{tag}_{}", std::process::id());
-        client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-            .await?;
-        client
-            .batch_execute(&FIXTURE.replace("__schema__", &name))
-            .await
-            .context("create the Eventuous schema")?;
-        client
-            .batch_execute(&APPEND_FN.replace("__schema__", &name))
-            .await
-            .context("create the append function")?;
-        Ok(Schema { name, client })
-    }
+/// Appends `n` events to `stream` through the append function and commits;
+/// the last position.
+pub async fn bench_append(store: &Store, stream: &str, n: i32) -> Result<i64> {
+    let row = store
+        .client
+        .query_one(
+            &format!("SELECT {}.bench_append($1, $2, false, false)", store.schema),
+            &[&stream, &n],
+        )
+        .await?;
+    Ok(row.get(0))
+}
 
-    /// Drops the schema, on a new connection if this one was lost.
-    pub async fn drop(self) -> Result<()> {
-        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
-        if self.client.batch_execute(&sql).await.is_err() {
-            connect().await?.batch_execute(&sql).await?;
-        }
-        Ok(())
-    }
+/// Positions of every committed event that is not a tombstone.
+pub async fn event_positions(store: &Store) -> Result<Vec<i64>> {
+    let s = &store.schema;
+    Ok(store
+        .client
+        .query(
+            &format!(
+                "SELECT global_position FROM {s}.messages WHERE message_type <> $1 ORDER BY 1"
+            ),
+            &[&TOMBSTONE_TYPE],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
 
-    pub fn settings(&self) -> StoreSettings {
-        StoreSettings {
-            connection_string: ConnectionString::new(pg_url()),
-            schema: self.name.clone(),
-            tombstone_stream: TOMBSTONE_STREAM.into(),
-            tombstone_type: TOMBSTONE_TYPE.into(),
-            connect_timeout: Duration::from_secs(5),
-        }
-    }
-
-    pub fn engine(&self) -> Result<Arc<PostgresEngine>> {
-        Ok(Arc::new(PostgresEngine::new(&self.settings())?))
-    }
-
-    /// Appends `n` events to `stream` and commits; the last position.
-    pub async fn append(&self, stream: &str, n: i32) -> Result<i64> {
-        let row = self
-            .client
-            .query_one(
-                &format!("SELECT {}.bench_append($1, $2, false, false)", self.name),
-                &[&stream, &n],
-            )
-            .await?;
-        Ok(row.get(0))
-    }
-
-    /// Moves the identity so the next append lands `gap` positions further on.
-    pub async fn jump_identity(&self, gap: i64) -> Result<()> {
-        let s = &self.name;
-        self.client
-            .execute(
-                &format!(
-                    "SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'),
-                       (SELECT last_value FROM {s}.messages_global_position_seq) + $1)"
-                ),
-                &[&gap],
-            )
-            .await?;
-        Ok(())
-    }
-
-    pub async fn head(&self) -> Result<i64> {
-        let s = &self.name;
-        Ok(self
-            .client
-            .query_one(
-                &format!("SELECT COALESCE(MAX(global_position), 0) FROM {s}.messages"),
-                &[],
-            )
-            .await?
-            .get(0))
-    }
-
-    /// Positions missing between 1 and the head.
-    pub async fn missing(&self) -> Result<i64> {
-        let s = &self.name;
-        Ok(self
-            .client
-            .query_one(
-                &format!("SELECT COALESCE(MAX(global_position), 0) - COUNT(*) FROM {s}.messages"),
-                &[],
-            )
-            .await?
-            .get(0))
-    }
-
-    /// Positions of every committed event that is not a tombstone.
-    pub async fn event_positions(&self) -> Result<Vec<i64>> {
-        let s = &self.name;
-        Ok(self
-            .client
-            .query(
-                &format!(
-                    "SELECT global_position FROM {s}.messages WHERE message_type <> $1 ORDER BY 1"
-                ),
-                &[&TOMBSTONE_TYPE],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect())
-    }
-
-    pub async fn tombstones(&self) -> Result<i64> {
-        let s = &self.name;
-        Ok(self
-            .client
-            .query_one(
-                &format!("SELECT COUNT(*) FROM {s}.messages WHERE message_type = $1"),
-                &[&TOMBSTONE_TYPE],
-            )
-            .await?
-            .get(0))
-    }
+pub async fn tombstone_count(store: &Store) -> Result<i64> {
+    let s = &store.schema;
+    Ok(store
+        .client
+        .query_one(
+            &format!("SELECT COUNT(*) FROM {s}.messages WHERE message_type = $1"),
+            &[&TOMBSTONE_TYPE],
+        )
+        .await?
+        .get(0))
 }
 
 /// What the writers do.
@@ -524,11 +446,12 @@ pub struct Followed {
     pub caught_up: bool,
 }
 
-/// An all-stream subscription following Eventuous 0.17's rules: reads in
-/// position order from the next expected position; at a hole it stops and
-/// re-reads later (it would skip only once the row after the hole is an hour
-/// old); it ignores `$tombstone` rows. After `stop` it goes on until it has
-/// handled everything up to the head read then, or until `deadline` after stop.
+/// An all-stream subscription following Eventuous 0.17's rules (the kit's
+/// [`Follower`]): reads in position order from the next expected position; at
+/// a hole it stops and re-reads later (it would skip only once the row after
+/// the hole is an hour old); it ignores `$tombstone` rows. After `stop` it
+/// goes on until it has handled everything up to the head read then, or
+/// until `deadline` after stop.
 pub async fn eventuous_reader(
     schema: String,
     stop: Arc<AtomicBool>,
@@ -548,38 +471,32 @@ pub async fn eventuous_reader(
             "SELECT COALESCE(MAX(global_position), 0) FROM {schema}.messages"
         ))
         .await?;
-    let mut out = Followed {
-        next: 1,
-        ..Default::default()
-    };
-    let mut gap_since: Option<(i64, Instant)> = None;
+    let mut out = Followed::default();
+    let mut follower = Follower::new(1);
     let mut until: Option<(i64, Instant)> = None;
     loop {
         if until.is_none() && stop.load(Ordering::Relaxed) {
             let h: i64 = client.query_one(&head, &[]).await?.get(0);
             until = Some((h, Instant::now() + deadline));
         }
-        let rows = client.query(&page, &[&out.next]).await?;
+        let rows = client.query(&page, &[&follower.next()]).await?;
         let mut stopped_at_hole = false;
         for r in &rows {
             let (p, kind, old): (i64, String, bool) = (r.get(0), r.get(1), r.get(2));
-            if p > out.next && !old {
-                if gap_since.map(|(g, _)| g) != Some(out.next) {
-                    gap_since = Some((out.next, Instant::now()));
-                }
+            let Offered::Take { waited } = follower.offer(p, old) else {
                 stopped_at_hole = true;
                 break;
-            }
-            if let Some((_, since)) = gap_since.take() {
-                out.stops.push(since.elapsed());
+            };
+            if let Some((_, took)) = waited {
+                out.stops.push(took);
             }
             if kind == TOMBSTONE_TYPE {
                 out.tombstones_ignored += 1;
             } else {
                 out.handled.insert(p);
             }
-            out.next = p + 1;
         }
+        out.next = follower.next();
         if let Some((h, end)) = until {
             if out.next > h {
                 out.caught_up = true;
@@ -595,170 +512,35 @@ pub async fn eventuous_reader(
     }
 }
 
-/// The real `gap-healer run`, with its stderr drained into a bounded log.
-pub struct Daemon {
-    child: Child,
-    pub addr: SocketAddr,
-    pub log: Arc<Mutex<Vec<String>>>,
-    http: reqwest::Client,
-}
-
-/// The binary cargo built next to this benchmark (release for `cargo bench`).
-pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_gap-healer")
-}
-
-impl Daemon {
-    /// `gap-healer run` on `schema` with `--gap-timeout 1s --poll-interval
-    /// 250ms --start-from 0 --log-format json --no-leader-election` and the
-    /// defaults otherwise (its sessions named [`healer_app_name`]); `flags`
-    /// replace or add `--key value` pairs.
-    pub fn start(schema: &str, flags: &[(&str, &str)]) -> Result<Daemon> {
-        let url = pg_url_named(&healer_app_name());
-        let mut pairs: Vec<(&str, &str)> = vec![
-            ("--engine", "postgres"),
-            ("--connection-string", &url),
-            ("--schema", schema),
-            ("--gap-timeout", "1s"),
-            ("--poll-interval", "250ms"),
-            ("--metrics-addr", "127.0.0.1:0"),
-            ("--start-from", "0"),
-            ("--log-format", "json"),
-        ];
-        for (k, v) in flags {
-            match pairs.iter_mut().find(|(key, _)| key == k) {
-                Some(pair) => pair.1 = v,
-                None => pairs.push((k, v)),
-            }
-        }
-        let mut args = vec!["run".to_string(), "--no-leader-election".to_string()];
-        for (k, v) in pairs {
-            args.push(k.to_string());
-            args.push(v.to_string());
-        }
-        let mut cmd = Command::new(binary());
-        for (k, _) in std::env::vars() {
-            if k.starts_with("GAP_HEALER_") || k == "RUST_LOG" {
-                cmd.env_remove(k);
-            }
-        }
-        let mut child = cmd
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("start gap-healer run")?;
-        let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("listening on ").nth(1) {
-                    if let Some(tx) = tx.take() {
-                        let addr: String = addr
-                            .chars()
-                            .take_while(|c| !c.is_whitespace() && *c != '"')
-                            .collect();
-                        let _ = tx.send(addr);
-                    }
-                }
-                if let Ok(mut l) = sink.lock() {
-                    l.push(line);
-                    if l.len() > 20_000 {
-                        l.drain(..10_000);
-                    }
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let log = log.lock().map(|l| l.join("\n")).unwrap_or_default();
-                bail!("gap-healer did not start: {log}");
-            }
-        };
-        Ok(Daemon {
-            child,
-            addr: addr.parse().context("listen address")?,
-            log,
-            http: reqwest::Client::new(),
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// One sample of the scrape, e.g. `gap_healer_tombstones_inserted_total`.
-    pub async fn metric(&self, sample: &str) -> Result<f64> {
-        let body = self
-            .http
-            .get(format!("http://{}/metrics", self.addr))
-            .send()
-            .await?
-            .text()
-            .await?;
-        body.lines()
-            .find_map(|l| {
-                l.strip_prefix(sample)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .ok_or_else(|| anyhow!("{sample} not in the scrape"))
-    }
-
-    /// Waits until `sample` reaches `want` or `limit` passes; the value then.
-    pub async fn wait_metric(&self, sample: &str, want: f64, limit: Duration) -> Result<f64> {
-        let end = Instant::now() + limit;
-        loop {
-            let v = self.metric(sample).await.unwrap_or(0.0);
-            if v >= want || Instant::now() >= end {
-                return Ok(v);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+/// The real `gap-healer run` on `schema` with `--gap-timeout 1s
+/// --poll-interval 250ms --start-from 0 --log-format json
+/// --no-leader-election` and the defaults otherwise (its sessions named
+/// [`healer_app_name`]), its log kept to the newest 20,000 lines or so;
+/// `flags` replace or add `--key value` pairs.
+pub fn start_healer(schema: &str, flags: &[(&str, &str)]) -> Result<Daemon> {
+    let url = pg_url_named(&healer_app_name());
+    let mut pairs: Vec<(&str, &str)> = vec![
+        ("--engine", "postgres"),
+        ("--connection-string", &url),
+        ("--schema", schema),
+        ("--gap-timeout", "1s"),
+        ("--poll-interval", "250ms"),
+        ("--metrics-addr", "127.0.0.1:0"),
+        ("--start-from", "0"),
+        ("--log-format", "json"),
+    ];
+    for (k, v) in flags {
+        match pairs.iter_mut().find(|(key, _)| key == k) {
+            Some(pair) => pair.1 = v,
+            None => pairs.push((k, v)),
         }
     }
-
-    /// Log lines containing `needle`.
-    pub fn log_lines(&self, needle: &str) -> Vec<String> {
-        self.log
-            .lock()
-            .map(|l| l.iter().filter(|s| s.contains(needle)).cloned().collect())
-            .unwrap_or_default()
+    let mut args = vec!["run".to_string(), "--no-leader-election".to_string()];
+    for (k, v) in pairs {
+        args.push(k.to_string());
+        args.push(v.to_string());
     }
-
-    /// SIGTERM, then waits up to 10 s.
-    pub fn stop(mut self) -> Result<()> {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
-        let end = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() >= end {
-                self.child.kill()?;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.child.wait()?;
-        Ok(())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    Daemon::try_spawn(&args, &[], 20_000)
 }
 
 /// A process's memory and CPU from /proc.
@@ -832,19 +614,6 @@ pub fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
-/// 12345678 -> "12,345,678".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// What a section contributes to the report.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -910,24 +679,12 @@ pub fn busy_pct(before: (u64, u64), after: (u64, u64)) -> f64 {
 
 /// `pg_url()` with an application name, so the daemon's sessions can be found.
 pub fn pg_url_named(app: &str) -> String {
-    let url = pg_url();
-    if url.contains("://") {
-        let sep = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{sep}application_name={app}")
-    } else {
-        format!("{url} application_name={app}")
-    }
+    gap_healer_testkit::pg::named(&pg_url(), app)
 }
 
 /// `pg_url_named(app)` with server `options` (e.g. `-c jit=off`).
 pub fn pg_url_with(app: &str, options: &str) -> String {
-    let url = pg_url_named(app);
-    if url.contains("://") {
-        let encoded = options.replace(' ', "%20").replace('=', "%3D");
-        format!("{url}&options={encoded}")
-    } else {
-        format!("{url} options='{options}'")
-    }
+    gap_healer_testkit::pg::with_param(&pg_url_named(app), "options", options)
 }
 
 /// CPU ticks used so far by the server sessions named `app`.

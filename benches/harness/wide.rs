@@ -11,9 +11,7 @@ use anyhow::{bail, Result};
 use gap_healer::config::StartFrom;
 use gap_healer::engine::{Engine, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
-use gap_healer::healer::{Healer, Options};
-use gap_healer::leader::Leader;
-use gap_healer::telemetry::Health;
+use gap_healer::healer::Options;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
@@ -33,9 +31,9 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
         "| hole | healer: statements | healer: time | healer: tombstones/s | one per round: sample | one per round: per position | one per round: whole hole | speed-up |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for width in widths {
-        let schema = Schema::create(&format!("wide{width}")).await?;
+        let schema = bench_store(&format!("wide{width}")).await?;
         let result = measure(&schema, width, sample(width)).await;
-        schema.drop().await?;
+        schema.try_drop_schema().await?;
         let m = result?;
         let whole = m.single * m.width as u32;
         let ratio = whole.as_secs_f64() / m.healer.as_secs_f64();
@@ -92,12 +90,12 @@ struct Measured {
     single: Duration,
 }
 
-async fn measure(schema: &Schema, width: i64, sample: i64) -> Result<Measured> {
-    schema.append("before", 1).await?;
-    schema.jump_identity(width).await?;
-    schema.append("after", 1).await?;
-    let engine = schema.engine()?;
-    let mut healer = Healer::new(
+async fn measure(schema: &Store, width: i64, sample: i64) -> Result<Measured> {
+    bench_append(schema, "before", 1).await?;
+    schema.try_jump_identity(width).await?;
+    bench_append(schema, "after", 1).await?;
+    let engine = schema.try_engine()?;
+    let mut healer = gap_healer_testkit::engine::healer(
         engine.clone(),
         Options {
             gap_timeout: Duration::ZERO,
@@ -109,8 +107,6 @@ async fn measure(schema: &Schema, width: i64, sample: i64) -> Result<Measured> {
             dry_run: false,
             give_up_after: None,
         },
-        Leader::always(),
-        Health::new(Duration::from_millis(250), Duration::from_secs(2)),
     );
     healer.scan_step().await?;
     if healer.tracker().stats().positions != width as u64 {
@@ -122,13 +118,13 @@ async fn measure(schema: &Schema, width: i64, sample: i64) -> Result<Measured> {
     let started = Instant::now();
     let filled = healer.fill_due(&CancellationToken::new()).await;
     let took = started.elapsed();
-    if filled.tombstones != width as u64 || schema.missing().await? != 0 {
+    if filled.tombstones != width as u64 || schema.try_missing_count().await? != 0 {
         bail!("the {width}-wide hole was not filled: {filled:?}");
     }
 
     // One position per round, on a second hole of `sample` positions.
-    schema.jump_identity(sample).await?;
-    let last = schema.append("after2", 1).await?;
+    schema.try_jump_identity(sample).await?;
+    let last = bench_append(schema, "after2", 1).await?;
     let first = last - sample;
     let started = Instant::now();
     for p in first..last {
@@ -145,7 +141,7 @@ async fn measure(schema: &Schema, width: i64, sample: i64) -> Result<Measured> {
         }
     }
     let single = started.elapsed() / sample as u32;
-    if schema.missing().await? != 0 {
+    if schema.try_missing_count().await? != 0 {
         bail!("the sample hole was not filled");
     }
     Ok(Measured {

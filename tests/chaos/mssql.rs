@@ -1,5 +1,5 @@
-//! The chaos run on SQL Server: a database of its own on the server that
-//! tests/integration/mssql_support.rs finds (GAP_HEALER_TEST_MSSQL or a
+//! The chaos run on SQL Server: a database of its own on the server that the
+//! test kit's `mssql` module finds (GAP_HEALER_TEST_MSSQL or a
 //! testcontainers container), Eventuous-style appends in explicit
 //! transactions with XACT_ABORT ON, and a restart that is either
 //! GAP_HEALER_CHAOS_MSSQL_RESTART (a shell command restarting the server) or
@@ -13,10 +13,12 @@
 
 use std::time::{Duration, Instant};
 
+use gap_healer_testkit::eventuous::mssql::append_sql;
+use gap_healer_testkit::mssql::{self as ms, Client};
+use gap_healer_testkit::subscriber::PageRow;
 use tiberius::ToSql;
 use uuid::Uuid;
 
-use crate::mssql_support::{self as ms, Client};
 use crate::support::*;
 
 /// Unique-key violations (constraint, index) and CHECK/FK violations.
@@ -66,37 +68,6 @@ async fn batch(c: &mut Client, sql: &str) -> Result<(), tiberius::error::Error> 
     c.simple_query(sql).await?.into_results().await.map(|_| ())
 }
 
-/// One stream's part of an append, Eventuous-style: the stream row (created
-/// at Version -1 when new) locked, the rows inserted in one statement, the
-/// Version moved; the positions, ids and stream positions it took, in
-/// position order. @P1 is the stream name, then (id, data) per event. With
-/// `stale`, the rows go at stream positions from the current Version on (a
-/// lost concurrency race): a unique or CHECK violation.
-fn part_sql(count: usize, stale: bool) -> String {
-    let values: Vec<String> = (0..count)
-        .map(|i| format!("(@P{}, {i}, @P{})", 2 + 2 * i, 3 + 2 * i))
-        .collect();
-    let first = if stale { 0 } else { 1 };
-    format!(
-        "DECLARE @stream_id INT, @version INT;
-DECLARE @out TABLE (GlobalPosition BIGINT, MessageId UNIQUEIDENTIFIER, StreamPosition INT);
-SELECT @stream_id = StreamId, @version = [Version] FROM eventuous.Streams WITH (UPDLOCK, HOLDLOCK) WHERE StreamName = @P1;
-IF @stream_id IS NULL
-BEGIN
-    INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (@P1, -1);
-    SET @stream_id = CAST(SCOPE_IDENTITY() AS INT);
-    SET @version = -1;
-END;
-INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, JsonMetadata, Created)
-OUTPUT inserted.GlobalPosition, inserted.MessageId, inserted.StreamPosition INTO @out
-SELECT v.id, N'{EVENT_TYPE}', @stream_id, @version + {first} + v.ord, v.data, NULL, SYSUTCDATETIME()
-FROM (VALUES {}) AS v (id, ord, data);
-UPDATE eventuous.Streams SET [Version] = @version + {count} WHERE StreamId = @stream_id;
-SELECT o.GlobalPosition, o.MessageId, o.StreamPosition FROM @out AS o ORDER BY o.GlobalPosition;",
-        values.join(", ")
-    )
-}
-
 const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;";
 
 impl Backend for SqlServer {
@@ -109,60 +80,37 @@ impl Backend for SqlServer {
         ms::connect(&self.cs).await
     }
 
-    async fn append(
-        &self,
-        c: &mut Client,
-        journal: &Journal,
-        w: usize,
-        n: u64,
-        kind: Kind,
-        parts: &[Part],
-        hold: Option<Duration>,
-    ) -> Attempt {
-        let stats = &journal.stats;
+    async fn append(&self, c: &mut Client, append: &Append<'_>) -> Attempt {
         // An error: was the connection lost, or did the server refuse?
         let refused = |e: &tiberius::error::Error, what: &str| -> Attempt {
-            let Some(code) = e.code() else {
-                return Attempt::Lost;
+            let refusal = match e.code() {
+                None => Refusal::Lost,
+                Some(code) if UNIQUE.contains(&code) && e.to_string().contains(PKEY) => {
+                    Refusal::PrimaryKey
+                }
+                Some(DEADLOCK) => Refusal::Deadlock,
+                Some(_) => Refusal::Other,
             };
-            if UNIQUE.contains(&code) && e.to_string().contains(PKEY) {
-                journal.violation(format!(
-                    "writer {w} append {n} ({kind:?}): {what} hit a duplicate key on {PKEY}: \
-                     a tombstone took an append's position: {e}"
-                ));
-            } else if code == DEADLOCK {
-                WriterStats::bump(&stats.deadlocks);
-            } else if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) {
-                journal.violation(format!(
-                    "writer {w} append {n} ({kind:?}): unexpected error in {what}: {e}"
-                ));
-            }
-            Attempt::NotCommitted
+            append.refused(what, refusal, &e.to_string())
         };
         if let Err(e) = batch(c, "SET XACT_ABORT ON; BEGIN TRANSACTION;").await {
             return refused(&e, "BEGIN");
         }
         let mut events = Vec::new();
-        for (pi, part) in parts.iter().enumerate() {
-            let data: Vec<serde_json::Value> = (0..part.ids.len())
-                .map(|i| serde_json::json!({"w": w, "n": n, "part": pi, "i": i}))
-                .collect();
+        for (pi, part) in append.parts.iter().enumerate() {
+            let data: Vec<serde_json::Value> =
+                (0..part.ids.len()).map(|i| append.data(pi, i)).collect();
             let texts: Vec<String> = data.iter().map(|d| d.to_string()).collect();
             let mut params: Vec<&dyn ToSql> = vec![&part.stream];
             for (id, text) in part.ids.iter().zip(&texts) {
                 params.push(id);
                 params.push(text);
             }
-            let sql = part_sql(part.ids.len(), part.fail);
+            let sql = append_sql(EVENT_TYPE, part.ids.len(), part.fail);
             let result = async { c.query(&sql, &params).await?.into_first_result().await }.await;
             match result {
                 Ok(rows) => {
-                    if part.fail {
-                        journal.violation(format!(
-                            "writer {w} append {n}: the insert at taken stream positions of {} succeeded",
-                            part.stream
-                        ));
-                    }
+                    append.inserted(part);
                     for r in rows {
                         let (global, id, stream_pos) = (
                             r.get::<i64, _>(0).unwrap_or(-1),
@@ -189,32 +137,22 @@ impl Backend for SqlServer {
                         let _ = batch(c, ROLLBACK).await;
                     }
                     if expected {
-                        WriterStats::bump(if part.fail {
-                            &stats.multi_failed
-                        } else {
-                            &stats.duplicates_failed
-                        });
-                        return Attempt::NotCommitted;
+                        return append.failed_as_meant(part);
                     }
                     return refused(&e, "an insert");
                 }
             }
         }
-        if let Some(hold) = hold {
+        if let Some(hold) = append.hold {
             tokio::time::sleep(hold).await;
         }
-        if !kind.commits() {
+        if !append.kind.commits() {
             if let Err(e) = batch(c, ROLLBACK).await {
                 if e.code().is_none() {
                     return Attempt::Lost;
                 }
             }
-            WriterStats::bump(if matches!(kind, Kind::Slow { .. }) {
-                &stats.slow_rolled_back
-            } else {
-                &stats.rolled_back
-            });
-            return Attempt::NotCommitted;
+            return append.rolled_back();
         }
         match batch(c, "COMMIT TRANSACTION;").await {
             Ok(()) => Attempt::Committed(events),
@@ -251,28 +189,8 @@ impl Backend for SqlServer {
         }
     }
 
-    async fn page(
-        &self,
-        c: &mut Client,
-        next: i64,
-    ) -> Result<Vec<(i64, Uuid, String, bool)>, String> {
-        let sql = "SELECT TOP (500) m.GlobalPosition, m.MessageId, m.MessageType, \
-                   CAST(CASE WHEN m.Created < DATEADD(HOUR, -1, SYSUTCDATETIME()) THEN 1 ELSE 0 END AS BIT) \
-                   FROM eventuous.Messages AS m WHERE m.GlobalPosition >= @P1 ORDER BY m.GlobalPosition";
-        let rows = async { c.query(sql, &[&next]).await?.into_first_result().await }
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get::<i64, _>(0).unwrap_or(-1),
-                    r.get::<Uuid, _>(1).unwrap_or_default(),
-                    r.get::<&str, _>(2).unwrap_or_default().to_string(),
-                    r.get::<bool, _>(3).unwrap_or(false),
-                )
-            })
-            .collect())
+    async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {
+        ms::page(c, next, 500).await.map_err(|e| e.to_string())
     }
 
     fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>) {
@@ -307,22 +225,17 @@ impl Backend for SqlServer {
             }
         };
         // Back when the database answers a query again.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(mut c) = ms::connect(&self.cs).await {
-                if batch(&mut c, "SELECT TOP (1) 1 FROM eventuous.Messages;")
+        connect_retrying(
+            "the database after its restart",
+            Duration::from_secs(120),
+            || async {
+                let mut c = ms::connect(&self.cs).await?;
+                batch(&mut c, "SELECT TOP (1) 1 FROM eventuous.Messages;")
                     .await
-                    .is_ok()
-                {
-                    break;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the database did not answer within 120 s of the restart"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         (started.elapsed(), what)
     }
 
@@ -389,7 +302,7 @@ impl Backend for SqlServer {
         self.query(
             "SELECT COUNT_BIG(DISTINCT m.Created) FROM eventuous.Messages AS m \
              INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId WHERE s.StreamName = @P1",
-            &[&TOMBSTONES],
+            &[&TOMBSTONE_STREAM],
         )
         .await
         .first()

@@ -2,16 +2,16 @@
 //! one schema per run, restarted with pg_ctlcluster (or
 //! GAP_HEALER_CHAOS_RESTART).
 
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use gap_healer_testkit::eventuous::pg::{self as eventuous, Duplicate};
+use gap_healer_testkit::pg::{self, pg_url};
+use gap_healer_testkit::subscriber::PageRow;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
 use crate::support::*;
-
-pub const FIXTURE: &str = include_str!("../fixtures/eventuous_postgres.sql");
 
 pub struct Postgres {
     pub schema: String,
@@ -23,9 +23,8 @@ impl Postgres {
     /// A fresh schema with the Eventuous tables.
     pub async fn create() -> Postgres {
         let admin = connect_within(Duration::from_secs(10)).await;
-        let schema = format!("gh_chaos_{}", &Uuid::new_v4().simple().to_string()[..8]);
-        admin
-            .batch_execute(&FIXTURE.replace("__schema__", &schema))
+        let schema = pg::schema_name("chaos");
+        pg::create_schema(&admin, &schema)
             .await
             .expect("create the chaos schema");
         let pkey: String = admin
@@ -54,70 +53,39 @@ impl Backend for Postgres {
         try_connect().await.map_err(|e| e.to_string())
     }
 
-    async fn append(
-        &self,
-        c: &mut Client,
-        journal: &Journal,
-        w: usize,
-        n: u64,
-        kind: Kind,
-        parts: &[Part],
-        hold: Option<Duration>,
-    ) -> Attempt {
+    async fn append(&self, c: &mut Client, append: &Append<'_>) -> Attempt {
         // One append attempt in one transaction.
         let c: &Client = c;
         let (pkey, s) = (self.pkey.as_str(), self.schema.as_str());
-        let stats = &journal.stats;
         // An error inside the transaction: was the connection lost, or did the server refuse?
         let refused = |e: &tokio_postgres::Error, what: &str| -> Attempt {
-            if is_connection_error(e) {
-                return Attempt::Lost;
-            }
-            let db = e.as_db_error();
-            let constraint = db.and_then(|d| d.constraint()).unwrap_or_default();
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == pkey {
-                journal.violation(format!(
-                    "writer {w} append {n} ({kind:?}): {what} hit a duplicate key on the messages primary key: \
-                     a tombstone took an append's position: {e:?}"
-                ));
+            let constraint = e.as_db_error().and_then(|d| d.constraint());
+            let refusal = if is_connection_error(e) {
+                Refusal::Lost
+            } else if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == Some(pkey) {
+                Refusal::PrimaryKey
             } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
-                WriterStats::bump(&stats.deadlocks);
-            } else if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) {
-                journal.violation(format!(
-                    "writer {w} append {n} ({kind:?}): unexpected error in {what}: {e:?}"
-                ));
-            }
-            Attempt::NotCommitted
+                Refusal::Deadlock
+            } else {
+                Refusal::Other
+            };
+            append.refused(what, refusal, &format!("{e:?}"))
         };
         if let Err(e) = c.batch_execute("BEGIN").await {
             return refused(&e, "BEGIN");
         }
         let mut events = Vec::new();
-        for (pi, part) in parts.iter().enumerate() {
-            let row = async {
-                c.execute(
-                    &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"),
-                    &[&part.stream],
-                )
-                .await?;
-                c.query_one(
-                    &format!("SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"),
-                    &[&part.stream],
-                )
-                .await
-            }
-            .await;
-            let row = match row {
+        for (pi, part) in append.parts.iter().enumerate() {
+            let (stream_id, version) = match eventuous::lock_stream(c, s, &part.stream).await {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = c.batch_execute("ROLLBACK").await;
                     return refused(&e, "the stream row");
                 }
             };
-            let (stream_id, version): (i32, i32) = (row.get(0), row.get(1));
             let mut written = 0;
             for (i, id) in part.ids.iter().enumerate() {
-                let data = serde_json::json!({"w": w, "n": n, "part": pi, "i": i});
+                let data = append.data(pi, i);
                 let position = if part.fail {
                     // A stale expected version: a stream position already taken
                     // (or -1 on a new stream, which the CHECK refuses).
@@ -125,34 +93,30 @@ impl Backend for Postgres {
                 } else {
                     version + 1 + written
                 };
-                let conflict = if part.strict {
-                    ""
+                let duplicate = if part.strict {
+                    Duplicate::Fail
                 } else {
-                    "ON CONFLICT (stream_id, message_id) DO NOTHING"
+                    Duplicate::Skip
                 };
-                let inserted = c
-                    .query(
-                        &format!(
-                            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, json_data, created)
-                             VALUES ($1, $2, $3, $4, $5::text::jsonb, now() AT TIME ZONE 'utc')
-                             {conflict} RETURNING global_position"
-                        ),
-                        &[id, &EVENT_TYPE, &stream_id, &position, &data.to_string()],
-                    )
-                    .await;
+                let inserted = eventuous::insert(
+                    c,
+                    s,
+                    stream_id,
+                    position,
+                    id,
+                    EVENT_TYPE,
+                    &data.to_string(),
+                    duplicate,
+                )
+                .await;
                 match inserted {
-                    Ok(rows) => {
-                        if part.fail {
-                            journal.violation(format!(
-                                "writer {w} append {n}: the insert at taken stream position {position} of {} succeeded",
-                                part.stream
-                            ));
-                        }
-                        if let Some(r) = rows.first() {
+                    Ok(global) => {
+                        append.inserted(part);
+                        if let Some(global) = global {
                             events.push(Event {
                                 id: *id,
                                 stream: part.stream.clone(),
-                                global: r.get(0),
+                                global,
                                 stream_pos: position,
                                 data,
                             });
@@ -174,39 +138,23 @@ impl Backend for Postgres {
                             .to_string();
                         let _ = c.batch_execute("ROLLBACK").await;
                         if expected && constraint != pkey {
-                            WriterStats::bump(if part.fail {
-                                &stats.multi_failed
-                            } else {
-                                &stats.duplicates_failed
-                            });
-                            return Attempt::NotCommitted;
+                            return append.failed_as_meant(part);
                         }
                         return refused(&e, "an insert");
                     }
                 }
             }
-            if let Err(e) = c
-                .execute(
-                    &format!("UPDATE {s}.streams SET version = $2 WHERE stream_id = $1"),
-                    &[&stream_id, &(version + written)],
-                )
-                .await
-            {
+            if let Err(e) = eventuous::set_version(c, s, stream_id, version + written).await {
                 let _ = c.batch_execute("ROLLBACK").await;
                 return refused(&e, "the version update");
             }
         }
-        if let Some(hold) = hold {
+        if let Some(hold) = append.hold {
             tokio::time::sleep(hold).await;
         }
-        if !kind.commits() {
+        if !append.kind.commits() {
             let _ = c.batch_execute("ROLLBACK").await;
-            WriterStats::bump(if matches!(kind, Kind::Slow { .. }) {
-                &stats.slow_rolled_back
-            } else {
-                &stats.rolled_back
-            });
-            return Attempt::NotCommitted;
+            return append.rolled_back();
         }
         match c.batch_execute("COMMIT").await {
             Ok(()) => Attempt::Committed(events),
@@ -219,32 +167,14 @@ impl Backend for Postgres {
         resolve(&self.schema, journal, events).await
     }
 
-    async fn page(
-        &self,
-        c: &mut Client,
-        next: i64,
-    ) -> Result<Vec<(i64, Uuid, String, bool)>, String> {
-        let schema = &self.schema;
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT m.global_position, m.message_id, m.message_type::text,
-                            m.created < (now() AT TIME ZONE 'utc') - interval '1 hour'
-                     FROM {schema}.messages m WHERE m.global_position >= $1 ORDER BY m.global_position LIMIT 500"
-                ),
-                &[&next],
-            )
-            .await;
-        rows.map(|rows| {
-            rows.iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-                .collect()
-        })
-        .map_err(|e| e.to_string())
+    async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {
+        pg::page(c, &self.schema, next)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>) {
-        let cs = format!("{} application_name=gh-chaos-healer-{slot}", pg_url());
+        let cs = pg::named(&pg_url(), &format!("gh-chaos-healer-{slot}"));
         let args = ["--engine", "postgres", "--schema", &self.schema];
         (
             args.iter().map(|s| s.to_string()).collect(),
@@ -317,7 +247,7 @@ impl Backend for Postgres {
                 &format!(
                     "SELECT COUNT(DISTINCT m.created) FROM {s}.messages m JOIN {s}.streams s USING (stream_id) WHERE s.stream_name = $1"
                 ),
-                &[&TOMBSTONES],
+                &[&TOMBSTONE_STREAM],
             )
             .await
             .unwrap()
@@ -337,23 +267,14 @@ impl Backend for Postgres {
     }
 }
 
-/// The local PostgreSQL (override with GAP_HEALER_TEST_PG).
-fn pg_url() -> String {
-    std::env::var("GAP_HEALER_TEST_PG")
-        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
-}
-
 /// One connection attempt, bounded by 2 s.
 async fn try_connect() -> Result<Client, tokio_postgres::Error> {
-    let mut config =
-        tokio_postgres::Config::from_str(&pg_url()).expect("GAP_HEALER_TEST_PG parses");
-    config.connect_timeout(Duration::from_secs(2));
-    config.application_name("gh-chaos-test");
-    let (client, conn) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
+    let url = pg::with_param(
+        &pg::named(&pg_url(), "gh-chaos-test"),
+        "connect_timeout",
+        "2",
+    );
+    pg::try_connect(&url).await
 }
 
 /// Connects, retrying every 100 ms (the server may be restarting) for up to `limit`.

@@ -25,13 +25,10 @@ fn secs(us: i64) -> f64 {
 
 /// The slot of the healer that logged most recently that it leads, if any.
 fn current_leader(instances: &[Instance], slots: &[Option<usize>]) -> Option<usize> {
-    slots.iter().enumerate().find_map(|(slot, i)| {
-        let lines = instances[(*i)?].lines.lock().unwrap();
-        let last = lines.iter().rev().find(|l| {
-            l.contains("\"became the leader") || l.contains("\"stepped down as leader")
-        })?;
-        last.contains("\"became the leader").then_some(slot)
-    })
+    slots
+        .iter()
+        .enumerate()
+        .find_map(|(slot, i)| instances[(*i)?].says_it_leads().then_some(slot))
 }
 
 /// One chaos run against `backend`'s store; panics with every failure found.
@@ -281,11 +278,11 @@ pub async fn run<B: Backend>(backend: B) {
             ));
         }
     }
-    let in_tomb_stream = rows.iter().filter(|r| r.2 == TOMBSTONES).count();
+    let in_tomb_stream = rows.iter().filter(|r| r.2 == TOMBSTONE_STREAM).count();
     if in_tomb_stream != tombstones.len()
         || rows
             .iter()
-            .any(|r| (r.2 == TOMBSTONES) != (r.4 == TOMBSTONE_TYPE))
+            .any(|r| (r.2 == TOMBSTONE_STREAM) != (r.4 == TOMBSTONE_TYPE))
     {
         failures.push(format!(
             "the tombstone stream holds {in_tomb_stream} rows but there are {} tombstones, or one is misplaced",
@@ -337,7 +334,7 @@ pub async fn run<B: Backend>(backend: B) {
     //    two processes both ran writing fill statements during a time both
     //    believed they led; and every writing statement of a process starts
     //    inside its own leadership.
-    let facts: Vec<LogFacts> = instances.iter().map(facts).collect();
+    let facts: Vec<LogFacts> = instances.iter().map(Instance::facts).collect();
     let writes = |f: &&FillAttempt| matches!(f.outcome.as_str(), "filled" | "committed" | "held");
     let mut overlaps = 0;
     let mut shared = 0;

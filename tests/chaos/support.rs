@@ -5,25 +5,29 @@
 //! What differs per engine (SQL, errors, how to restart the server) is a
 //! [`Backend`]: `postgres.rs` and `mssql.rs`.
 //!
-//! Everything here records what it saw; `run.rs` judges it.
+//! Everything here records what it saw; `run.rs` judges it. What the chaos
+//! run shares with the other tests (the Eventuous 0.17 subscription rule, the
+//! real binary, the log reading, connecting with retries) is the test kit's.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use gap_healer_testkit::bin::{self, Process};
+use gap_healer_testkit::subscriber::{Follower, Offered, PageRow};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_gap-healer");
+pub use gap_healer_testkit::eventuous::{TOMBSTONE_STREAM, TOMBSTONE_TYPE};
+pub use gap_healer_testkit::logs::{now_us, FillAttempt, LogFacts};
+pub use gap_healer_testkit::wait::connect_retrying;
+
 pub const EVENT_TYPE: &str = "ChaosEvent";
-pub const TOMBSTONES: &str = "__tombstones__";
-pub const TOMBSTONE_TYPE: &str = "$tombstone";
 /// The healers' gap_timeout; slow appends are held 0.5 to 3 times this long.
 pub const GAP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Streams the writers pick from.
@@ -52,27 +56,20 @@ pub trait Backend: Send + Sync + 'static {
 
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
     /// One append attempt in one transaction, on `c`.
-    #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
         c: &mut Self::Conn,
-        journal: &Journal,
-        w: usize,
-        n: u64,
-        kind: Kind,
-        parts: &[Part],
-        hold: Option<Duration>,
+        append: &Append<'_>,
     ) -> impl Future<Output = Attempt> + Send;
     /// Whether the events of an append whose COMMIT got no answer are there
     /// (all: true, none: false, some: a violation, reported in `journal`).
     fn resolve(&self, journal: &Journal, events: &[Event]) -> impl Future<Output = bool> + Send;
-    /// Up to 500 rows from `next` on, in position order: position, message
-    /// id, message type, and whether the row is over an hour old.
+    /// Up to 500 rows from `next` on, in position order.
     fn page(
         &self,
         c: &mut Self::Conn,
         next: i64,
-    ) -> impl Future<Output = Result<Vec<(i64, Uuid, String, bool)>, String>> + Send;
+    ) -> impl Future<Output = Result<Vec<PageRow>, String>> + Send;
     /// The healer's store flags and environment for one slot.
     fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>);
     /// Restarts the server (or what stands for it) and returns how long until
@@ -88,25 +85,6 @@ pub trait Backend: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// Removes the store (after a run that passed).
     fn remove(&self) -> impl Future<Output = ()> + Send;
-}
-
-/// Calls `connect` every 100 ms (the server may be restarting) until it
-/// succeeds; panics with its last error after `limit`.
-pub async fn connect_retrying<C, F, Fut>(what: &str, limit: Duration, mut connect: F) -> C
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<C, String>>,
-{
-    let started = Instant::now();
-    loop {
-        match connect().await {
-            Ok(c) => return c,
-            Err(e) if started.elapsed() > limit => {
-                panic!("{what} did not answer within {limit:?}: {e}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
 }
 
 /// Runs `command` (a shell command that restarts a server); panics with its
@@ -126,15 +104,6 @@ pub async fn run_restart_command(command: String) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Microseconds since the Unix epoch: the clock the healers' log timestamps use.
-pub fn now_us() -> i64 {
-    to_us(SystemTime::now())
-}
-
-pub fn to_us(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as i64
 }
 
 /// One event a writer believes committed.
@@ -224,6 +193,98 @@ impl Kind {
                 | Kind::DuplicateFailed
                 | Kind::MultiFailed
         )
+    }
+}
+
+/// One append attempt of a writer.
+#[derive(Clone, Copy)]
+pub struct Append<'a> {
+    /// Where it reports what must never happen, and its figures.
+    pub journal: &'a Journal,
+    /// The writer, and its attempt's number.
+    pub w: usize,
+    pub n: u64,
+    pub kind: Kind,
+    pub parts: &'a [Part],
+    /// How long the transaction stays open after its inserts (a slow append).
+    pub hold: Option<Duration>,
+}
+
+/// What ended an append attempt early, as the backend reads the error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The connection went (the server restarting): nothing committed.
+    Lost,
+    /// A duplicate key on the messages primary key.
+    PrimaryKey,
+    Deadlock,
+    /// Anything else the server refused.
+    Other,
+}
+
+/// The verdict on what happens to an attempt, the same for every engine.
+impl Append<'_> {
+    /// The JSON data of event `i` of part `part`: which writer's which
+    /// attempt wrote it, so that every event is told apart.
+    pub fn data(&self, part: usize, i: usize) -> serde_json::Value {
+        serde_json::json!({"w": self.w, "n": self.n, "part": part, "i": i})
+    }
+
+    /// The attempt ends on an error in `what`: a duplicate key on the
+    /// messages primary key means a tombstone took an append's position (a
+    /// violation); a deadlock is counted; any other error is a violation
+    /// unless the attempt was meant to fail.
+    pub fn refused(&self, what: &str, refusal: Refusal, error: &str) -> Attempt {
+        let (w, n, kind) = (self.w, self.n, self.kind);
+        match refusal {
+            Refusal::Lost => return Attempt::Lost,
+            Refusal::PrimaryKey => self.journal.violation(format!(
+                "writer {w} append {n} ({kind:?}): {what} hit a duplicate key on the messages primary key: \
+                 a tombstone took an append's position: {error}"
+            )),
+            Refusal::Deadlock => WriterStats::bump(&self.journal.stats.deadlocks),
+            Refusal::Other if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) => {
+                self.journal.violation(format!(
+                    "writer {w} append {n} ({kind:?}): unexpected error in {what}: {error}"
+                ))
+            }
+            Refusal::Other => {}
+        }
+        Attempt::NotCommitted
+    }
+
+    /// A part meant to fail (a duplicate id inserted plainly, or rows at a
+    /// stream position already taken) failed as meant.
+    pub fn failed_as_meant(&self, part: &Part) -> Attempt {
+        let stats = &self.journal.stats;
+        WriterStats::bump(if part.fail {
+            &stats.multi_failed
+        } else {
+            &stats.duplicates_failed
+        });
+        Attempt::NotCommitted
+    }
+
+    /// Checks a part's inserts that succeeded: one at a stream position
+    /// already taken must not have.
+    pub fn inserted(&self, part: &Part) {
+        if part.fail {
+            self.journal.violation(format!(
+                "writer {} append {}: the insert at a taken stream position of {} succeeded",
+                self.w, self.n, part.stream
+            ));
+        }
+    }
+
+    /// An attempt not meant to commit was rolled back.
+    pub fn rolled_back(&self) -> Attempt {
+        let stats = &self.journal.stats;
+        WriterStats::bump(if matches!(self.kind, Kind::Slow { .. }) {
+            &stats.slow_rolled_back
+        } else {
+            &stats.rolled_back
+        });
+        Attempt::NotCommitted
     }
 }
 
@@ -330,7 +391,15 @@ pub async fn writer<B: Backend>(
             _ => None,
         };
         n += 1;
-        let attempt = backend.append(c, &journal, w, n, kind, &parts, hold).await;
+        let append = Append {
+            journal: &journal,
+            w,
+            n,
+            kind,
+            parts: &parts,
+            hold,
+        };
+        let attempt = backend.append(c, &append).await;
         let stats = &journal.stats;
         let events = match attempt {
             Attempt::Committed(events) => Some(events),
@@ -382,10 +451,7 @@ pub fn new_id(rng: &mut StdRng) -> Uuid {
     uuid::Builder::from_random_bytes(rng.random()).into_uuid()
 }
 
-/// An all-stream subscription following Eventuous 0.17's rules (as
-/// tests/integration/support.rs models it), surviving connection loss: reads
-/// pages in position order from the next expected position; stops at a hole
-/// until the row after it is an hour old; ignores tombstones.
+/// What the all-stream subscriber saw.
 #[derive(Default)]
 pub struct SubscriberLog {
     /// (position, message id) of every event handled, in handling order.
@@ -397,14 +463,24 @@ pub struct SubscriberLog {
     pub reconnects: u64,
 }
 
+impl SubscriberLog {
+    fn stalled(&mut self, at: i64, took: Duration) {
+        if took > self.longest_stall.0 {
+            self.longest_stall = (took, at);
+        }
+    }
+}
+
+/// An all-stream subscription following Eventuous 0.17's rules (the kit's
+/// [`Follower`]) that survives connection loss: it reconnects whenever the
+/// server goes.
 pub async fn subscriber<B: Backend>(
     backend: Arc<B>,
     log: Arc<Mutex<SubscriberLog>>,
     stop: CancellationToken,
 ) {
     let mut client: Option<B::Conn> = None;
-    let mut next: i64 = B::FIRST;
-    let mut stalled: Option<(i64, Instant)> = None;
+    let mut follower = Follower::new(B::FIRST);
     while !stop.is_cancelled() {
         let c = match &mut client {
             Some(c) => c,
@@ -419,7 +495,7 @@ pub async fn subscriber<B: Backend>(
                 }
             },
         };
-        let rows = match backend.page(c, next).await {
+        let rows = match backend.page(c, follower.next()).await {
             Ok(rows) => rows,
             Err(_) => {
                 client = None;
@@ -429,32 +505,23 @@ pub async fn subscriber<B: Backend>(
         };
         {
             let mut l = log.lock().unwrap();
-            for (position, id, kind, old) in rows {
-                if position > next && !old {
+            for row in rows {
+                let Offered::Take { waited } = follower.offer(row.position, row.old) else {
                     // A hole with later rows present: wait (GapAgeThresholdMs is an hour).
-                    if stalled.map(|(p, _)| p) != Some(next) {
-                        stalled = Some((next, Instant::now()));
-                    }
                     break;
+                };
+                if let Some((at, took)) = waited {
+                    l.stalled(at, took);
                 }
-                if let Some((p, since)) = stalled.take() {
-                    let took = since.elapsed();
-                    if took > l.longest_stall.0 {
-                        l.longest_stall = (took, p);
-                    }
-                }
-                if kind == TOMBSTONE_TYPE {
+                if row.is_tombstone() {
                     l.tombstones += 1;
                 } else {
-                    l.handled.push((position, id));
+                    l.handled.push((row.position, row.id));
                 }
-                next = position + 1;
             }
-            l.next = next;
-            if let Some((p, since)) = stalled {
-                if since.elapsed() > l.longest_stall.0 {
-                    l.longest_stall = (since.elapsed(), p);
-                }
+            l.next = follower.next();
+            if let Some((at, since)) = follower.stalled() {
+                l.stalled(at, since.elapsed());
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -465,14 +532,13 @@ pub async fn subscriber<B: Backend>(
 pub struct Instance {
     pub slot: usize,
     pub number: usize,
-    pub child: Option<Child>,
+    process: Process,
     pub started_us: i64,
     /// When it was killed or seen gone (µs since the epoch).
     pub ended_us: Option<i64>,
     pub killed: bool,
     /// Exit status when it ended on its own or after SIGTERM.
-    pub exit: Option<std::process::ExitStatus>,
-    pub lines: Arc<Mutex<Vec<String>>>,
+    pub exit: Option<ExitStatus>,
 }
 
 impl Instance {
@@ -483,79 +549,63 @@ impl Instance {
         number: usize,
         store: &(Vec<String>, Vec<(String, String)>),
     ) -> Instance {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("run").args(&store.0).args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--log-level",
-            "info,gap_healer=debug",
-            "--gap-timeout",
-            "1s",
-            "--poll-interval",
-            "100ms",
-            "--lock-timeout",
-            "1s",
-            "--connect-timeout",
-            "2s",
-            "--start-from",
-            "0",
-        ]);
+        let mut args: Vec<String> = ["run"].iter().map(|s| s.to_string()).collect();
+        args.extend(store.0.iter().cloned());
+        args.extend(
+            [
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--log-level",
+                "info,gap_healer=debug",
+                "--gap-timeout",
+                "1s",
+                "--poll-interval",
+                "100ms",
+                "--lock-timeout",
+                "1s",
+                "--connect-timeout",
+                "2s",
+                "--start-from",
+                "0",
+            ]
+            .map(String::from),
+        );
         if std::env::var("CHAOS_SPLIT_LEADERS").is_ok() {
             // The checker's own test: a leader key per slot, so every healer
             // leads at once and the run must fail with "two fillers at once".
-            cmd.args(["--leader-key", &format!("chaos-split-{slot}")]);
+            args.extend(["--leader-key".into(), format!("chaos-split-{slot}")]);
         }
-        for (k, _) in std::env::vars() {
-            if k.starts_with("GAP_HEALER_") || k == "RUST_LOG" {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.envs(store.1.iter().map(|(k, v)| (k, v)));
         let started_us = now_us();
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
+        let process = Process::spawn(bin::command(&args, store.1.iter().map(|(k, v)| (k, v))))
             .expect("start gap-healer run");
-        let stderr = child.stderr.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
         Instance {
             slot,
             number,
-            child: Some(child),
+            process,
             started_us,
             ended_us: None,
             killed: false,
             exit: None,
-            lines,
         }
     }
 
     /// SIGKILL; the leadership it may have had ends now.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if self.ended_us.is_none() {
             self.ended_us = Some(now_us());
             self.killed = true;
-            let _ = child.kill();
-            let _ = child.wait();
+            self.process.kill();
         }
     }
 
     /// Notices a process that ended without being told to (a crash).
     pub fn reap(&mut self) -> bool {
-        if let Some(child) = &mut self.child {
-            if let Ok(Some(status)) = child.try_wait() {
+        if self.ended_us.is_none() {
+            if let Some(status) = self.process.try_wait() {
                 self.ended_us = Some(now_us());
                 self.exit = Some(status);
-                self.child = None;
                 return true;
             }
         }
@@ -564,133 +614,36 @@ impl Instance {
 
     /// SIGTERM and wait (10 s at most, then SIGKILL).
     pub fn terminate(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let started = Instant::now();
-        let status = loop {
-            if let Ok(Some(s)) = child.try_wait() {
-                break s;
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                break child.wait().expect("wait");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        self.ended_us = Some(now_us());
-        self.exit = Some(status);
+        if self.ended_us.is_none() {
+            let (status, _) = self.process.terminate();
+            self.ended_us = Some(now_us());
+            self.exit = Some(status);
+        }
     }
 
     pub fn log(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        self.process.lines()
     }
-}
 
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    /// Whether its latest word on leadership is that it became the leader.
+    pub fn says_it_leads(&self) -> bool {
+        self.process.with_lines(|lines| {
+            lines
+                .iter()
+                .rev()
+                .find(|l| {
+                    l.contains("\"became the leader") || l.contains("\"stepped down as leader")
+                })
+                .is_some_and(|l| l.contains("\"became the leader"))
+        })
     }
-}
 
-/// `2026-11-30T13:11:20.904869Z` as µs since the epoch (tracing's JSON timestamps).
-pub fn parse_timestamp(ts: &str) -> Option<i64> {
-    let (date, time) = ts.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>());
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|x| x.parse::<i64>());
-    let (hh, mm, ss) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
-    let micros: i64 = format!("{frac:0<6}")[..6].parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + hh * 3_600 + mm * 60 + ss) * 1_000_000) + micros)
-}
-
-/// One fill statement a healer ran, from its log: it ran within [start_us, end_us].
-#[derive(Clone, Debug)]
-pub struct FillAttempt {
-    pub instance: usize,
-    pub start_us: i64,
-    pub end_us: i64,
-    pub outcome: String,
-    pub rows: u64,
-    pub line: String,
-}
-
-/// What one instance's log says.
-#[derive(Clone, Debug, Default)]
-pub struct LogFacts {
-    /// Leadership intervals [became, stepped down or ended].
-    pub leading: Vec<(i64, i64)>,
-    pub fills: Vec<FillAttempt>,
-    pub became_leader: usize,
-    pub stepped_down: usize,
-    pub errors: Vec<String>,
-    pub unparsed: usize,
-    pub panicked: bool,
-}
-
-/// Reads an instance's JSON log into leadership intervals and fill attempts.
-/// A fill attempt is any line with an `outcome` and an `ms` field (the fill
-/// statement's duration, logged when it returned); it ran within
-/// [timestamp - ms - 1 ms, timestamp].
-pub fn facts(instance: &Instance) -> LogFacts {
-    let mut f = LogFacts::default();
-    let end = instance.ended_us.unwrap_or_else(now_us);
-    let mut since: Option<i64> = None;
-    for line in instance.log() {
-        if line.contains("panicked") {
-            f.panicked = true;
-        }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            f.unparsed += 1;
-            continue;
-        };
-        let Some(ts) = v["timestamp"].as_str().and_then(parse_timestamp) else {
-            f.unparsed += 1;
-            continue;
-        };
-        let message = v["message"].as_str().unwrap_or_default();
-        if message.starts_with("became the leader") {
-            f.became_leader += 1;
-            since.get_or_insert(ts);
-        } else if message.starts_with("stepped down as leader") {
-            f.stepped_down += 1;
-            if let Some(s) = since.take() {
-                f.leading.push((s, ts));
-            }
-        }
-        if v["level"] == "ERROR" {
-            f.errors.push(line.clone());
-        }
-        if let (Some(outcome), Some(ms)) = (v["outcome"].as_str(), v["ms"].as_u64()) {
-            f.fills.push(FillAttempt {
-                instance: instance.number,
-                start_us: ts - (ms as i64 + 1) * 1_000,
-                end_us: ts,
-                outcome: outcome.to_string(),
-                rows: v["rows"].as_u64().unwrap_or(0),
-                line: line.clone(),
-            });
-        }
+    /// Its log read as leadership intervals and fill attempts.
+    pub fn facts(&self) -> LogFacts {
+        let end = self.ended_us.unwrap_or_else(now_us);
+        self.process
+            .with_lines(|lines| gap_healer_testkit::logs::facts(lines, self.number, end))
     }
-    if let Some(s) = since {
-        f.leading.push((s, end));
-    }
-    f
 }
 
 /// Counts per key, for the figures.

@@ -11,289 +11,22 @@
 //! ([`Throwaway`]), made with initdb on a free port and removed afterwards.
 
 use std::path::PathBuf;
-use std::process::{Command, Output as ProcOutput, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, NoTls};
+use gap_healer_testkit::bin::{cli, timing, Daemon};
+use gap_healer_testkit::eventuous::EVENT_TYPE;
+use gap_healer_testkit::logs::{facts, format_us};
+use gap_healer_testkit::pg::{self, connect, free_port, is_root, pg_url, Ending, Store, Throwaway};
+use gap_healer_testkit::wait::until as wait_for;
+use nix::sys::signal::Signal;
 use uuid::Uuid;
 
-use crate::support::*;
-
-const FIXTURE: &str = include_str!("../fixtures/eventuous_postgres.sql");
-
-/// The newest PostgreSQL's bin directory (`/usr/lib/postgresql/<v>/bin`).
-fn pg_bin() -> PathBuf {
-    let version = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server binaries under /usr/lib/postgresql")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .max()
-        .expect("a version under /usr/lib/postgresql");
-    PathBuf::from(format!("/usr/lib/postgresql/{version}/bin"))
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A PostgreSQL cluster of one test's own, on a free port of 127.0.0.1, with
-/// its socket in its directory. initdb refuses root, so as root the tools run
-/// as the postgres user. Stopped and deleted on drop.
-pub struct Throwaway {
-    pub dir: PathBuf,
-    pub port: u16,
-    bin: PathBuf,
-    root: bool,
-}
-
-impl Throwaway {
-    /// initdb (trust for the socket; `auth_host` for TCP); not started.
-    pub fn init(tag: &str, auth_host: &str) -> Throwaway {
-        let dir = std::env::temp_dir().join(format!(
-            "gh-pg-{tag}-{}",
-            &Uuid::new_v4().simple().to_string()[..8]
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let t = Throwaway {
-            port: free_port(),
-            bin: pg_bin(),
-            root: is_root(),
-            dir,
-        };
-        if t.root {
-            let ok = Command::new("chown")
-                .args(["postgres:postgres", t.dir.to_str().unwrap()])
-                .status()
-                .unwrap();
-            assert!(ok.success(), "chown {} to postgres", t.dir.display());
-        }
-        let data = t.data();
-        t.tool(
-            "initdb",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "--auth-local=trust",
-                &format!("--auth-host={auth_host}"),
-                "--no-sync",
-                "--no-instructions",
-            ],
-        );
-        t
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn tool(&self, name: &str, args: &[&str]) -> ProcOutput {
-        let path = self.bin.join(name);
-        let mut cmd = if self.root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
-            c
-        } else {
-            Command::new(&path)
-        };
-        let out = cmd
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            out.status.success(),
-            "{name} {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    pub fn start(&self) {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=40 -c fsync=off",
-            self.port,
-            self.dir.display()
-        );
-        let data = self.data();
-        let log = self.dir.join("server.log");
-        self.tool(
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-o",
-                &options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
-    }
-
-    /// A fast shutdown: every session ends, as when a server goes down.
-    pub fn stop(&self) {
-        let data = self.data();
-        self.tool(
-            "pg_ctl",
-            &["-D", data.to_str().unwrap(), "-m", "fast", "-w", "stop"],
-        );
-    }
-
-    /// Over TCP, as the healer connects.
-    pub fn url(&self, db: &str) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname={db}",
-            self.port
-        )
-    }
-
-    /// Over the Unix socket as postgres (trusted even when TCP wants a password).
-    pub async fn admin(&self, db: &str) -> Client {
-        let cs = format!(
-            "host={} port={} user=postgres dbname={db}",
-            self.dir.display(),
-            self.port
-        );
-        let (client, conn) = tokio_postgres::connect(&cs, NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("throwaway server at {}: {e}", self.dir.display()));
-        tokio::spawn(conn);
-        client
-    }
-}
-
-impl Drop for Throwaway {
-    fn drop(&mut self) {
-        let data = self.data();
-        let path = self.bin.join("pg_ctl");
-        let mut cmd = if self.root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
-            c
-        } else {
-            Command::new(&path)
-        };
-        let _ = cmd
-            .args([
-                "-D",
-                data.to_str().unwrap(),
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Creates the Eventuous tables in `schema` through `client`.
-pub async fn create_store(client: Client, schema: &str) -> Store {
-    client
-        .batch_execute(&FIXTURE.replace("__schema__", schema))
-        .await
-        .expect("create schema");
-    Store {
-        schema: schema.to_string(),
-        client,
-    }
-}
-
-/// One Eventuous-style append of one event on the store's own connection
-/// (works on any server, unlike `Store::append`); its position.
-pub async fn append_on(store: &Store, stream: &str, commit: bool) -> i64 {
-    let (s, c) = (&store.schema, &store.client);
-    c.batch_execute("BEGIN").await.unwrap();
-    c.execute(
-        &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"),
-        &[&stream],
-    )
-    .await
-    .unwrap();
-    let row = c
-        .query_one(
-            &format!(
-                "SELECT stream_id, version FROM {s}.streams WHERE stream_name = $1 FOR UPDATE"
-            ),
-            &[&stream],
-        )
-        .await
-        .unwrap();
-    let (id, version): (i32, i32) = (row.get(0), row.get(1));
-    let position: i64 = c
-        .query_one(
-            &format!(
-                "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, json_data, created)
-                 VALUES (gen_random_uuid(), $1, $2, $3, '{{}}', now() AT TIME ZONE 'utc') RETURNING global_position"
-            ),
-            &[&EVENT_TYPE, &id, &(version + 1)],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    c.execute(
-        &format!("UPDATE {s}.streams SET version = version + 1 WHERE stream_id = $1"),
-        &[&id],
-    )
-    .await
-    .unwrap();
-    c.batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
-        .await
-        .unwrap();
-    position
-}
-
-/// `gap-healer run` with the connection string in GAP_HEALER_CONNECTION_STRING
-/// (never on the command line), its log (JSON unless `extra` says otherwise)
-/// captured.
-pub fn daemon(cs: &str, schema: &str, extra: &[&str]) -> Daemon {
-    let mut args: Vec<String> = ["run", "--engine", "postgres", "--schema", schema]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect();
-    if !extra.contains(&"--log-format") {
-        args.extend(["--log-format".into(), "json".into()]);
-    }
-    Daemon::spawn(&args, &[("GAP_HEALER_CONNECTION_STRING", cs)])
-}
-
-/// `daemon` for the `store` schema that fills every hole at once
-/// (gap_timeout 0, 100 ms polls, from the first position).
+/// `gap-healer run` with the connection string in the environment for the
+/// `store` schema, filling every hole at once (gap_timeout 0, 100 ms polls,
+/// from the first position).
 fn fill_now(cs: &str) -> Daemon {
-    daemon(
-        cs,
-        "store",
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--start-from",
-            "0",
-        ],
-    )
+    Daemon::with_connection_string(cs, "store", &timing("0s", "100ms", &[]))
 }
 
 /// Watches a daemon whose fills all fail for `watch`: each failure is
@@ -307,8 +40,8 @@ async fn fill_errors_backed_off(
     most: usize,
 ) -> Vec<serde_json::Value> {
     tokio::time::sleep(watch).await;
-    let failed = lines_with(d, "fill failed; retrying later");
-    assert!(!failed.is_empty(), "no fill error reported:\n{}", log_of(d));
+    let failed = d.lines_with("fill failed; retrying later");
+    assert!(!failed.is_empty(), "no fill error reported:\n{}", d.log());
     assert!(
         failed
             .iter()
@@ -320,48 +53,9 @@ async fn fill_errors_backed_off(
         "{} fill attempts in {watch:?}",
         failed.len()
     );
-    assert!(alive(d), "{}", log_of(d));
+    assert!(d.alive(), "{}", d.log());
     assert_eq!(d.get("/healthz").await.0, 200);
     failed
-}
-
-fn log_of(d: &Daemon) -> String {
-    d.log.lock().unwrap().clone()
-}
-
-/// Log lines whose message starts with `message`.
-fn lines_with(d: &Daemon, message: &str) -> Vec<serde_json::Value> {
-    log_of(d)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with(message))
-        })
-        .collect()
-}
-
-fn alive(d: &mut Daemon) -> bool {
-    d.child.try_wait().unwrap().is_none()
-}
-
-/// Waits up to `limit` for `cond`, checking every 50 ms.
-async fn wait_for<F, Fut>(limit: Duration, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    loop {
-        if cond().await {
-            return true;
-        }
-        if started.elapsed() > limit {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn ready(d: &Daemon) -> u16 {
@@ -377,26 +71,13 @@ async fn database_down_at_start_then_up_then_down_and_up_again() {
         "{} password=DownPw_71x connect_timeout=1",
         pg.url("postgres")
     );
-    let mut d = daemon(
+    let mut d = Daemon::with_connection_string(
         &cs,
         "store",
-        &[
-            "--gap-timeout",
-            "200ms",
-            "--poll-interval",
-            "100ms",
-            "--connect-timeout",
-            "1s",
-            "--start-from",
-            "0",
-        ],
+        &timing("200ms", "100ms", &["--connect-timeout", "1s"]),
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        alive(&mut d),
-        "exited with the database down:\n{}",
-        log_of(&d)
-    );
+    assert!(d.alive(), "exited with the database down:\n{}", d.log());
     assert_eq!(
         d.get("/healthz").await.0,
         200,
@@ -405,8 +86,8 @@ async fn database_down_at_start_then_up_then_down_and_up_again() {
     let (code, body) = d.get("/readyz").await;
     assert_eq!(code, 503, "not ready while the database is down: {body}");
     assert!(body.contains("database"), "{body}");
-    let retries = lines_with(&d, "scan failed");
-    assert!(!retries.is_empty(), "no retry lines:\n{}", log_of(&d));
+    let retries = d.lines_with("scan failed");
+    assert!(!retries.is_empty(), "no retry lines:\n{}", d.log());
     // Backoff, not a hot loop: at most a handful of attempts in 3 s.
     assert!(retries.len() <= 10, "{} scan retries in 3 s", retries.len());
     for r in &retries {
@@ -415,19 +96,20 @@ async fn database_down_at_start_then_up_then_down_and_up_again() {
         assert!(r["error"].as_str().is_some_and(|e| !e.is_empty()), "{r}");
     }
     assert!(
-        !lines_with(&d, "leader election: cannot reach the database").is_empty(),
+        !d.lines_with("leader election: cannot reach the database")
+            .is_empty(),
         "{}",
-        log_of(&d)
+        d.log()
     );
     // The scan's line says only that no connection came; the election's says why.
     assert!(
-        lines_with(&d, "leader election: cannot reach the database")
+        d.lines_with("leader election: cannot reach the database")
             .iter()
             .any(|l| l["error"]
                 .as_str()
                 .is_some_and(|e| e.contains("Connection refused"))),
         "{}",
-        log_of(&d)
+        d.log()
     );
     println!(
         "database down at start: {} retry lines in 3 s, e.g. {}",
@@ -437,26 +119,21 @@ async fn database_down_at_start_then_up_then_down_and_up_again() {
 
     // The server comes up: the daemon connects, becomes ready and heals.
     pg.start();
-    let store = create_store(pg.admin("postgres").await, "store").await;
-    append_on(&store, "A", true).await;
-    append_on(&store, "X", false).await;
-    append_on(&store, "B", true).await;
+    let store = pg.store("postgres").await;
+    store.append_holes(&[1]).await;
     let up = Instant::now();
     assert!(
         wait_for(Duration::from_secs(40), || async { ready(&d).await == 200 }).await,
         "not ready after the server came up:\n{}",
-        log_of(&d)
+        d.log()
     );
     println!("server up: ready after {:?}", up.elapsed());
     assert!(
-        wait_for(Duration::from_secs(20), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(20)).await,
         "hole not filled after the server came up:\n{}",
-        log_of(&d)
+        d.log()
     );
-    assert!(!lines_with(&d, "database reachable again").is_empty());
+    assert!(!d.lines_with("database reachable again").is_empty());
 
     // The server goes away under the running daemon: not ready, still alive.
     drop(store);
@@ -464,24 +141,17 @@ async fn database_down_at_start_then_up_then_down_and_up_again() {
     assert!(
         wait_for(Duration::from_secs(20), || async { ready(&d).await == 503 }).await,
         "still ready with the server down:\n{}",
-        log_of(&d)
+        d.log()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        alive(&mut d),
-        "exited when the server went down:\n{}",
-        log_of(&d)
-    );
+    assert!(d.alive(), "exited when the server went down:\n{}", d.log());
     assert_eq!(d.get("/healthz").await.0, 200);
 
     // And comes back: the daemon heals new holes again.
     pg.start();
-    let store = Store {
-        schema: "store".into(),
-        client: pg.admin("postgres").await,
-    };
-    append_on(&store, "Y", false).await;
-    append_on(&store, "C", true).await;
+    let store = pg.existing_store("postgres").await;
+    store.append("Y", 1, Ending::RollbackAfterInsert).await;
+    store.append("C", 1, Ending::Commit).await;
     let back = Instant::now();
     assert!(
         wait_for(Duration::from_secs(40), || async {
@@ -489,7 +159,7 @@ async fn database_down_at_start_then_up_then_down_and_up_again() {
         })
         .await,
         "not healing after the server came back:\n{}",
-        log_of(&d)
+        d.log()
     );
     println!(
         "server back: hole healed and ready after {:?}",
@@ -547,23 +217,12 @@ async fn kill_while_fill_waits(store: &Store, app: &str) -> usize {
 async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     let store = Store::new("fault_kill").await;
     let app = format!("gh-{}", store.schema);
-    let cs = format!("{} application_name={app}", store.url());
-    store.append("A", 1, Ending::Commit).await;
-    let open = store.append_open("slow", 1).await;
-    store.append("B", 1, Ending::Commit).await;
-    let mut d = daemon(
+    let cs = pg::named(&store.url(), &app);
+    let open = store.open_append_between(1).await;
+    let mut d = Daemon::with_connection_string(
         &cs,
         &store.schema,
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "50ms",
-            "--lock-timeout",
-            "20s",
-            "--start-from",
-            "0",
-        ],
+        &timing("0s", "50ms", &["--lock-timeout", "20s"]),
     );
 
     // 1. Killed while waiting on an append that then rolls back: the fill is
@@ -575,11 +234,11 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     );
     assert!(
         wait_for(Duration::from_secs(10), || async {
-            !lines_with(&d, "fill failed; retrying later").is_empty()
+            !d.lines_with("fill failed; retrying later").is_empty()
         })
         .await,
         "the broken fill was not reported:\n{}",
-        log_of(&d)
+        d.log()
     );
     assert!(
         store.tombstone_positions().await.is_empty(),
@@ -587,12 +246,9 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     );
     open.rollback().await;
     assert!(
-        wait_for(Duration::from_secs(30), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(30)).await,
         "the fill was not retried after the connection was killed:\n{}",
-        log_of(&d)
+        d.log()
     );
     assert_eq!(store.tombstone_positions().await, vec![2]);
     assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
@@ -608,12 +264,9 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     store.append("X", 1, Ending::RollbackAfterInsert).await;
     store.append("D", 1, Ending::Commit).await;
     assert!(
-        wait_for(Duration::from_secs(30), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(30)).await,
         "not healing after the second kill:\n{}",
-        log_of(&d)
+        d.log()
     );
     let rows = store.rows().await;
     assert!(
@@ -622,20 +275,20 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
         "{rows:?}"
     );
     assert_eq!(store.assert_tombstone_stream_consistent().await, 2);
-    assert!(alive(&mut d), "{}", log_of(&d));
+    assert!(d.alive(), "{}", d.log());
     assert!(
         wait_for(Duration::from_secs(10), || async {
             d.metric("gap_healer_leader").await == Some(1.0)
         })
         .await,
         "leadership not regained:\n{}",
-        log_of(&d)
+        d.log()
     );
     let errors = d
         .metric("gap_healer_fill_attempts_total{outcome=\"error\"}")
         .await;
     assert!(errors >= Some(2.0), "{errors:?}");
-    let failed = lines_with(&d, "fill failed; retrying later");
+    let failed = d.lines_with("fill failed; retrying later");
     println!(
         "connection killed mid-fill: {} fill error(s) reported, e.g. {}",
         failed.len(),
@@ -693,32 +346,21 @@ async fn statement_timeout_is_reported_and_retried() {
         .chain([format!("user={role}").as_str()])
         .collect::<Vec<_>>()
         .join(" ");
-    store.append("A", 1, Ending::Commit).await;
-    let open = store.append_open("slow", 1).await;
-    store.append("B", 1, Ending::Commit).await;
-    let mut d = daemon(
+    let open = store.open_append_between(1).await;
+    let mut d = Daemon::with_connection_string(
         &cs,
         &store.schema,
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--lock-timeout",
-            "3s",
-            "--start-from",
-            "0",
-        ],
+        &timing("0s", "100ms", &["--lock-timeout", "3s"]),
     );
     assert!(
         wait_for(Duration::from_secs(15), || async {
-            lines_with(&d, "fill failed; retrying later").len() >= 2
+            d.lines_with("fill failed; retrying later").len() >= 2
         })
         .await,
         "no statement timeout reported:\n{}",
-        log_of(&d)
+        d.log()
     );
-    let failed = lines_with(&d, "fill failed; retrying later");
+    let failed = d.lines_with("fill failed; retrying later");
     assert!(
         failed
             .iter()
@@ -726,17 +368,14 @@ async fn statement_timeout_is_reported_and_retried() {
         "{failed:?}"
     );
     println!("statement timeout: {}", failed[0]);
-    assert!(alive(&mut d));
+    assert!(d.alive());
     assert_eq!(d.get("/healthz").await.0, 200);
     assert!(store.tombstone_positions().await.is_empty());
     open.rollback().await;
     assert!(
-        wait_for(Duration::from_secs(40), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(40)).await,
         "not retried after the statement timeouts:\n{}",
-        log_of(&d)
+        d.log()
     );
     assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
     let errors = d
@@ -748,26 +387,26 @@ async fn statement_timeout_is_reported_and_retried() {
     drop_role(store, &role).await;
 }
 
+/// A throwaway cluster with a database `ro` whose `store` schema has the
+/// Eventuous tables and a hole at 2.
+async fn database_ro_with_a_hole(tag: &str) -> (Throwaway, Store) {
+    let pg = Throwaway::started(tag, "trust");
+    pg.create_database("ro").await;
+    let store = pg.store("ro").await;
+    store.append_holes(&[1]).await;
+    (pg, store)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_database_is_reported_and_retried_never_a_crash_loop() {
-    let pg = Throwaway::init("ro", "trust");
-    pg.start();
-    pg.admin("postgres")
-        .await
-        .batch_execute("CREATE DATABASE ro")
-        .await
-        .unwrap();
-    let store = create_store(pg.admin("ro").await, "store").await;
-    append_on(&store, "A", true).await;
-    append_on(&store, "X", false).await;
-    append_on(&store, "B", true).await;
+    let (pg, store) = database_ro_with_a_hole("ro").await;
     store
         .client
         .batch_execute("ALTER DATABASE ro SET default_transaction_read_only = on")
         .await
         .unwrap();
     let app = "gh-fault-ro";
-    let cs = format!("{} application_name={app}", pg.url("ro"));
+    let cs = pg::named(&pg.url("ro"), app);
     let mut d = fill_now(&cs);
     let watch = Duration::from_secs(5);
     let failed = fill_errors_backed_off(&mut d, "25006", watch, 6).await;
@@ -794,12 +433,9 @@ async fn read_only_database_is_reported_and_retried_never_a_crash_loop() {
         .await
         .unwrap();
     assert!(
-        wait_for(Duration::from_secs(40), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(40)).await,
         "not filled once writable:\n{}",
-        log_of(&d)
+        d.log()
     );
     assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
     let (code, _, log) = d.terminate();
@@ -812,17 +448,7 @@ async fn read_only_database_is_reported_and_retried_never_a_crash_loop() {
 /// heal without anyone ending its sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_database_made_writable_again_heals_without_reconnecting() {
-    let pg = Throwaway::init("ro2", "trust");
-    pg.start();
-    pg.admin("postgres")
-        .await
-        .batch_execute("CREATE DATABASE ro")
-        .await
-        .unwrap();
-    let store = create_store(pg.admin("ro").await, "store").await;
-    append_on(&store, "A", true).await;
-    append_on(&store, "X", false).await;
-    append_on(&store, "B", true).await;
+    let (pg, store) = database_ro_with_a_hole("ro2").await;
     let admin = pg.admin("postgres").await;
     admin
         .batch_execute("ALTER DATABASE ro SET default_transaction_read_only = on")
@@ -831,7 +457,7 @@ async fn read_only_database_made_writable_again_heals_without_reconnecting() {
     let d = fill_now(&pg.url("ro"));
     assert!(
         wait_for(Duration::from_secs(10), || async {
-            !lines_with(&d, "fill failed; retrying later").is_empty()
+            !d.lines_with("fill failed; retrying later").is_empty()
         })
         .await
     );
@@ -839,10 +465,7 @@ async fn read_only_database_made_writable_again_heals_without_reconnecting() {
         .batch_execute("ALTER DATABASE ro RESET default_transaction_read_only")
         .await
         .unwrap();
-    let healed = wait_for(Duration::from_secs(45), || async {
-        store.missing().await.is_empty()
-    })
-    .await;
+    let healed = store.wait_until_healed(Duration::from_secs(45)).await;
     let (_, _, log) = d.terminate();
     assert!(
         healed,
@@ -864,36 +487,17 @@ async fn leader_session_killed_no_fill_while_another_leads() {
         format!("gha-{}", store.schema),
         format!("ghb-{}", store.schema),
     );
-    let flags = [
-        "--gap-timeout",
-        "0s",
-        "--poll-interval",
-        "20ms",
-        "--start-from",
-        "0",
-    ];
-    let a = daemon(
-        &format!("{} application_name={app_a}", store.url()),
-        &store.schema,
-        &flags,
-    );
+    let flags = timing("0s", "20ms", &[]);
+    let a = Daemon::with_connection_string(&pg::named(&store.url(), &app_a), &store.schema, &flags);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let b = daemon(
-        &format!("{} application_name={app_b}", store.url()),
-        &store.schema,
-        &flags,
-    );
+    let b = Daemon::with_connection_string(&pg::named(&store.url(), &app_b), &store.schema, &flags);
     // Holes appear all the time, so whoever leads fills every ~20 ms.
     let holes = {
-        let schema = store.schema.clone();
+        let s = Store::open(connect().await, &store.url(), &store.schema);
         tokio::spawn(async move {
-            let s = Store {
-                schema,
-                client: connect().await,
-            };
             for _ in 0..400 {
-                append_on(&s, "X", false).await;
-                append_on(&s, "A", true).await;
+                s.append_here("X", 1, Ending::RollbackAfterInsert).await;
+                s.append_here("A", 1, Ending::Commit).await;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -925,25 +529,14 @@ async fn leader_session_killed_no_fill_while_another_leads() {
     // What each log says: when the process became the leader, and when each
     // of its fills started (logged time minus the fill's duration).
     let parse = |log: &str| {
-        let mut became = Vec::new();
-        let mut fills = Vec::new();
-        for v in log
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        {
-            let ts = v["timestamp"].as_str().unwrap_or_default();
-            let Ok(at) = humantime::parse_rfc3339(ts) else {
-                continue;
-            };
-            let m = v["message"].as_str().unwrap_or_default();
-            if m.starts_with("became the leader") {
-                became.push(at);
-            } else if m.starts_with("filled hole with tombstones") {
-                let ms = v["ms"].as_i64().unwrap_or(0);
-                fills.push(at - Duration::from_millis(ms.max(0) as u64 + 1));
-            }
-        }
-        (became, fills)
+        let f = facts(&log.lines().collect::<Vec<_>>(), 0, i64::MAX);
+        let fills: Vec<i64> = f
+            .fills
+            .iter()
+            .filter(|x| x.message.starts_with("filled hole with tombstones"))
+            .map(|x| x.start_us)
+            .collect();
+        (f.became, fills)
     };
     let (became_a, fills_a) = parse(&log_a);
     let (became_b, fills_b) = parse(&log_b);
@@ -962,9 +555,9 @@ async fn leader_session_killed_no_fill_while_another_leads() {
                 if theirs > mine {
                     violations.push(format!(
                         "{who} started a fill at {} after the other took the lock at {} (its own lead began {})",
-                        humantime::format_rfc3339_micros(*f),
-                        humantime::format_rfc3339_micros(*theirs),
-                        humantime::format_rfc3339_micros(*mine)
+                        format_us(*f),
+                        format_us(*theirs),
+                        format_us(*mine)
                     ));
                 }
             }
@@ -995,28 +588,14 @@ async fn leader_session_killed_no_fill_while_another_leads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_tables_are_reported_and_the_daemon_waits_for_them() {
     let c = connect().await;
-    let schema = format!(
-        "gh_fault_missing_{}",
-        &Uuid::new_v4().simple().to_string()[..8]
-    );
+    let schema = pg::schema_name("fault_missing");
     c.batch_execute(&format!("CREATE SCHEMA {schema}"))
         .await
         .unwrap();
-    let mut d = daemon(
-        &pg_url(),
-        &schema,
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--start-from",
-            "0",
-        ],
-    );
+    let mut d = Daemon::with_connection_string(&pg_url(), &schema, &timing("0s", "100ms", &[]));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let failed = lines_with(&d, "scan failed");
-    assert!(!failed.is_empty(), "{}", log_of(&d));
+    let failed = d.lines_with("scan failed");
+    assert!(!failed.is_empty(), "{}", d.log());
     assert!(
         failed.iter().all(|l| l["level"] == "ERROR"),
         "permanent errors are errors: {failed:?}"
@@ -1029,22 +608,19 @@ async fn missing_tables_are_reported_and_the_daemon_waits_for_them() {
         failed[0]
     );
     assert!(failed.len() <= 8, "{} attempts in 3 s", failed.len());
-    assert!(alive(&mut d));
+    assert!(d.alive());
     assert_eq!(d.get("/readyz").await.0, 503);
     c.batch_execute(&format!("DROP SCHEMA {schema}"))
         .await
         .unwrap();
-    let store = create_store(c, &schema).await;
-    store.append("A", 1, Ending::Commit).await;
-    store.append("X", 1, Ending::RollbackAfterInsert).await;
-    store.append("B", 1, Ending::Commit).await;
+    let store = Store::create(c, &pg_url(), &schema)
+        .await
+        .expect("create schema");
+    store.append_holes(&[1]).await;
     assert!(
-        wait_for(Duration::from_secs(40), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(40)).await,
         "not healing once the tables exist:\n{}",
-        log_of(&d)
+        d.log()
     );
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
@@ -1126,8 +702,7 @@ impl Drop for Tmpfs {
 async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
     // Declared first, so dropped after the cluster has stopped.
     let disk = Tmpfs::mount("8m");
-    let pg = Throwaway::init("full", "trust");
-    pg.start();
+    let pg = Throwaway::started("full", "trust");
     let admin = pg.admin("postgres").await;
     admin
         .batch_execute(&format!(
@@ -1140,7 +715,7 @@ async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
         .batch_execute("CREATE DATABASE store_on_tmpfs TABLESPACE small")
         .await
         .unwrap();
-    let store = create_store(pg.admin("store_on_tmpfs").await, "store").await;
+    let store = pg.store("store_on_tmpfs").await;
     let file: String = store
         .client
         .query_one("SELECT pg_relation_filepath('store.messages')", &[])
@@ -1151,23 +726,17 @@ async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
         file.starts_with("pg_tblspc/"),
         "store.messages is not on the tmpfs: {file}"
     );
-    append_on(&store, "A", true).await;
+    store.append("A", 1, Ending::Commit).await;
     // A 3,000-wide hole (an identity cache jump): thousands of tombstones
     // cannot fit in the pages the table already has.
-    store
-        .client
-        .batch_execute(
-            "SELECT setval(pg_get_serial_sequence('store.messages', 'global_position'), 3001)",
-        )
-        .await
-        .unwrap();
-    append_on(&store, "B", true).await;
+    store.jump_identity(3000).await;
+    store.append("B", 1, Ending::Commit).await;
     let hole = store.missing().await;
     assert_eq!(hole.len(), 3000);
     let ballast = disk.fill();
 
     let app = "gh-fault-full";
-    let cs = format!("{} application_name={app}", pg.url("store_on_tmpfs"));
+    let cs = pg::named(&pg.url("store_on_tmpfs"), app);
     let mut d = fill_now(&cs);
     let watch = Duration::from_secs(6);
     let failed = fill_errors_backed_off(&mut d, "53100", watch, 5).await;
@@ -1188,12 +757,9 @@ async fn disk_full_is_reported_retried_and_healed_once_space_is_freed() {
     disk.free();
     let freed = Instant::now();
     assert!(
-        wait_for(Duration::from_secs(45), || async {
-            store.missing().await.is_empty()
-        })
-        .await,
+        store.wait_until_healed(Duration::from_secs(45)).await,
         "not filled once space was freed:\n{}",
-        log_of(&d)
+        d.log()
     );
     println!(
         "disk full: healed {:?} after the space was freed",
@@ -1218,21 +784,21 @@ async fn give_up_after_ends_the_daemon_with_exit_3() {
         "host=127.0.0.1 port={} user=postgres dbname=test password=GiveUp_pw93 connect_timeout=1",
         free_port()
     );
-    let mut d = daemon(&cs, "eventuous", &["--give-up-after", "2s"]);
+    let mut d = Daemon::with_connection_string(&cs, "eventuous", &["--give-up-after", "2s"]);
     let started = Instant::now();
     let status = loop {
-        if let Some(status) = d.child.try_wait().unwrap() {
+        if let Some(status) = d.try_wait() {
             break status;
         }
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "still running 20 s after start:\n{}",
-            log_of(&d)
+            d.log()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let took = started.elapsed();
-    let log = log_of(&d);
+    let log = d.log();
     println!(
         "give_up_after 2s: exited {:?} after {took:?}",
         status.code()
@@ -1242,15 +808,11 @@ async fn give_up_after_ends_the_daemon_with_exit_3() {
         took >= Duration::from_secs(2) && took < Duration::from_secs(4),
         "{took:?}\n{log}"
     );
-    let gave_up = lines_with(&d, "every scan has failed for longer than give_up_after");
+    let gave_up = d.lines_with("every scan has failed for longer than give_up_after");
     assert_eq!(gave_up.len(), 1, "{log}");
     assert_eq!(gave_up[0]["level"], "ERROR");
-    assert!(lines_with(&d, "scan failed").len() >= 2, "{log}");
+    assert!(d.lines_with("scan failed").len() >= 2, "{log}");
     assert!(!log.contains("GiveUp_pw93"), "{log}");
-}
-
-fn signal(d: &Daemon, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), sig).unwrap();
 }
 
 /// A leader that stops without dying: SIGSTOP stands for a VM pause, CPU
@@ -1289,7 +851,7 @@ async fn paused_leader_loses_the_lock_and_a_follower_takes_over() {
     };
     let (old, new) = if leaders.0 == 1.0 { (a, b) } else { (b, a) };
 
-    signal(&old, nix::sys::signal::Signal::SIGSTOP);
+    old.signal(Signal::SIGSTOP);
     let paused = Instant::now();
     let took_over = wait_for(Duration::from_secs(30), || async {
         new.metric("gap_healer_leader").await == Some(1.0)
@@ -1297,10 +859,10 @@ async fn paused_leader_loses_the_lock_and_a_follower_takes_over() {
     .await;
     let took = paused.elapsed();
     if !took_over {
-        signal(&old, nix::sys::signal::Signal::SIGCONT);
+        old.signal(Signal::SIGCONT);
         panic!(
             "no takeover 30 s after the leader was paused:\n{}",
-            log_of(&new)
+            new.log()
         );
     }
     println!("leader paused (SIGSTOP): a follower leads {took:?} later");
@@ -1308,28 +870,28 @@ async fn paused_leader_loses_the_lock_and_a_follower_takes_over() {
     store.append("B", 1, Ending::Commit).await;
     let healed = store.wait_until_healed(Duration::from_secs(15)).await;
 
-    signal(&old, nix::sys::signal::Signal::SIGCONT);
+    old.signal(Signal::SIGCONT);
     let resumed = Instant::now();
     let stepped_down = wait_for(Duration::from_secs(10), || async {
-        !lines_with(&old, "stepped down as leader").is_empty()
+        !old.lines_with("stepped down as leader").is_empty()
     })
     .await;
     let step_down_took = resumed.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(healed, "the new leader did not fill:\n{}", log_of(&new));
+    assert!(healed, "the new leader did not fill:\n{}", new.log());
     assert!(took <= Duration::from_secs(10), "takeover took {took:?}");
     assert!(
         stepped_down,
         "the resumed leader did not step down:\n{}",
-        log_of(&old)
+        old.log()
     );
     println!("  resumed: stepped down {step_down_took:?} after SIGCONT");
     assert_eq!(old.metric("gap_healer_leader").await, Some(0.0));
     assert_eq!(new.metric("gap_healer_leader").await, Some(1.0));
     assert!(
-        lines_with(&old, "filled hole with tombstones").is_empty(),
+        old.lines_with("filled hole with tombstones").is_empty(),
         "the paused leader filled:\n{}",
-        log_of(&old)
+        old.log()
     );
     store.assert_tombstone_stream_consistent().await;
     let (code, _, log) = old.terminate();

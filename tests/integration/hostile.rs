@@ -7,11 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use gap_healer::config::{self, ConfigArgs, Need, KEYS};
+use gap_healer_testkit::bin::{cli, timing, Daemon};
+use gap_healer_testkit::pg::{pg_url, Store, Throwaway};
 use proptest::prelude::*;
 use uuid::Uuid;
-
-use crate::faults::{daemon, Throwaway};
-use crate::support::*;
 
 /// Every subcommand, as argv prefixes.
 const SUBCOMMANDS: &[&[&str]] = &[
@@ -30,13 +29,7 @@ fn argv<'a>(sub: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
 
 /// A store with holes at 2 and 4.
 async fn store_with_holes(tag: &str) -> Store {
-    let store = Store::new(tag).await;
-    store.append("A", 1, Ending::Commit).await;
-    store.append("X", 1, Ending::RollbackAfterInsert).await;
-    store.append("B", 1, Ending::Commit).await;
-    store.append("Y", 1, Ending::RollbackAfterInsert).await;
-    store.append("C", 1, Ending::Commit).await;
-    store
+    Store::with_holes(tag, &[1, 1]).await
 }
 
 async fn table_exists(store: &Store, table: &str) -> bool {
@@ -104,21 +97,10 @@ async fn tombstone_stream_and_type_are_bound_as_parameters() {
     let s = store.schema.clone();
     let stream = format!("x'); DROP TABLE {s}.checkpoints; --");
     let kind = format!("t'; DROP TABLE {s}.streams CASCADE; -- \"ü\" %s $1 \\");
-    let mut args = vec![
-        "heal".to_string(),
-        "--once".into(),
-        "--start-from".into(),
-        "0".into(),
-        "--gap-timeout".into(),
-        "0s".into(),
-        "--tombstone-stream".into(),
-        stream.clone(),
-        "--tombstone-type".into(),
-        kind.clone(),
-    ];
-    args.extend(store_args(&store));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = cli(&args, &[]);
+    let out = store.heal_once(
+        "0s",
+        &["--tombstone-stream", &stream, "--tombstone-type", &kind],
+    );
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(table_exists(&store, "checkpoints").await);
     assert!(table_exists(&store, "streams").await);
@@ -128,14 +110,7 @@ async fn tombstone_stream_and_type_are_bound_as_parameters() {
     assert!(tombstones.iter().all(|r| r.2 == kind), "{rows:?}");
     assert!(store.missing().await.is_empty());
     // `check` binds the same names when it checks the stream's consistency.
-    let mut args = vec![
-        "check".to_string(),
-        "--tombstone-stream".into(),
-        stream.clone(),
-    ];
-    args.extend(store_args(&store));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = cli(&args, &[]);
+    let out = store.cli(&["check", "--tombstone-stream", &stream]);
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(
         out.stdout.contains("2 tombstones, version 1"),
@@ -154,15 +129,7 @@ async fn checkpoint_ids_are_bound_and_exported_escaped() {
     store.set_checkpoint(&injection, Some(1)).await;
     store.set_checkpoint(awkward, None).await;
     // heal --once starts from the checkpoints, which it reads as data.
-    let mut args = vec![
-        "heal".to_string(),
-        "--once".into(),
-        "--gap-timeout".into(),
-        "0s".into(),
-    ];
-    args.extend(store_args(&store));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = cli(&args, &[]);
+    let out = store.cli(&["heal", "--once", "--gap-timeout", "0s"]);
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(store.missing().await.is_empty(), "{}", out.all());
     assert!(table_exists(&store, "messages").await);
@@ -211,19 +178,7 @@ async fn leader_key_is_never_spliced_into_sql() {
         "k'); SELECT pg_terminate_backend(pg_backend_pid()); DROP TABLE {}.messages; --",
         store.schema
     );
-    let d = Daemon::start(
-        &store,
-        &[
-            "--gap-timeout",
-            "0s",
-            "--poll-interval",
-            "100ms",
-            "--start-from",
-            "0",
-            "--leader-key",
-            &key,
-        ],
-    );
+    let d = Daemon::start(&store, &timing("0s", "100ms", &["--leader-key", &key]));
     for _ in 0..100 {
         if store.missing().await.is_empty() {
             break;
@@ -271,20 +226,17 @@ fn assert_no_password(what: &str, text: &str) {
 async fn passwords_with_separators_quotes_and_unicode_parse_and_never_show() {
     // A server that checks passwords over TCP (SCRAM), so a connection that
     // works proves the password was parsed exactly.
-    let pg = Throwaway::init("pw", "scram-sha-256");
-    pg.start();
-    let admin = pg.admin("postgres").await;
-    admin
+    let pg = Throwaway::started("pw", "scram-sha-256");
+    pg.admin("postgres")
+        .await
         .batch_execute(&format!(
             "ALTER ROLE postgres PASSWORD '{}'",
             PASSWORD.replace('\'', "''")
         ))
         .await
         .unwrap();
-    let store = crate::faults::create_store(admin, "store").await;
-    crate::faults::append_on(&store, "A", true).await;
-    crate::faults::append_on(&store, "X", false).await;
-    crate::faults::append_on(&store, "B", true).await;
+    let store = pg.store("postgres").await;
+    store.append_holes(&[1]).await;
 
     let kv = format!(
         "host=127.0.0.1 port={} user=postgres dbname=postgres password={}",
@@ -356,21 +308,14 @@ async fn passwords_with_separators_quotes_and_unicode_parse_and_never_show() {
         }
         // The daemon: logs (text and JSON), metrics, health endpoints.
         for format in ["json", "text"] {
-            let d = daemon(
+            let d = Daemon::with_connection_string(
                 cs,
                 "store",
-                &[
-                    "--gap-timeout",
+                &timing(
                     "0s",
-                    "--poll-interval",
                     "100ms",
-                    "--start-from",
-                    "0",
-                    "--log-format",
-                    format,
-                    "--log-level",
-                    "debug",
-                ],
+                    &["--log-format", format, "--log-level", "debug"],
+                ),
             );
             let mut ready = 0;
             for _ in 0..100 {
@@ -419,8 +364,7 @@ async fn passwords_with_separators_quotes_and_unicode_parse_and_never_show() {
 /// say so (exit 3), not that the database is unreachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_is_reported_as_an_authentication_failure() {
-    let pg = Throwaway::init("wrongpw", "scram-sha-256");
-    pg.start();
+    let pg = Throwaway::started("wrongpw", "scram-sha-256");
     pg.admin("postgres")
         .await
         .batch_execute("ALTER ROLE postgres PASSWORD 'right'")
@@ -497,10 +441,7 @@ const SHAPES: &[(&str, &str, &str)] = &[
 async fn check_refuses_tables_of_the_wrong_shape_and_says_what_differs() {
     for (tag, alter, says) in SHAPES {
         let store = wrong_shape(&format!("shape_{tag}"), alter).await;
-        let sa = store_args(&store);
-        let mut args = vec!["check"];
-        args.extend(sa.iter().map(String::as_str));
-        let out = cli(&args, &[]);
+        let out = store.cli(&["check"]);
         assert_eq!(out.code, 3, "{tag}: {}", out.all());
         assert!(
             out.stdout.contains(says),
@@ -528,10 +469,7 @@ async fn scan_refuses_tables_of_the_wrong_shape_and_says_what_differs() {
     let mut wrong = Vec::new();
     for (tag, alter, says) in SHAPES {
         let store = wrong_shape(&format!("scanshape_{tag}"), alter).await;
-        let sa = store_args(&store);
-        let mut args = vec!["scan", "--start-from", "0"];
-        args.extend(sa.iter().map(String::as_str));
-        let out = cli(&args, &[]);
+        let out = store.cli(&["scan", "--start-from", "0"]);
         if out.code != 3 || !out.all().contains(says) {
             wrong.push(format!("{tag}: exit {}:\n{}", out.code, out.all()));
         }

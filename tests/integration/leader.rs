@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use gap_healer::engine::postgres::PostgresEngine;
 use gap_healer::engine::LeaderLock;
-
-use crate::support::*;
+use gap_healer_testkit::bin::{timing, Daemon};
+use gap_healer_testkit::pg::{Ending, Store};
+use gap_healer_testkit::wait::time_until;
 
 fn engine(store: &Store) -> Arc<PostgresEngine> {
     store.engine()
@@ -55,18 +56,8 @@ async fn the_lock_is_exclusive_and_released_with_its_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
-    let store = Store::new("failover").await;
-    store.append("A", 1, Ending::Commit).await;
-    store.append("X", 2, Ending::RollbackAfterInsert).await;
-    store.append("B", 1, Ending::Commit).await;
-    let flags = [
-        "--gap-timeout",
-        "200ms",
-        "--poll-interval",
-        "50ms",
-        "--start-from",
-        "0",
-    ];
+    let store = Store::with_holes("failover", &[2]).await;
+    let flags = timing("200ms", "50ms", &[]);
     let a = Daemon::start(&store, &flags);
     let b = Daemon::start(&store, &flags);
     store.wait_until_healed(Duration::from_secs(10)).await;
@@ -99,15 +90,11 @@ async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
 
     let killed = Instant::now();
     leader.kill9();
-    let mut took = None;
-    while killed.elapsed() < Duration::from_secs(15) {
-        if follower.metric("gap_healer_leader").await == Some(1.0) {
-            took = Some(killed.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let took = took.expect("the follower took over");
+    let took = time_until(killed, Duration::from_secs(15), || async {
+        follower.metric("gap_healer_leader").await == Some(1.0)
+    })
+    .await
+    .expect("the follower took over");
     println!("leader killed with SIGKILL: follower leads {took:?} later");
     assert!(took <= Duration::from_secs(3), "{took:?}");
     store.append("X", 1, Ending::RollbackAfterInsert).await;

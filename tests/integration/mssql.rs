@@ -1,7 +1,7 @@
 //! SQL Server integration tests. Where the server comes from, and why every
 //! test here is `#[ignore]`d (reported as ignored, never as passed, without a
 //! server; failing, not passing, when asked for with `--ignored` and no server
-//! is found): see `mssql_support`.
+//! is found): see the test kit's `mssql` module (tests/kit/src/mssql.rs).
 //!
 //! Run: `GAP_HEALER_TEST_MSSQL='Server=tcp:127.0.0.1,1433;User Id=sa;Password=...;
 //! TrustServerCertificate=true' cargo test --test integration -- --ignored mssql::`
@@ -20,9 +20,9 @@ use gap_healer::gaps::PosRange;
 use tiberius::Uuid;
 use tokio_util::sync::CancellationToken;
 
-use crate::mssql_support::{
-    healer, run_healer, subscribe, Handled, Running, TestDb, EVENT_TYPE, TOMBSTONE_STREAM,
-    TOMBSTONE_TYPE,
+use gap_healer_testkit::bin::{self, Process};
+use gap_healer_testkit::mssql::{
+    self as ms, healer, subscribe, Handled, TestDb, EVENT_TYPE, TOMBSTONE_STREAM, TOMBSTONE_TYPE,
 };
 
 const NEEDS: &str = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker";
@@ -251,7 +251,7 @@ async fn seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time() 
     let poll = Duration::from_millis(250);
     let db = TestDb::create().await;
     let cs = db.connection_string();
-    let mut daemon = Running::spawn(healer(
+    let mut daemon = Process::spawn(healer(
         &cs,
         &["run"],
         &[
@@ -266,7 +266,8 @@ async fn seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time() 
             "--metrics-addr",
             "127.0.0.1:0",
         ],
-    ));
+    ))
+    .expect("gap-healer starts");
 
     let stop = CancellationToken::new();
     let (tx, mut handled) = tokio::sync::mpsc::unbounded_channel::<Handled>();
@@ -367,7 +368,7 @@ async fn identity_jump_of_10000_filled_in_one_heal_cycle() {
     assert_eq!(engine.identity_floor().await.unwrap(), 0);
 
     let cs = db.connection_string();
-    let (code, out) = run_healer(
+    let (code, out) = bin::run(
         healer(&cs, &["scan"], &["--start-from", "0"]),
         Duration::from_secs(60),
     )
@@ -375,7 +376,7 @@ async fn identity_jump_of_10000_filled_in_one_heal_cycle() {
     assert_eq!(code, 1, "scan exits 1 when it finds holes\n{out}");
 
     let started = Instant::now();
-    let (code, out) = run_healer(
+    let (code, out) = bin::run(
         healer(
             &cs,
             &["heal", "--once"],
@@ -417,7 +418,7 @@ async fn identity_jump_of_10000_filled_in_one_heal_cycle() {
     assert_eq!(db.tombstone_version().await, Some(9_999));
     db.assert_tombstone_stream_contiguous().await;
 
-    let (code, out) = run_healer(
+    let (code, out) = bin::run(
         healer(&cs, &["scan"], &["--start-from", "0"]),
         Duration::from_secs(60),
     )
@@ -694,7 +695,7 @@ async fn procedure_mode_with_exactly_the_documented_rights() {
     // by fill_as through session_state on the same pooled connection.
     fill_as(&db, &engine).await;
     // And the login really has no ALTER: a direct batch would fail.
-    let mut login = crate::mssql_support::connect(&cs).await.unwrap();
+    let mut login = ms::connect(&cs).await.unwrap();
     let err = login
         .simple_query("SET IDENTITY_INSERT eventuous.Messages ON;")
         .await;
@@ -810,7 +811,7 @@ async fn checkpoints_present_or_absent() {
     let engine = db.engine();
     assert!(engine.checkpoints().await.unwrap().is_empty());
     let mut c = db.client().await;
-    crate::mssql_support::exec(
+    ms::exec(
         &mut c,
         "INSERT INTO eventuous.Checkpoints (Id, Position) VALUES (N'orders', 41), (N'fresh', NULL);",
     )
@@ -820,7 +821,7 @@ async fn checkpoints_present_or_absent() {
     assert_eq!(cps.len(), 2);
     assert_eq!((cps[0].id.as_str(), cps[0].position), ("fresh", None));
     assert_eq!((cps[1].id.as_str(), cps[1].position), ("orders", Some(41)));
-    crate::mssql_support::exec(&mut c, "DROP TABLE eventuous.Checkpoints;").await;
+    ms::exec(&mut c, "DROP TABLE eventuous.Checkpoints;").await;
     assert!(
         engine.checkpoints().await.unwrap().is_empty(),
         "absent table: empty, not an error"
@@ -858,7 +859,7 @@ async fn lead_within(engine: &MssqlEngine, key: &str, limit: Duration) -> MssqlL
 /// lock manager sees them: (session id, owner type, mode).
 async fn app_lock_holders(db: &TestDb) -> Vec<(i64, String, String)> {
     let mut c = db.client().await;
-    crate::mssql_support::rows(
+    ms::rows(
         &mut c,
         "SELECT request_session_id, request_owner_type, request_mode FROM sys.dm_tran_locks \
          WHERE resource_type = N'APPLICATION' AND resource_database_id = DB_ID() AND request_status = N'GRANT'",
@@ -937,7 +938,7 @@ async fn leader_lock_one_holder_released_on_drop_and_on_kill() {
     // and every check after that fails; the lock is free again.
     let spid = follower.session_id();
     let mut master = db.master().await;
-    crate::mssql_support::exec(&mut master, &format!("KILL {spid};")).await;
+    ms::exec(&mut master, &format!("KILL {spid};")).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match second.still_held(&mut follower, LEADER_KEY).await {
@@ -986,7 +987,7 @@ async fn leader_lock_follower_keeps_one_session() {
         assert_eq!(idle.as_ref().map(|s| s.session_id()), Some(spid));
     }
     let mut master = db.master().await;
-    crate::mssql_support::exec(&mut master, &format!("KILL {spid};")).await;
+    ms::exec(&mut master, &format!("KILL {spid};")).await;
     assert!(
         second
             .try_lead_reusing(LEADER_KEY, &mut idle)
@@ -1066,7 +1067,7 @@ async fn fill_after_kill_is_busy(db: &TestDb, old: &MssqlEngine, new: &MssqlEngi
     let version = db.tombstone_version().await;
     let ident = db.ident_current().await;
     let mut master = db.master().await;
-    crate::mssql_support::exec(&mut master, &format!("KILL {};", leader.session_id())).await;
+    ms::exec(&mut master, &format!("KILL {};", leader.session_id())).await;
     // Another healer takes the lock as soon as the server has released it.
     let taken = lead_within(new, LEADER_KEY, Duration::from_secs(10)).await;
     // The old leader has not noticed (no check ran), and still fills through
@@ -1221,7 +1222,7 @@ async fn procedure_is_fixed_to_its_tombstone_stream_and_type() {
         .scalar("SELECT CAST([Version] AS BIGINT) FROM eventuous.Streams WHERE StreamName = N'A'")
         .await;
     let p = hole(&db).await;
-    let mut login = crate::mssql_support::connect(&cs).await.unwrap();
+    let mut login = ms::connect(&cs).await.unwrap();
     let result = async {
         login
             .query(
@@ -1304,7 +1305,7 @@ async fn an_older_parameterised_procedure_is_not_used() {
     let mut c = db.client().await;
     // Version 1's signature (the caller chose the stream and type); its body
     // does not matter, it must never run.
-    crate::mssql_support::exec(
+    ms::exec(
         &mut c,
         "CREATE PROCEDURE eventuous.gap_healer_fill @start BIGINT, @end BIGINT, \
          @stream_name NVARCHAR(850), @message_type NVARCHAR(128), @lock_timeout_ms INT, \

@@ -10,12 +10,13 @@ use gap_healer::engine::postgres::PostgresEngine;
 use gap_healer::engine::{Engine, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Ended, Healer, Options};
-use gap_healer::leader::Leader;
-use gap_healer::telemetry::Health;
+use gap_healer_testkit::bin::{timing, Daemon};
+use gap_healer_testkit::eventuous::EVENT_TYPE;
+use gap_healer_testkit::pg::{connect, Ending, Store};
+use gap_healer_testkit::subscriber::Subscriber;
+use gap_healer_testkit::wait::time_until;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-use crate::support::*;
 
 fn engine(store: &Store) -> Arc<PostgresEngine> {
     store.engine()
@@ -35,12 +36,7 @@ fn options(gap_timeout: Duration) -> Options {
 }
 
 fn healer(store: &Store, opts: Options) -> Healer<PostgresEngine> {
-    Healer::new(
-        engine(store),
-        opts,
-        Leader::always(),
-        Health::new(Duration::from_millis(100), Duration::from_millis(500)),
-    )
+    gap_healer_testkit::engine::healer(engine(store), opts)
 }
 
 /// `n` events of a stream `bulk` at positions 2, 4, ..., 2n: n one-position
@@ -105,17 +101,7 @@ async fn seed_reproduction_handled_within_gap_timeout_with_healer() {
     let store = Store::new("seed_with").await;
     let gap_timeout = Duration::from_secs(1);
     let poll = Duration::from_millis(250);
-    let daemon = Daemon::start(
-        &store,
-        &[
-            "--gap-timeout",
-            "1s",
-            "--poll-interval",
-            "250ms",
-            "--start-from",
-            "0",
-        ],
-    );
+    let daemon = Daemon::start(&store, &timing("1s", "250ms", &[]));
     let mut sub = Subscriber::new(&store).await;
     reproduce_seed(&store, &mut sub).await;
     let appended = Instant::now();
@@ -148,9 +134,7 @@ async fn seed_reproduction_handled_within_gap_timeout_with_healer() {
 async fn slow_append_held_open_is_never_overwritten_then_commits() {
     let store = Store::new("slow_commit").await;
     let gap_timeout = Duration::from_millis(500);
-    store.append("A", 1, Ending::Commit).await;
-    let open = store.append_open("slow", 2).await;
-    store.append("B", 1, Ending::Commit).await;
+    let open = store.open_append_between(2).await;
     let held = open.positions.clone();
     let (stop, task) = spawn_healer(&store, options(gap_timeout));
     tokio::time::sleep(gap_timeout * 3).await;
@@ -178,24 +162,18 @@ async fn slow_append_held_open_is_never_overwritten_then_commits() {
 async fn slow_append_rolling_back_late_is_filled_promptly() {
     let store = Store::new("slow_rollback").await;
     let gap_timeout = Duration::from_millis(500);
-    store.append("A", 1, Ending::Commit).await;
-    let open = store.append_open("slow", 1).await;
+    let open = store.open_append_between(1).await;
     let p = open.positions[0];
-    store.append("B", 1, Ending::Commit).await;
     let (stop, task) = spawn_healer(&store, options(gap_timeout));
     tokio::time::sleep(gap_timeout * 3).await;
     assert!(store.tombstone_positions().await.is_empty());
     open.rollback().await;
     let rolled_back = Instant::now();
-    let mut filled_after = None;
-    while rolled_back.elapsed() < Duration::from_secs(10) {
-        if store.tombstone_positions().await == vec![p] {
-            filled_after = Some(rolled_back.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let took = filled_after.expect("filled after the rollback");
+    let took = time_until(rolled_back, Duration::from_secs(10), || async {
+        store.tombstone_positions().await == vec![p]
+    })
+    .await
+    .expect("filled after the rollback");
     println!("late rollback: position {p} filled {took:?} after the rollback");
     // Retries of a held position back off to at most 2 s (plus one lock wait).
     assert!(took <= Duration::from_secs(4), "{took:?}");
@@ -291,9 +269,7 @@ async fn ten_thousand_wide_hole_with_one_held_position() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_filled_before_gap_timeout_and_tail_never_filled() {
     let store = Store::new("timing").await;
-    store.append("A", 1, Ending::Commit).await;
-    store.append("X", 1, Ending::RollbackAfterInsert).await;
-    store.append("B", 1, Ending::Commit).await;
+    store.append_holes(&[1]).await;
     // An append in flight at the tail: above the highest committed row.
     let tail = store.append_open("tail", 1).await;
     let gap_timeout = Duration::from_secs(2);
@@ -304,15 +280,11 @@ async fn not_filled_before_gap_timeout_and_tail_never_filled() {
         store.tombstone_positions().await.is_empty(),
         "filled before gap_timeout"
     );
-    let mut filled_at = None;
-    while started.elapsed() < Duration::from_secs(6) {
-        if store.tombstone_positions().await == vec![2] {
-            filled_at = Some(started.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let at = filled_at.expect("hole filled after gap_timeout");
+    let at = time_until(started, Duration::from_secs(6), || async {
+        store.tombstone_positions().await == vec![2]
+    })
+    .await
+    .expect("hole filled after gap_timeout");
     println!("hole filled {at:?} after the healer started (gap_timeout {gap_timeout:?})");
     assert!(at >= gap_timeout);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -336,30 +308,9 @@ async fn two_healers_keep_the_tombstone_stream_consistent() {
     }
     store.append("end", 1, Ending::Commit).await;
     let missing = store.missing().await.len();
-    let a = Daemon::start(
-        &store,
-        &[
-            "--gap-timeout",
-            "200ms",
-            "--poll-interval",
-            "50ms",
-            "--start-from",
-            "0",
-            "--no-leader-election",
-        ],
-    );
-    let b = Daemon::start(
-        &store,
-        &[
-            "--gap-timeout",
-            "200ms",
-            "--poll-interval",
-            "50ms",
-            "--start-from",
-            "0",
-            "--no-leader-election",
-        ],
-    );
+    let flags = timing("200ms", "50ms", &["--no-leader-election"]);
+    let a = Daemon::start(&store, &flags);
+    let b = Daemon::start(&store, &flags);
     store.wait_until_healed(Duration::from_secs(15)).await;
     assert!(store.missing().await.is_empty());
     let filled_a = a
@@ -398,36 +349,15 @@ async fn killed_mid_run_and_restarted_leaves_no_duplicate_or_missing_tombstone()
     }
     store.append("a", 1, Ending::Commit).await;
     let missing = store.missing().await.len();
+    let flags = timing("100ms", "50ms", &["--no-leader-election"]);
     // Kill at several points of the run, including mid-fill of the wide holes.
     for delay_ms in [150u64, 400, 700] {
-        let d = Daemon::start(
-            &store,
-            &[
-                "--gap-timeout",
-                "100ms",
-                "--poll-interval",
-                "50ms",
-                "--start-from",
-                "0",
-                "--no-leader-election",
-            ],
-        );
+        let d = Daemon::start(&store, &flags);
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         d.kill9();
         store.assert_tombstone_stream_consistent().await;
     }
-    let d = Daemon::start(
-        &store,
-        &[
-            "--gap-timeout",
-            "100ms",
-            "--poll-interval",
-            "50ms",
-            "--start-from",
-            "0",
-            "--no-leader-election",
-        ],
-    );
+    let d = Daemon::start(&store, &flags);
     store.wait_until_healed(Duration::from_secs(20)).await;
     drop(d);
     assert!(store.missing().await.is_empty());
@@ -446,38 +376,14 @@ async fn killed_mid_run_and_restarted_leaves_no_duplicate_or_missing_tombstone()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_writes_nothing() {
-    let store = Store::new("dry").await;
-    store.append("A", 1, Ending::Commit).await;
-    store.append("X", 3, Ending::RollbackAfterInsert).await;
-    store.append("B", 1, Ending::Commit).await;
-    let d = Daemon::start(
-        &store,
-        &[
-            "--gap-timeout",
-            "100ms",
-            "--poll-interval",
-            "50ms",
-            "--start-from",
-            "0",
-            "--dry-run",
-        ],
-    );
+    let store = Store::with_holes("dry", &[3]).await;
+    let d = Daemon::start(&store, &timing("100ms", "50ms", &["--dry-run"]));
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(d.metric("gap_healer_open_gap_positions").await, Some(3.0));
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0));
     assert!(log.contains("dry run: would fill"), "{log}");
-    let mut args = vec![
-        "heal".to_string(),
-        "--once".into(),
-        "--dry-run".into(),
-        "--gap-timeout".into(),
-        "0s".into(),
-        "--start-from".into(),
-        "0".into(),
-    ];
-    args.extend(store_args(&store));
-    let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let out = store.heal_once("0s", &["--dry-run"]);
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(
         out.stdout.contains("dry run: would have filled 3"),
@@ -492,9 +398,7 @@ async fn dry_run_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_outcomes_committed_held_filled() {
     let store = Store::new("outcomes").await;
-    store.append("A", 1, Ending::Commit).await;
-    let open = store.append_open("slow", 1).await;
-    store.append("B", 1, Ending::Commit).await;
+    let open = store.open_append_between(1).await;
     let e = engine(&store);
     let held = open.positions[0];
     let t = Duration::from_millis(200);

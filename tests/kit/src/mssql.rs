@@ -1,6 +1,7 @@
-//! SQL Server for the integration tests: where the server comes from, one
-//! database per test, an append that does what Eventuous's `append_events`
-//! does, and a subscriber that follows Eventuous's all-stream gap rules.
+//! SQL Server for the integration tests and the chaos run: where the server
+//! comes from, one database per test, an append that does what Eventuous's
+//! `append_events` does, and a subscriber that follows Eventuous's
+//! all-stream gap rules.
 //!
 //! # Where the server comes from
 //! 1. `GAP_HEALER_TEST_MSSQL`: an ADO.NET connection string of a login that
@@ -14,32 +15,31 @@
 //! # Skipping honestly
 //! Every SQL Server test is `#[ignore]`d, so a plain `cargo test` reports them
 //! as ignored, never as passed. Run them with `cargo test --test integration
-//! -- --ignored mssql::`. Run that way without a server, each one prints
+//! -- --ignored mssql::` (and the chaos run with `cargo test --test chaos --
+//! --ignored sql_server`). Run that way without a server, each one prints
 //! `SQL Server tests skipped: <reason>` and FAILS (panics with the reason): a
 //! run that asked for SQL Server and did not get one must not look green.
 
-#![allow(dead_code)]
-
 use std::fmt::Write as _;
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use gap_healer::engine::mssql::MssqlEngine;
 use gap_healer::engine::StoreSettings;
-use gap_healer::secret::ConnectionString;
 use tiberius::{Config, Row, ToSql, Uuid};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::eventuous::{EVENT_TYPE, TOMBSTONE_STREAM, TOMBSTONE_TYPE};
+use crate::subscriber::{Follower, Offered, PageRow};
+
 pub const ENV: &str = "GAP_HEALER_TEST_MSSQL";
 pub const SCHEMA: &str = "eventuous";
-pub const TOMBSTONE_STREAM: &str = "__tombstones__";
-pub const TOMBSTONE_TYPE: &str = "$tombstone";
-pub const EVENT_TYPE: &str = "TestEvent";
 const IMAGE_TAG: &str = "2022-latest";
 const SA_PASSWORD: &str = "GapHealer-Test-2025!";
-const FIXTURE: &str = include_str!("../fixtures/eventuous_mssql.sql");
+const FIXTURE: &str = include_str!("../../fixtures/eventuous_mssql.sql");
 
 pub type Client = tiberius::Client<Compat<TcpStream>>;
 
@@ -139,16 +139,12 @@ async fn start_container() -> Result<
         "Server=tcp:{host},{port};User Id=sa;Password={SA_PASSWORD};Encrypt=true;TrustServerCertificate=true"
     );
     // The image logs "ready" a little before logins work.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match connect(&cs).await {
-            Ok(_) => return Ok((container, cs)),
-            Err(e) if Instant::now() > deadline => {
-                return Err(format!("container never accepted a login: {e}"))
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
+    crate::wait::retry(Duration::from_secs(60), Duration::from_millis(500), || {
+        connect(&cs)
+    })
+    .await
+    .map_err(|e| format!("container never accepted a login: {e}"))?;
+    Ok((container, cs))
 }
 
 /// A tiberius client for an ADO.NET string (test code: the string is ours).
@@ -250,21 +246,16 @@ impl TestDb {
     }
 
     pub fn settings_for(&self, cs: &str) -> StoreSettings {
-        StoreSettings {
-            connection_string: ConnectionString::new(cs),
-            schema: SCHEMA.into(),
-            tombstone_stream: TOMBSTONE_STREAM.into(),
-            tombstone_type: TOMBSTONE_TYPE.into(),
-            connect_timeout: Duration::from_secs(10),
-        }
+        crate::engine::settings(cs, SCHEMA, Duration::from_secs(10))
     }
 
     pub fn settings(&self) -> StoreSettings {
         self.settings_for(&self.connection_string())
     }
 
+    /// The engine as the admin, as the daemon builds it.
     pub fn engine(&self) -> MssqlEngine {
-        MssqlEngine::new(&self.settings()).expect("engine")
+        crate::engine::mssql(&self.settings()).expect("engine")
     }
 
     pub async fn client(&self) -> Client {
@@ -357,9 +348,8 @@ impl TestDb {
     pub async fn try_append_ids(&self, stream: &str, ids: &[Uuid]) -> Result<Vec<i64>, u32> {
         let mut c = self.client().await;
         let sql = format!(
-            "SET XACT_ABORT ON;\nBEGIN TRANSACTION;\n{}\nCOMMIT TRANSACTION;\n{}",
-            append_body(ids.len()),
-            RETURN_POSITIONS
+            "SET XACT_ABORT ON;\nBEGIN TRANSACTION;\n{}\nCOMMIT TRANSACTION;",
+            append_sql(ids.len())
         );
         run_append(&mut c, &sql, stream, ids).await
     }
@@ -377,11 +367,7 @@ impl TestDb {
         let mut c = self.client().await;
         exec(&mut c, "BEGIN TRANSACTION;").await;
         let ids: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
-        let sql = format!(
-            "SET XACT_ABORT ON;\n{}\n{}",
-            append_body(count),
-            RETURN_POSITIONS
-        );
+        let sql = format!("SET XACT_ABORT ON;\n{}", append_sql(count));
         let positions = run_append(&mut c, &sql, stream, &ids)
             .await
             .expect("open append");
@@ -494,32 +480,17 @@ impl OpenAppend {
     }
 }
 
-const RETURN_POSITIONS: &str =
-    "SELECT p.GlobalPosition FROM @positions AS p ORDER BY p.GlobalPosition;";
+/// The test events' JSON data.
+const DATA: &str = "{\"n\":1}";
 
-/// The body of an Eventuous-like append of `count` events: @P1 is the stream
-/// name, @P2.. the message ids.
-fn append_body(count: usize) -> String {
-    let values: Vec<String> = (0..count).map(|i| format!("(@P{}, {i})", i + 2)).collect();
-    format!(
-        "DECLARE @stream_id INT, @version INT;
-DECLARE @positions TABLE (GlobalPosition BIGINT);
-SELECT @stream_id = StreamId, @version = [Version] FROM eventuous.Streams WITH (UPDLOCK, HOLDLOCK) WHERE StreamName = @P1;
-IF @stream_id IS NULL
-BEGIN
-    INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (@P1, -1);
-    SET @stream_id = CAST(SCOPE_IDENTITY() AS INT);
-    SET @version = -1;
-END;
-INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, JsonMetadata, Created)
-OUTPUT inserted.GlobalPosition INTO @positions
-SELECT v.id, N'{EVENT_TYPE}', @stream_id, @version + 1 + v.ord, N'{{\"n\":1}}', NULL, SYSUTCDATETIME()
-FROM (VALUES {}) AS v (id, ord);
-UPDATE eventuous.Streams SET [Version] = @version + {count} WHERE StreamId = @stream_id;",
-        values.join(", ")
-    )
+/// An Eventuous-like append of `count` events of [`EVENT_TYPE`] (see
+/// [`crate::eventuous::mssql::append_sql`]).
+fn append_sql(count: usize) -> String {
+    crate::eventuous::mssql::append_sql(EVENT_TYPE, count, false)
 }
 
+/// Runs an append batch for `stream` and `ids`: the positions it took, or the
+/// server's error number.
 async fn run_append(
     c: &mut Client,
     sql: &str,
@@ -527,7 +498,10 @@ async fn run_append(
     ids: &[Uuid],
 ) -> Result<Vec<i64>, u32> {
     let mut params: Vec<&dyn ToSql> = vec![&stream];
-    params.extend(ids.iter().map(|id| id as &dyn ToSql));
+    for id in ids {
+        params.push(id);
+        params.push(&DATA);
+    }
     let result = async { c.query(sql, &params).await?.into_first_result().await }.await;
     match result {
         Ok(rows) => Ok(rows.iter().filter_map(|r| r.get::<i64, _>(0)).collect()),
@@ -535,6 +509,33 @@ async fn run_append(
             .code()
             .unwrap_or_else(|| panic!("append failed without a server error: {e}"))),
     }
+}
+
+/// Up to `limit` rows from `next` on, in position order, as a subscriber
+/// reads them (under the database's default isolation, as Eventuous's
+/// reader does).
+pub async fn page(
+    c: &mut Client,
+    next: i64,
+    limit: u32,
+) -> Result<Vec<PageRow>, tiberius::error::Error> {
+    let sql = format!(
+        "SELECT TOP ({limit}) m.GlobalPosition, m.MessageId, s.StreamName, m.MessageType, \
+         CAST(CASE WHEN m.Created < DATEADD(HOUR, -1, SYSUTCDATETIME()) THEN 1 ELSE 0 END AS BIT) \
+         FROM eventuous.Messages AS m INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId \
+         WHERE m.GlobalPosition >= @P1 ORDER BY m.GlobalPosition"
+    );
+    let rows = c.query(sql, &[&next]).await?.into_first_result().await?;
+    Ok(rows
+        .iter()
+        .map(|r| PageRow {
+            position: r.get::<i64, _>(0).unwrap_or(-1),
+            id: r.get::<Uuid, _>(1).unwrap_or_default(),
+            stream: r.get::<&str, _>(2).unwrap_or_default().to_string(),
+            message_type: r.get::<&str, _>(3).unwrap_or_default().to_string(),
+            old: r.get::<bool, _>(4).unwrap_or(false),
+        })
+        .collect())
 }
 
 /// What a subscriber handled.
@@ -549,11 +550,10 @@ pub struct Handled {
     pub at: Instant,
 }
 
-/// An all-stream subscriber with Eventuous 0.17's gap rules, minus the
-/// time-based releases: it reads `GlobalPosition >= next` in order, a page at
-/// a time; at a row above the expected position it stops the page and polls
-/// again from the same place. The hole is released only when the missing row
-/// becomes visible. Tombstones (unknown type) are handled as ignored.
+/// An all-stream subscriber with Eventuous 0.17's gap rules
+/// ([`crate::subscriber`]) from position `from`, polling every `poll` until
+/// `stop`; it sends every row it hands over, tombstones (an unknown type)
+/// marked ignored.
 pub async fn subscribe(
     cs: String,
     from: i64,
@@ -562,30 +562,22 @@ pub async fn subscribe(
     out: tokio::sync::mpsc::UnboundedSender<Handled>,
 ) {
     let mut c = connect(&cs).await.expect("subscriber connects");
-    let mut next = from;
+    let mut follower = Follower::new(from);
     while !stop.is_cancelled() {
-        let page = rows(
-            &mut c,
-            "SELECT TOP (100) m.GlobalPosition, s.StreamName, m.MessageType \
-             FROM eventuous.Messages AS m INNER JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId \
-             WHERE m.GlobalPosition >= @P1 ORDER BY m.GlobalPosition",
-            &[&next],
-        )
-        .await;
-        for row in &page {
-            let position = row.get::<i64, _>(0).unwrap_or(-1);
-            if position > next {
+        let rows = page(&mut c, follower.next(), 100)
+            .await
+            .expect("the subscriber's page");
+        for row in rows {
+            if follower.offer(row.position, row.old) == Offered::Hole {
                 break; // a gap: hold here, poll again
             }
-            let message_type = row.get::<&str, _>(2).unwrap_or_default().to_string();
             let _ = out.send(Handled {
-                position,
-                stream: row.get::<&str, _>(1).unwrap_or_default().to_string(),
-                ignored: message_type != EVENT_TYPE,
-                message_type,
+                position: row.position,
+                stream: row.stream,
+                ignored: row.message_type != EVENT_TYPE,
+                message_type: row.message_type,
                 at: Instant::now(),
             });
-            next = position + 1;
         }
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -594,91 +586,16 @@ pub async fn subscribe(
     }
 }
 
-/// The gap-healer binary, with the store's flags.
-pub fn healer(db_cs: &str, subcommand: &[&str], flags: &[&str]) -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gap-healer"));
-    cmd.args(subcommand)
-        .args([
-            "--engine",
-            "mssql",
-            "--connection-string",
-            db_cs,
-            "--schema",
-            SCHEMA,
-        ])
-        .args(flags)
-        .stdin(std::process::Stdio::null());
-    cmd
-}
-
-/// A gap-healer process whose output goes to files, killed when dropped.
-pub struct Running {
-    child: std::process::Child,
-    out: std::path::PathBuf,
-    err: std::path::PathBuf,
-}
-
-impl Running {
-    pub fn spawn(mut cmd: std::process::Command) -> Running {
-        let base =
-            std::env::temp_dir().join(format!("gap-healer-test-{}", Uuid::new_v4().simple()));
-        let out = base.with_extension("out");
-        let err = base.with_extension("err");
-        let child = cmd
-            .stdout(std::fs::File::create(&out).expect("stdout file"))
-            .stderr(std::fs::File::create(&err).expect("stderr file"))
-            .spawn()
-            .expect("gap-healer starts");
-        Running { child, out, err }
-    }
-
-    /// Everything the process printed so far.
-    pub fn output(&self) -> String {
-        format!(
-            "stdout:\n{}\nstderr:\n{}",
-            std::fs::read_to_string(&self.out).unwrap_or_default(),
-            std::fs::read_to_string(&self.err).unwrap_or_default()
-        )
-    }
-
-    /// The exit code if the process has ended.
-    pub fn exited(&mut self) -> Option<i32> {
-        self.child
-            .try_wait()
-            .ok()
-            .flatten()
-            .map(|s| s.code().unwrap_or(-1))
-    }
-
-    /// Waits for the exit code, at most `limit`.
-    pub async fn wait(&mut self, limit: Duration) -> i32 {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(code) = self.exited() {
-                return code;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "gap-healer did not finish within {limit:?}\n{}",
-                self.output()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.out);
-        let _ = std::fs::remove_file(&self.err);
-    }
-}
-
-/// Runs the binary to completion within `limit`: its exit code and output.
-pub async fn run_healer(cmd: std::process::Command, limit: Duration) -> (i32, String) {
-    let mut running = Running::spawn(cmd);
-    let code = running.wait(limit).await;
-    (code, running.output())
+/// `gap-healer SUBCOMMAND` on the database `db_cs` names, `flags` last.
+pub fn healer(db_cs: &str, subcommand: &[&str], flags: &[&str]) -> Command {
+    let store = [
+        "--engine",
+        "mssql",
+        "--connection-string",
+        db_cs,
+        "--schema",
+        SCHEMA,
+    ];
+    let args = subcommand.iter().chain(&store).chain(flags);
+    crate::bin::command(args, std::iter::empty::<(&str, &str)>())
 }

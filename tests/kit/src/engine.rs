@@ -1,0 +1,43 @@
+//! The one place where the kit builds engines and in-process healers from
+//! gap-healer's API, so a change of that API is made here once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gap_healer::engine::mssql::MssqlEngine;
+use gap_healer::engine::postgres::PostgresEngine;
+use gap_healer::engine::{DbResult, Engine, StoreSettings};
+use gap_healer::healer::{Healer, Options};
+use gap_healer::leader::Leader;
+use gap_healer::secret::ConnectionString;
+use gap_healer::telemetry::Health;
+
+use crate::eventuous::{TOMBSTONE_STREAM, TOMBSTONE_TYPE};
+
+/// A store's settings with the default tombstone stream and type.
+pub fn settings(connection_string: &str, schema: &str, connect_timeout: Duration) -> StoreSettings {
+    StoreSettings {
+        connection_string: ConnectionString::new(connection_string),
+        schema: schema.into(),
+        tombstone_stream: TOMBSTONE_STREAM.into(),
+        tombstone_type: TOMBSTONE_TYPE.into(),
+        connect_timeout,
+    }
+}
+
+/// The PostgreSQL engine, as the daemon builds it.
+pub fn postgres(settings: &StoreSettings) -> DbResult<Arc<PostgresEngine>> {
+    Ok(Arc::new(PostgresEngine::new(settings)?))
+}
+
+/// The SQL Server engine, as the daemon builds it.
+pub fn mssql(settings: &StoreSettings) -> DbResult<MssqlEngine> {
+    MssqlEngine::new(settings)
+}
+
+/// A healer in this process that always leads, with the health thresholds
+/// the daemon derives from the same options (poll interval, lock timeout).
+pub fn healer<E: Engine>(engine: Arc<E>, options: Options) -> Healer<E> {
+    let health = Health::new(options.poll_interval, options.lock_timeout);
+    Healer::new(engine, options, Leader::always(), health)
+}

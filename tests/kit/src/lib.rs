@@ -1,0 +1,43 @@
+//! gap-healer's test kit: every scenario helper that more than one of the
+//! integration tests (`tests/integration/`), the chaos run (`tests/chaos/`)
+//! and the bench harness (`benches/harness/`) needs, written once.
+//!
+//! - [`pg`]: the local PostgreSQL (or `GAP_HEALER_TEST_PG`), one schema per
+//!   test built from `tests/fixtures/eventuous_postgres.sql` ([`pg::Store`]),
+//!   and throwaway clusters of a test's own ([`pg::Throwaway`]);
+//! - [`mssql`]: SQL Server (`GAP_HEALER_TEST_MSSQL` or a testcontainers
+//!   server), one database per test ([`mssql::TestDb`]);
+//! - [`eventuous`]: appends the way Eventuous writes them, on both engines;
+//! - [`subscriber`]: Eventuous 0.17's all-stream subscription rules;
+//! - [`bin`]: the real `gap-healer` binary, run to completion or in the
+//!   background;
+//! - [`logs`]: the healers' JSON logs read back as leadership and fills;
+//! - [`engine`]: the one place that builds engines and in-process healers;
+//! - [`wait`]: polling until something holds, retrying until it works.
+//!
+//! It is a dev-only crate of the workspace (`publish = false`): a library
+//! rather than a module each test binary includes, so it is compiled once
+//! for every test and bench binary, declares what it depends on, and needs no
+//! `allow(dead_code)` for the parts a binary does not use.
+
+pub mod bin;
+pub mod engine;
+pub mod eventuous;
+pub mod logs;
+pub mod mssql;
+pub mod pg;
+pub mod subscriber;
+pub mod wait;
+
+/// 12345678 -> "12,345,678".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,0 +1,535 @@
+//! PostgreSQL: the local server (127.0.0.1:5432, or `GAP_HEALER_TEST_PG`),
+//! one schema per test with the Eventuous tables of
+//! `tests/fixtures/eventuous_postgres.sql` ([`Store`]), and clusters of a
+//! test's own ([`Throwaway`]).
+
+mod throwaway;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gap_healer::engine::postgres::PostgresEngine;
+use gap_healer::engine::DbResult;
+use tokio_postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use crate::bin::{self, Output};
+use crate::eventuous::{self, pg::Duplicate, EVENT_TYPE, TOMBSTONE_STREAM, TOMBSTONE_TYPE};
+use crate::subscriber::PageRow;
+
+pub use throwaway::{free_port, is_root, Throwaway};
+
+/// The Eventuous tables; `__schema__` stands for the schema's name.
+pub const FIXTURE: &str = include_str!("../../fixtures/eventuous_postgres.sql");
+
+/// The local PostgreSQL (override with GAP_HEALER_TEST_PG). A test that needs
+/// it fails, never skips, when it is not there.
+pub fn pg_url() -> String {
+    std::env::var("GAP_HEALER_TEST_PG")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+}
+
+/// `url` with one more parameter, in its own syntax (key=value, or a URL's
+/// query).
+pub fn with_param(url: &str, key: &str, value: &str) -> String {
+    if url.contains("://") {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let encoded = value.replace(' ', "%20").replace('=', "%3D");
+        format!("{url}{sep}{key}={encoded}")
+    } else if value.contains([' ', '\'', '\\']) {
+        let quoted = value.replace('\\', "\\\\").replace('\'', "\\'");
+        format!("{url} {key}='{quoted}'")
+    } else {
+        format!("{url} {key}={value}")
+    }
+}
+
+/// `url` with an application name, so the server's sessions of one client
+/// can be found (and ended) in pg_stat_activity.
+pub fn named(url: &str, app: &str) -> String {
+    with_param(url, "application_name", app)
+}
+
+/// A new session; its connection runs on a task of its own.
+pub async fn try_connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// A session to `url`; panics when there is none.
+pub async fn connect_to(url: &str) -> Client {
+    try_connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
+}
+
+/// A session to the local PostgreSQL; panics when it is not there.
+pub async fn connect() -> Client {
+    connect_to(&pg_url()).await
+}
+
+/// `gh_<tag>_<8 random hex digits>`: a schema name no other test uses.
+pub fn schema_name(tag: &str) -> String {
+    format!("gh_{tag}_{}", &Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// Creates `schema` with the Eventuous tables.
+pub async fn create_schema(client: &Client, schema: &str) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&FIXTURE.replace("__schema__", schema))
+        .await
+}
+
+/// Up to 500 rows from `next` on, in position order, as a subscriber reads
+/// them.
+pub async fn page(
+    client: &Client,
+    schema: &str,
+    next: i64,
+) -> Result<Vec<PageRow>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT m.global_position, m.message_id, st.stream_name::text, m.message_type::text,
+                        m.created < (now() AT TIME ZONE 'utc') - interval '1 hour'
+                 FROM {schema}.messages m JOIN {schema}.streams st USING (stream_id)
+                 WHERE m.global_position >= $1 ORDER BY m.global_position LIMIT 500"
+            ),
+            &[&next],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| PageRow {
+            position: r.get(0),
+            id: r.get(1),
+            stream: r.get(2),
+            message_type: r.get(3),
+            old: r.get(4),
+        })
+        .collect())
+}
+
+/// One test's store: a schema with the Eventuous tables, a session to it, and
+/// the server's connection string (for new sessions and the healer).
+pub struct Store {
+    pub schema: String,
+    pub client: Client,
+    url: String,
+}
+
+/// How an append ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    Commit,
+    /// Inserts (taking positions), then rolls back.
+    RollbackAfterInsert,
+}
+
+/// An append whose transaction is still open: its positions are taken and
+/// locked, not committed.
+pub struct OpenAppend {
+    client: Client,
+    pub positions: Vec<i64>,
+    pub stream: String,
+}
+
+impl OpenAppend {
+    pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
+        self.client.batch_execute("COMMIT").await
+    }
+    pub async fn rollback(self) {
+        self.client
+            .batch_execute("ROLLBACK")
+            .await
+            .expect("rollback");
+    }
+}
+
+impl Store {
+    /// A fresh schema `gh_<tag>_<random>` on the local PostgreSQL.
+    pub async fn new(tag: &str) -> Store {
+        Store::create(connect().await, &pg_url(), &schema_name(tag))
+            .await
+            .expect("create schema")
+    }
+
+    /// A store with holes of the given widths: an event on stream A, then
+    /// for each width a rolled-back append of that many events (X, Y, ...)
+    /// and an event (B, C, ...).
+    pub async fn with_holes(tag: &str, widths: &[usize]) -> Store {
+        let store = Store::new(tag).await;
+        store.append_holes(widths).await;
+        store
+    }
+
+    /// Creates `schema` with the Eventuous tables through `client`, a session
+    /// of the server `url` names.
+    pub async fn create(
+        client: Client,
+        url: &str,
+        schema: &str,
+    ) -> Result<Store, tokio_postgres::Error> {
+        create_schema(&client, schema).await?;
+        Ok(Store::open(client, url, schema))
+    }
+
+    /// A store whose schema exists already.
+    pub fn open(client: Client, url: &str, schema: &str) -> Store {
+        Store {
+            schema: schema.into(),
+            client,
+            url: url.into(),
+        }
+    }
+
+    /// Drops the schema, on a new session if this one was lost.
+    pub async fn try_drop_schema(&self) -> Result<(), tokio_postgres::Error> {
+        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        if self.client.batch_execute(&sql).await.is_err() {
+            try_connect(&self.url).await?.batch_execute(&sql).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn drop_schema(self) {
+        self.try_drop_schema().await.expect("drop schema");
+    }
+
+    /// The connection string the healer gets.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The PostgreSQL engine over this store, as the daemon builds it.
+    pub fn try_engine(&self) -> DbResult<Arc<PostgresEngine>> {
+        crate::engine::postgres(&crate::engine::settings(
+            &self.url,
+            &self.schema,
+            Duration::from_secs(5),
+        ))
+    }
+
+    pub fn engine(&self) -> Arc<PostgresEngine> {
+        self.try_engine().expect("engine")
+    }
+
+    /// `--engine postgres --connection-string URL --schema SCHEMA`.
+    pub fn args(&self) -> Vec<String> {
+        self.args_at(&self.url)
+    }
+
+    /// [`Store::args`] with another connection string to the same server.
+    pub fn args_at(&self, url: &str) -> Vec<String> {
+        vec![
+            "--engine".into(),
+            "postgres".into(),
+            "--connection-string".into(),
+            url.into(),
+            "--schema".into(),
+            self.schema.clone(),
+        ]
+    }
+
+    /// Runs `gap-healer ARGS` with this store's flags after `args`.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_at(&self.url, args)
+    }
+
+    /// [`Store::cli`] with another connection string to the same server.
+    pub fn cli_at(&self, url: &str, args: &[&str]) -> Output {
+        let store = self.args_at(url);
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(store.iter().map(String::as_str))
+            .collect();
+        bin::cli(&all, &[])
+    }
+
+    /// `gap-healer heal --once` from the first position, filling holes
+    /// `gap_timeout` old, `more` flags after.
+    pub fn heal_once(&self, gap_timeout: &str, more: &[&str]) -> Output {
+        let args = [
+            "heal",
+            "--once",
+            "--start-from",
+            "0",
+            "--gap-timeout",
+            gap_timeout,
+        ];
+        self.cli(&[&args[..], more].concat())
+    }
+
+    /// An Eventuous append of `count` events to `stream` on `client`, in its
+    /// open transaction; the positions it took (a duplicate message id burns
+    /// one and takes none).
+    async fn append_in(
+        &self,
+        client: &Client,
+        stream: &str,
+        count: usize,
+        message_id: Option<Uuid>,
+    ) -> Result<Vec<i64>, tokio_postgres::Error> {
+        let s = &self.schema;
+        let (id, version) = eventuous::pg::lock_stream(client, s, stream).await?;
+        let mut positions = Vec::new();
+        for i in 0..count {
+            let mid = message_id.unwrap_or_else(Uuid::new_v4);
+            let at = version + 1 + i as i32;
+            let inserted = eventuous::pg::insert(
+                client,
+                s,
+                id,
+                at,
+                &mid,
+                EVENT_TYPE,
+                "{\"n\": 1}",
+                Duplicate::Skip,
+            )
+            .await?;
+            positions.extend(inserted);
+        }
+        eventuous::pg::set_version(client, s, id, version + positions.len() as i32).await?;
+        Ok(positions)
+    }
+
+    /// One append in one transaction on `client`, ended as `ending` says.
+    async fn append_on(
+        &self,
+        client: &Client,
+        stream: &str,
+        count: usize,
+        message_id: Option<Uuid>,
+        ending: Ending,
+    ) -> Vec<i64> {
+        client.batch_execute("BEGIN").await.unwrap();
+        let positions = self
+            .append_in(client, stream, count, message_id)
+            .await
+            .expect("append");
+        client
+            .batch_execute(if ending == Ending::Commit {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            })
+            .await
+            .unwrap();
+        positions
+    }
+
+    /// Appends `count` events to `stream` on a session of its own, and
+    /// commits or rolls back.
+    pub async fn append(&self, stream: &str, count: usize, ending: Ending) -> Vec<i64> {
+        let client = connect_to(&self.url).await;
+        self.append_on(&client, stream, count, None, ending).await
+    }
+
+    /// [`Store::append`] on the store's own session.
+    pub async fn append_here(&self, stream: &str, count: usize, ending: Ending) -> Vec<i64> {
+        self.append_on(&self.client, stream, count, None, ending)
+            .await
+    }
+
+    /// Appends one event with a given message id (a duplicate burns a position).
+    pub async fn append_with_id(&self, stream: &str, id: Uuid) -> Vec<i64> {
+        let client = connect_to(&self.url).await;
+        self.append_on(&client, stream, 1, Some(id), Ending::Commit)
+            .await
+    }
+
+    /// Starts an append and leaves its transaction open.
+    pub async fn append_open(&self, stream: &str, count: usize) -> OpenAppend {
+        let client = connect_to(&self.url).await;
+        client.batch_execute("BEGIN").await.unwrap();
+        let positions = self
+            .append_in(&client, stream, count, None)
+            .await
+            .expect("append");
+        OpenAppend {
+            client,
+            positions,
+            stream: stream.into(),
+        }
+    }
+
+    /// An event on stream A, then for each width a rolled-back append of that
+    /// many events (streams X, Y, Z, ...) and an event (streams B, C, D,
+    /// ...): holes of those widths between committed events. The holes'
+    /// positions.
+    pub async fn append_holes(&self, widths: &[usize]) -> Vec<Vec<i64>> {
+        const COMMITTED: [&str; 8] = ["A", "B", "C", "D", "E", "F", "G", "H"];
+        const ROLLED_BACK: [&str; 7] = ["X", "Y", "Z", "U", "V", "W", "T"];
+        assert!(widths.len() <= ROLLED_BACK.len(), "at most 7 holes");
+        self.append(COMMITTED[0], 1, Ending::Commit).await;
+        let mut holes = Vec::new();
+        for (i, width) in widths.iter().enumerate() {
+            holes.push(
+                self.append(ROLLED_BACK[i], *width, Ending::RollbackAfterInsert)
+                    .await,
+            );
+            self.append(COMMITTED[i + 1], 1, Ending::Commit).await;
+        }
+        holes
+    }
+
+    /// An event on stream A, an append of `count` events to stream `slow`
+    /// left open, an event on stream B: the open append's positions are a
+    /// hole below the head until it ends.
+    pub async fn open_append_between(&self, count: usize) -> OpenAppend {
+        self.append("A", 1, Ending::Commit).await;
+        let open = self.append_open("slow", count).await;
+        self.append("B", 1, Ending::Commit).await;
+        open
+    }
+
+    /// Moves the identity so the next append lands `gap` positions further on
+    /// (what SQL Server's identity cache does after a failover).
+    pub async fn try_jump_identity(&self, gap: i64) -> Result<(), tokio_postgres::Error> {
+        let s = &self.schema;
+        self.client
+            .execute(
+                &format!(
+                    "SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'),
+                       (SELECT last_value FROM {s}.messages_global_position_seq) + $1)"
+                ),
+                &[&gap],
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn jump_identity(&self, gap: i64) {
+        self.try_jump_identity(gap).await.expect("jump identity");
+    }
+
+    /// (position, stream, type) of every row, in position order.
+    pub async fn rows(&self) -> Vec<(i64, String, String)> {
+        let s = &self.schema;
+        self.client
+            .query(
+                &format!("SELECT m.global_position, s.stream_name::text, m.message_type::text FROM {s}.messages m JOIN {s}.streams s USING (stream_id) ORDER BY 1"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    }
+
+    pub async fn tombstone_positions(&self) -> Vec<i64> {
+        self.rows()
+            .await
+            .into_iter()
+            .filter(|r| r.2 == TOMBSTONE_TYPE)
+            .map(|r| r.0)
+            .collect()
+    }
+
+    /// The highest position, 0 in an empty store.
+    pub async fn try_head(&self) -> Result<i64, tokio_postgres::Error> {
+        let s = &self.schema;
+        Ok(self
+            .client
+            .query_one(
+                &format!("SELECT COALESCE(MAX(global_position), 0) FROM {s}.messages"),
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+
+    pub async fn head(&self) -> i64 {
+        self.try_head().await.unwrap()
+    }
+
+    /// Positions missing between 1 and the head.
+    pub async fn missing(&self) -> Vec<i64> {
+        let s = &self.schema;
+        self.client
+            .query(
+                &format!(
+                    "SELECT g FROM generate_series(1, (SELECT COALESCE(MAX(global_position), 0) FROM {s}.messages)) g
+                     WHERE NOT EXISTS (SELECT 1 FROM {s}.messages m WHERE m.global_position = g) ORDER BY g"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    /// How many positions are missing between 1 and the head (one aggregate,
+    /// for large tables).
+    pub async fn try_missing_count(&self) -> Result<i64, tokio_postgres::Error> {
+        let s = &self.schema;
+        Ok(self
+            .client
+            .query_one(
+                &format!("SELECT COALESCE(MAX(global_position), 0) - COUNT(*) FROM {s}.messages"),
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+
+    /// Polls until no position below the head is missing, or `limit` passes;
+    /// whether it got there.
+    pub async fn wait_until_healed(&self, limit: Duration) -> bool {
+        let started = Instant::now();
+        while !self.missing().await.is_empty() {
+            if started.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+
+    /// Asserts invariant 5: the tombstone stream's positions are 0..n-1 and
+    /// its version n-1; returns n.
+    pub async fn assert_tombstone_stream_consistent(&self) -> i64 {
+        let s = &self.schema;
+        let row = self
+            .client
+            .query_opt(
+                &format!(
+                    "SELECT s.version, COUNT(m.*), COALESCE(MAX(m.stream_position), -1), COUNT(DISTINCT m.stream_position)
+                     FROM {s}.streams s LEFT JOIN {s}.messages m USING (stream_id) WHERE s.stream_name = $1 GROUP BY s.version"
+                ),
+                &[&TOMBSTONE_STREAM],
+            )
+            .await
+            .unwrap();
+        let Some(row) = row else { return 0 };
+        let (version, count, max, distinct): (i32, i64, i32, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(
+            i64::from(version),
+            count - 1,
+            "tombstone stream version {version} but {count} rows"
+        );
+        assert_eq!(
+            i64::from(max),
+            count - 1,
+            "tombstone positions end at {max} but {count} rows"
+        );
+        assert_eq!(distinct, count);
+        count
+    }
+
+    pub async fn set_checkpoint(&self, id: &str, position: Option<i64>) {
+        let s = &self.schema;
+        self.client
+            .execute(&format!("INSERT INTO {s}.checkpoints (id, position) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET position = $2"), &[&id, &position])
+            .await
+            .unwrap();
+    }
+}
