@@ -58,21 +58,34 @@ enum Target {
     Ignored,
 }
 
-/// Whether `raw` is an Npgsql string: not a URL, and either `;`-separated or
-/// its first key is not a libpq key (libpq keys are lower case, no spaces).
-pub fn is_npgsql(raw: &str) -> bool {
+/// Whether `raw`, already read as libpq key/value pairs (`(key, value as
+/// written, value)`, or `None` when it is not that form), is an Npgsql
+/// string instead: a key that is not libpq's (libpq keys are lower case,
+/// no spaces) or an unquoted value that runs across a `;` into another
+/// `key=value` (`host=db;username=app`; a bare libpq password may hold a
+/// `;` of its own).
+pub fn is_npgsql(raw: &str, libpq: Option<&[(String, String, String)]>) -> bool {
     let raw = raw.trim();
     if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
         return false;
     }
-    if raw.contains(';') {
-        return true;
+    match libpq {
+        Some(pairs) => pairs.iter().any(|(key, written, _)| {
+            !key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                || (!written.starts_with('\'')
+                    && written
+                        .split_once(';')
+                        .is_some_and(|(_, rest)| rest.contains('=')))
+        }),
+        None => {
+            let first_key = raw.split('=').next().unwrap_or_default().trim();
+            let npgsql_like = raw.contains(';')
+                || first_key
+                    .chars()
+                    .any(|c| c.is_ascii_uppercase() || c.is_whitespace());
+            npgsql_like && split_ado(raw).is_ok_and(|pairs| !pairs.is_empty())
+        }
     }
-    let first_key = raw.split('=').next().unwrap_or_default().trim();
-    !first_key.is_empty()
-        && first_key
-            .chars()
-            .any(|c| c.is_ascii_uppercase() || c.is_whitespace())
 }
 
 /// The libpq key/value string an Npgsql string stands for.
@@ -143,7 +156,7 @@ mod tests {
     fn eventuous_sample_strings_are_npgsql() {
         // The shape of the connection strings in Eventuous's samples.
         let s = "Host=localhost;Username=postgres;Password=secret;Database=eventuous;Include Error Detail=true";
-        assert!(is_npgsql(s));
+        assert!(is_npgsql(s, None));
         // Include Error Detail is not one we know: named, value not shown.
         let e = to_libpq(s).unwrap_err();
         assert!(e.contains("\"include error detail\""), "{e}");
@@ -176,11 +189,22 @@ mod tests {
 
     #[test]
     fn libpq_strings_and_urls_are_not_npgsql() {
-        assert!(!is_npgsql("host=db port=5432 user=app dbname=es"));
-        assert!(!is_npgsql("postgres://app:pw@db/es?sslmode=require"));
-        assert!(!is_npgsql("postgresql://db/es"));
-        assert!(is_npgsql("Host=db"));
-        assert!(is_npgsql("Host=db; Username=app"));
+        let kv = |k: &str, w: &str| (k.to_string(), w.to_string(), w.to_string());
+        let libpq = [
+            kv("host", "db"),
+            kv("password", "'a;b'"),
+            kv("user", "p;w'x"),
+        ];
+        assert!(!is_npgsql("host=db password='a;b'", Some(&libpq)));
+        assert!(!is_npgsql("postgres://app:pw@db/es?sslmode=require", None));
+        assert!(!is_npgsql("postgresql://db/es", None));
+        assert!(is_npgsql("Host=db", Some(&[kv("Host", "db")])));
+        assert!(is_npgsql(
+            "host=db;username=app",
+            Some(&[kv("host", "db;username=app")])
+        ));
+        assert!(is_npgsql("Host=db; Username=app", None));
+        assert!(!is_npgsql("", None));
     }
 
     #[test]

@@ -43,7 +43,9 @@ pub struct Target {
 /// Parses a libpq key/value string or URL. Errors never contain a value.
 pub fn parse(raw: &str) -> Result<Target, String> {
     let converted;
-    let raw = if super::npgsql::is_npgsql(raw) {
+    let url = raw.starts_with("postgres://") || raw.starts_with("postgresql://");
+    let libpq = if url { None } else { key_values(raw).ok() };
+    let raw = if !url && super::npgsql::is_npgsql(raw, libpq.as_deref()) {
         converted = super::npgsql::to_libpq(raw)?;
         converted.as_str()
     } else {
