@@ -8,17 +8,56 @@
 # (glibc + libgcc, no shell, no package manager), user 65532 (nonroot).
 # TLS is rustls/ring, so no OpenSSL is needed at build or run time.
 
+# 0) The manifests alone: every Cargo.toml the build context holds (the root
+#    package's and those of the workspace members .dockerignore lets in, such
+#    as tests/kit/Cargo.toml) and Cargo.lock, at their paths. Nothing is named
+#    here, so a member added to or dropped from the workspace needs only its
+#    .dockerignore line; the dependency layer below is keyed on these files.
+FROM rust:1.95-bookworm AS manifests
+WORKDIR /src
+COPY . .
+RUN find . -type f ! -name Cargo.toml ! -name Cargo.lock -delete \
+ && find . -mindepth 1 -depth -type d -empty -delete
+
 FROM rust:1.95-bookworm AS build
+# A failing command anywhere in a RUN's loops or pipes fails the build.
+SHELL ["/bin/bash", "-eo", "pipefail", "-c"]
 WORKDIR /src
 ENV CARGO_TERM_COLOR=never \
     CARGO_INCREMENTAL=0
 
-# 1) Dependencies only: this layer is rebuilt only when Cargo.toml/Cargo.lock
-#    change. Empty stand-in sources let cargo compile every dependency.
-COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src \
- && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
+# 1) Dependencies only: rebuilt only when a manifest or Cargo.lock changes.
+#    cargo reads every target of every workspace manifest (and every path
+#    dependency's) even to build one binary, so each gets an empty stand-in:
+#    the library (src/lib.rs or [lib] path), every [[bin]], [[bench]],
+#    [[test]] and [[example]] (its path, else cargo's default one) and a
+#    build script named in [package]. The root package's stand-ins (src/) go
+#    before step 2; the others stay: benches/, tests/ and the members' sources
+#    are not in the build context, and the binary does not need them.
+COPY --from=manifests /src ./
+RUN find . -name Cargo.toml | while read -r manifest; do \
+      dir=$(dirname "$manifest"); \
+      awk ' \
+        function val(line) { sub(/^[^=]*=[ \t]*["\047]/, "", line); sub(/["\047].*$/, "", line); return line } \
+        function flush() { \
+          if (kind == "lib") { print "lib " (path != "" ? path : "src/lib.rs"); lib = 1 } \
+          else if (kind == "bin") print "main " (path != "" ? path : (name == pkg ? "src/main.rs" : "src/bin/" name ".rs")); \
+          else if (kind == "bench" || kind == "test" || kind == "example") \
+            print "main " (path != "" ? path : (kind == "bench" ? "benches" : kind == "test" ? "tests" : "examples") "/" name ".rs"); \
+          kind = ""; name = ""; path = "" } \
+        /^[ \t]*\[/ { flush(); table = $0; gsub(/[][ \t]/, "", table); \
+                      if (table == "lib" || table == "bin" || table == "bench" || table == "test" || table == "example") kind = table; \
+                      next } \
+        table == "package" && /^[ \t]*name[ \t]*=/ { pkg = val($0) } \
+        table == "package" && /^[ \t]*build[ \t]*=[ \t]*["\047]/ { print "main " val($0) } \
+        kind != "" && /^[ \t]*name[ \t]*=/ { name = val($0) } \
+        kind != "" && /^[ \t]*path[ \t]*=/ { path = val($0) } \
+        END { flush(); if (!lib) print "lib src/lib.rs" }' "$manifest" \
+      | while read -r what target; do \
+          mkdir -p "$dir/$(dirname "$target")"; \
+          if [ "$what" = main ]; then echo 'fn main() {}' > "$dir/$target"; else : > "$dir/$target"; fi; \
+        done; \
+    done \
  && cargo build --release --locked \
  && rm -rf src target/release/.fingerprint/gap-healer-* target/release/deps/gap_healer-* \
            target/release/deps/libgap_healer-* target/release/gap-healer target/release/gap-healer.d
