@@ -24,8 +24,9 @@
 --   @P6 INT            lock timeout on the tombstone stream's row, ms
 --   @P7 NVARCHAR(255)  the leader fence: the name of the application lock
 --                      that the leader's lock session holds (see
---                      leader_lock.sql); NULL when there is no leader
---                      election (no fence)
+--                      leader_lock.sql); NULL or '' when there is no
+--                      leader election (no fence; the engine sends '':
+--                      Babelfish refuses an untyped NULL parameter)
 --
 -- The engine runs this through sp_executesql, so SET options revert when the
 -- batch ends (and when the procedure returns); the body still restores each
@@ -92,7 +93,7 @@ BEGIN TRY
             -- fill transaction, so that a fill refused by the fence has
             -- written nothing at all. (Nested IFs: T-SQL does not promise to
             -- short-circuit AND, and the fence's name must not be NULL.)
-            IF @leader_fence IS NOT NULL
+            IF NULLIF(@leader_fence, N'') IS NOT NULL
                 BEGIN
                     IF APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Session') = 1
                         BEGIN
@@ -147,7 +148,7 @@ BEGIN TRY
     -- right beyond membership in public (unlike sys.dm_tran_locks, which
     -- needs VIEW SERVER STATE).
     SET @stage = N'leader';
-    IF @leader_fence IS NOT NULL
+    IF NULLIF(@leader_fence, N'') IS NOT NULL
         BEGIN
             IF APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Transaction') = 1
                 THROW 50006, N'gap-healer: the leader lock session has ended (leader fence): not filling', 1;
@@ -220,6 +221,12 @@ BEGIN TRY
         SYSUTCDATETIME()
     FROM numbers AS nb
     WHERE nb.n < @width;
+
+    -- Every position took a row, or nothing is written: an index with
+    -- IGNORE_DUP_KEY = ON drops a duplicate with a warning instead of
+    -- failing, and Version would then count rows that do not exist.
+    IF @@ROWCOUNT <> @width
+        THROW 50007, N'gap-healer: the insert wrote fewer rows than positions (an index with IGNORE_DUP_KEY?): not filling', 1;
 
     SET @stage = N'version';
     UPDATE __schema__.[Streams]

@@ -31,16 +31,28 @@
 -- and return code (NULL unless the leader lock was taken); session_id is
 -- @@SPID, for logs and tests.
 
+-- The name is copied into an NVARCHAR(255) first: a parameter arrives as
+-- NVARCHAR(4000), which Babelfish's sp_getapplock refuses (-999).
+DECLARE @resource NVARCHAR(255) = @P1;
 DECLARE @lock_result INT;
 DECLARE @fence_result INT = NULL;
 DECLARE @fence NVARCHAR(255) = NULL;
 
 EXEC @lock_result = sp_getapplock
-    @Resource = @P1,
+    @Resource = @resource,
     @LockMode = 'Exclusive',
     @LockOwner = 'Session',
     @LockTimeout = 0,
     @DbPrincipal = 'public';
+
+-- Babelfish answers a lock held by another session with -999 (its "lock
+-- not available" under @LockTimeout = 0), not -1: a -999 for a lock that
+-- APPLOCK_TEST finds taken means the same as -1.
+IF @lock_result = -999
+    AND APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0
+    BEGIN
+        SET @lock_result = -1;
+    END;
 
 IF @lock_result >= 0
     BEGIN

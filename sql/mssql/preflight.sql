@@ -10,6 +10,20 @@
 -- ALTER TABLE); reverts when the batch returns.
 SET LOCK_TIMEOUT 5000;
 
+-- IDENTITY_CACHE: SQL Server 2017 and later, Azure SQL. Read through
+-- dynamic SQL only where the view exists (Babelfish has none): NULL where
+-- the option is unknown.
+DECLARE @identity_cache INT = NULL;
+IF OBJECT_ID(N'sys.database_scoped_configurations') IS NOT NULL
+    BEGIN
+        EXEC sp_executesql
+            N'SELECT @v = CAST(sc.value AS INT)
+              FROM sys.database_scoped_configurations AS sc
+              WHERE sc.name = N''IDENTITY_CACHE'';',
+            N'@v INT OUTPUT',
+            @v = @identity_cache OUTPUT;
+    END;
+
 SELECT
     CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128)) AS product_version,
     CAST(SERVERPROPERTY('Edition') AS NVARCHAR(128)) AS edition,
@@ -70,6 +84,37 @@ SELECT
             ELSE 0
         END AS BIT
     ) AS global_position_clustered_pk,
+    -- A unique index keyed exactly on (GlobalPosition), without
+    -- IGNORE_DUP_KEY: what makes a fill wait on an open append's key and
+    -- fail on a committed one. Without it a fill can take a slow append's
+    -- position.
+    CAST(
+        CASE
+            WHEN EXISTS (
+                SELECT 1
+                FROM sys.indexes AS i
+                INNER JOIN sys.index_columns AS ic
+                    ON i.object_id = ic.object_id AND i.index_id = ic.index_id
+                INNER JOIN sys.columns AS c
+                    ON ic.object_id = c.object_id AND ic.column_id = c.column_id
+                WHERE
+                    i.object_id = OBJECT_ID(N'__schema__.[Messages]', N'U')
+                    AND i.is_unique = 1
+                    AND i.ignore_dup_key = 0
+                    AND ic.key_ordinal = 1
+                    AND c.name = N'GlobalPosition'
+                    AND NOT EXISTS (
+                        SELECT 1
+                        FROM sys.index_columns AS other
+                        WHERE
+                            other.object_id = i.object_id
+                            AND other.index_id = i.index_id
+                            AND other.key_ordinal > 1
+                    )
+            ) THEN 1
+            ELSE 0
+        END AS BIT
+    ) AS global_position_unique,
     CAST(IDENT_SEED(N'__schema__.[Messages]') AS BIGINT) AS identity_seed,
     CAST(IDENT_INCR(N'__schema__.[Messages]') AS BIGINT) AS identity_increment,
     CAST(IDENT_CURRENT(N'__schema__.[Messages]') AS BIGINT) AS identity_current,
@@ -78,12 +123,7 @@ SELECT
         FROM sys.databases AS d
         WHERE d.database_id = DB_ID()
     ) AS read_committed_snapshot,
-    -- SQL Server 2017 and later, Azure SQL: NULL where the option is unknown.
-    (
-        SELECT CAST(sc.value AS INT)
-        FROM sys.database_scoped_configurations AS sc
-        WHERE sc.name = N'IDENTITY_CACHE'
-    ) AS identity_cache,
+    @identity_cache AS identity_cache,
     HAS_PERMS_BY_NAME(N'__schema__.[Messages]', N'OBJECT', N'SELECT') AS messages_select,
     HAS_PERMS_BY_NAME(N'__schema__.[Messages]', N'OBJECT', N'INSERT') AS messages_insert,
     HAS_PERMS_BY_NAME(N'__schema__.[Messages]', N'OBJECT', N'ALTER') AS messages_alter,

@@ -114,14 +114,52 @@ impl bb8::ManageConnection for Manager {
 /// caller, is what notices a dead server quickly; keepalive only keeps a
 /// quiet connection from being dropped silently by a middlebox.
 pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Result<Client, DbError> {
-    match login(config.clone(), secret).await {
-        Err(Refused::NoTls) if wants_login_encryption_only(config) => {
-            let mut plain = config.clone();
-            plain.encryption(EncryptionLevel::NotSupported);
-            tracing::debug!("the server offers no TLS and Encrypt=false: connecting unencrypted");
+    if !wants_login_encryption_only(config) {
+        return login(config.clone(), secret)
+            .await
+            .map_err(|e| e.into_db(secret));
+    }
+    let addr = config.get_addr();
+    let mut plain = config.clone();
+    plain.encryption(EncryptionLevel::NotSupported);
+    if offers_no_tls(&addr) {
+        return login(plain, secret).await.map_err(|e| e.into_db(secret));
+    }
+    // A server without TLS answers the TLS handshake with EOF, or (seen on
+    // Babelfish) not at all: a login that hangs past LOGIN_WAIT is taken
+    // for the same answer.
+    match tokio::time::timeout(LOGIN_WAIT, login(config.clone(), secret)).await {
+        Ok(Err(Refused::NoTls)) | Err(_) => {
+            remember_no_tls(&addr);
+            tracing::info!(
+                server = %addr,
+                "the server offers no TLS and the connection string says Encrypt=false: connecting unencrypted"
+            );
             login(plain, secret).await.map_err(|e| e.into_db(secret))
         }
-        other => other.map_err(|e| e.into_db(secret)),
+        Ok(other) => other.map_err(|e| e.into_db(secret)),
+    }
+}
+
+/// How long an `Encrypt=false` login may take before the server is taken
+/// for one without TLS.
+const LOGIN_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Servers (host:port) that answered an `Encrypt=false` login without TLS:
+/// later sessions go there unencrypted at once.
+fn no_tls_servers() -> &'static std::sync::Mutex<std::collections::HashSet<String>> {
+    static SERVERS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    SERVERS.get_or_init(Default::default)
+}
+
+fn offers_no_tls(addr: &str) -> bool {
+    no_tls_servers().lock().is_ok_and(|s| s.contains(addr))
+}
+
+fn remember_no_tls(addr: &str) {
+    if let Ok(mut servers) = no_tls_servers().lock() {
+        servers.insert(addr.to_string());
     }
 }
 

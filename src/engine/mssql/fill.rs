@@ -119,6 +119,12 @@ impl MssqlEngine {
     /// procedure's constants. Needs no right beyond EXECUTE on it (a login
     /// with only EXECUTE cannot read the procedure's definition).
     pub(crate) async fn procedure_state(&self) -> DbResult<ProcedureState> {
+        if let Some(babelfish) = self.server().await?.babelfish {
+            return Ok(ProcedureState::Unsupported(format!(
+                "{babelfish}: Babelfish cannot run a procedure WITH EXECUTE AS OWNER, so the login needs \
+                 the direct-mode rights (ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams)"
+            )));
+        }
         let sets = self.read(&self.sql.fill_mode, &[]).await?;
         let mut sets = sets.into_iter();
         let facts = sets.next().unwrap_or_default();
@@ -185,6 +191,13 @@ impl MssqlEngine {
     /// the procedure: what `gap-healer install` runs. The login needs CREATE
     /// PROCEDURE in the database and ALTER on the schema.
     pub async fn install(&self) -> DbResult<()> {
+        if let Some(babelfish) = self.server().await?.babelfish {
+            return Err(DbError::permanent(format!(
+                "not installed: direct mode only on {babelfish} (Babelfish has no EXECUTE AS OWNER, \
+                 so the procedure cannot run as its owner); grant the healer's login the direct-mode \
+                 rights that `gap-healer sql --engine mssql` lists instead"
+            )));
+        }
         let mut session = self.checkout().await?;
         let result = session
             .client
@@ -267,6 +280,10 @@ impl MssqlEngine {
                 self.fill_batch(&self.sql.fill_call, &params).await
             }
             FillMode::Direct => {
+                // No fence is sent as '' rather than a NULL of no type: the
+                // batch reads both as none, and Babelfish refuses the
+                // untyped NULL (error 8009, "Data type 0x1F is unknown").
+                let fence_name = fence_name.unwrap_or_default();
                 let params: [&dyn ToSql; 7] = [
                     &range.start,
                     &range.end,
@@ -276,11 +293,27 @@ impl MssqlEngine {
                     &stream_ms,
                     &fence_name,
                 ];
-                self.fill_batch(&self.sql.fill, &params).await
+                let text = self.sql.fill_with_lock_timeouts(key_ms, stream_ms);
+                self.fill_batch(&text, &params).await
             }
         };
         let answer = match answer {
             Ok(answer) => answer,
+            // Babelfish ends the whole batch on a lock timeout (the batch's
+            // TRY/CATCH never sees it, so no result row): nothing was
+            // written and the session was discarded. The wait was on a
+            // message key, or, after at least the stream's lock timeout, on
+            // the tombstone stream's row.
+            Err(err) if err.code.as_deref() == Some("1222") => {
+                let waited = started.elapsed();
+                return Ok(
+                    if waited >= Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0)) {
+                        FillOutcome::Busy
+                    } else {
+                        FillOutcome::Held
+                    },
+                );
+            }
             Err(err) => {
                 if err.kind == DbErrorKind::Permanent {
                     self.forget_fill_mode();

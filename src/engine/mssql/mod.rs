@@ -82,6 +82,40 @@ pub struct SessionState {
     pub identity_insert_free: bool,
 }
 
+/// Which server the engine talks to, learnt from its first session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Server {
+    /// `@@VERSION`, first line.
+    pub version: String,
+    /// `Some("Babelfish 4.2.0")` on Babelfish for PostgreSQL: TDS and T-SQL,
+    /// but not SQL Server (no `EXECUTE AS OWNER`, no dirty reads).
+    pub babelfish: Option<String>,
+}
+
+impl Server {
+    fn from_version(version: &str, babelfish: bool) -> Server {
+        let first = version
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let babelfish = babelfish.then(|| {
+            version
+                .rfind("(Babelfish ")
+                .and_then(|at| {
+                    let rest = &version[at + 1..];
+                    rest.find(')').map(|end| rest[..end].to_string())
+                })
+                .unwrap_or_else(|| "Babelfish".to_string())
+        });
+        Server {
+            version: first,
+            babelfish,
+        }
+    }
+}
+
 /// The SQL Server engine.
 pub struct MssqlEngine {
     settings: StoreSettings,
@@ -91,6 +125,8 @@ pub struct MssqlEngine {
     pool: Pool<Manager>,
     /// The fill mode, once chosen (`fill::MODE_*`).
     mode: AtomicU8,
+    /// The server, once asked.
+    server: std::sync::OnceLock<Server>,
 }
 
 impl fmt::Debug for MssqlEngine {
@@ -140,7 +176,27 @@ impl MssqlEngine {
             max_connections: max_connections.max(1),
             pool,
             mode: AtomicU8::new(fill::MODE_UNKNOWN),
+            server: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Which server this is (asked once: `sql/mssql/server.sql`).
+    pub async fn server(&self) -> DbResult<Server> {
+        if let Some(server) = self.server.get() {
+            return Ok(server.clone());
+        }
+        let rows = self.read_first(sql::SERVER, &[]).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| DbError::permanent("the server query returned no row"))?;
+        let server = Server::from_version(
+            get::<&str>(row, "server_version")?.unwrap_or_default(),
+            get::<bool>(row, "babelfish")?.unwrap_or(false),
+        );
+        if let Some(b) = &server.babelfish {
+            tracing::info!(server = %b, "the server is Babelfish for PostgreSQL, not SQL Server: fills run in direct mode");
+        }
+        Ok(self.server.get_or_init(|| server).clone())
     }
 
     /// A session, marked unclean: it goes back to the pool only if the caller
@@ -401,6 +457,20 @@ impl Engine for MssqlEngine {
     }
 }
 
+/// A session of its own, opened as the engine opens every session (the
+/// same ADO.NET parsing, `Encrypt` semantics and redirect handling), for
+/// tools and tests that talk to the store beside the engine.
+pub async fn open_session(
+    connection_string: &crate::secret::ConnectionString,
+) -> DbResult<tiberius::Client<tokio_util::compat::Compat<tokio::net::TcpStream>>> {
+    let config = conn::config_from_ado(connection_string.expose()).map_err(|e| {
+        DbError::permanent(
+            connection_string.scrub(&format!("invalid SQL Server connection string: {}", e.0)),
+        )
+    })?;
+    conn::connect(&config, connection_string).await
+}
+
 /// Checks an ADO.NET connection string the way [`MssqlEngine::new`] parses it,
 /// without connecting. The message names keys and positions, never values,
 /// and is scrubbed of the password besides. Use this rather than tiberius's
@@ -519,6 +589,20 @@ mod tests {
             vec![1, 2, 5, 9, 11, 11, 11, 11]
         );
         assert_eq!(probe_params(&[r(1, 2)], 1), vec![1, 2]);
+    }
+
+    #[test]
+    fn babelfish_is_named_from_its_version() {
+        let v = "Babelfish for PostgreSQL with SQL Server Compatibility - 12.0.2000.8\nNov 30 2026\n\
+                 Copyright (c) Amazon Web Services\nPostgreSQL 16.3 on x86_64-pc-linux-gnu (Babelfish 4.2.0)";
+        let s = Server::from_version(v, true);
+        assert_eq!(s.babelfish.as_deref(), Some("Babelfish 4.2.0"));
+        assert_eq!(
+            s.version,
+            "Babelfish for PostgreSQL with SQL Server Compatibility - 12.0.2000.8"
+        );
+        let s = Server::from_version("Microsoft SQL Server 2022 (RTM) - 16.0.1000.6", false);
+        assert_eq!(s.babelfish, None);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub(crate) struct Facts {
     /// `None`: absent, or the login may not read its definition.
     pub procedure_current: Option<bool>,
     pub global_position_clustered_pk: bool,
+    /// A unique index keyed exactly on GlobalPosition, without IGNORE_DUP_KEY.
+    pub global_position_unique: bool,
+    /// `Some("Babelfish 4.2.0")` on Babelfish (from the engine, not the query).
+    pub babelfish: Option<String>,
     pub identity_seed: Option<i64>,
     pub identity_increment: Option<i64>,
     pub identity_current: Option<i64>,
@@ -81,6 +85,8 @@ impl Facts {
             checkpoints_exists: flag(row, "checkpoints_exists")?,
             procedure_current: row.try_get::<bool, _>("procedure_current")?,
             global_position_clustered_pk: flag(row, "global_position_clustered_pk")?,
+            global_position_unique: flag(row, "global_position_unique")?,
+            babelfish: None,
             identity_seed: row.try_get::<i64, _>("identity_seed")?,
             identity_increment: row.try_get::<i64, _>("identity_increment")?,
             identity_current: row.try_get::<i64, _>("identity_current")?,
@@ -131,6 +137,9 @@ pub(crate) enum ProcedureState {
     Unanswered(String),
     /// This version's procedure, for this configuration's tombstones.
     Usable,
+    /// The server cannot run the procedure as its owner (Babelfish has no
+    /// `EXECUTE AS OWNER`): direct mode only.
+    Unsupported(String),
 }
 
 impl ProcedureState {
@@ -192,7 +201,9 @@ impl ProcedureState {
         want_stream: &str,
         want_kind: &str,
     ) -> Option<String> {
-        let fix = "procedure mode is not used until it is created again for this configuration: run                    `gap-healer install` (or the script of `gap-healer sql --engine mssql`) with this                    schema, tombstone stream and tombstone type";
+        let fix = "procedure mode is not used until it is created again for this configuration: run \
+                   `gap-healer install` (or the script of `gap-healer sql --engine mssql`) with this \
+                   schema, tombstone stream and tombstone type";
         match self {
             ProcedureState::OtherInterface {
                 parameters,
@@ -220,7 +231,10 @@ impl ProcedureState {
             ProcedureState::Unanswered(why) => Some(format!(
                 "{procedure} did not say which tombstones it writes ({why}); {fix}"
             )),
-            ProcedureState::Absent | ProcedureState::NoExecute | ProcedureState::Usable => None,
+            ProcedureState::Absent
+            | ProcedureState::NoExecute
+            | ProcedureState::Usable
+            | ProcedureState::Unsupported(_) => None,
         }
     }
 }
@@ -257,7 +271,7 @@ fn shape_problems(table: &str, expected: &[(&str, &str)], columns: &[Column]) ->
         .filter_map(|(name, ty)| {
             match columns
                 .iter()
-                .find(|c| c.table == table && c.name.eq_ignore_ascii_case(name))
+                .find(|c| c.table.eq_ignore_ascii_case(table) && c.name.eq_ignore_ascii_case(name))
             {
                 None => Some(format!("no column {name}")),
                 Some(c) if !c.type_name.eq_ignore_ascii_case(ty) => {
@@ -270,9 +284,9 @@ fn shape_problems(table: &str, expected: &[(&str, &str)], columns: &[Column]) ->
 }
 
 fn identity_of<'a>(table: &str, column: &str, columns: &'a [Column]) -> Option<&'a Column> {
-    columns
-        .iter()
-        .find(|c| c.table == table && c.name.eq_ignore_ascii_case(column) && c.identity)
+    columns.iter().find(|c| {
+        c.table.eq_ignore_ascii_case(table) && c.name.eq_ignore_ascii_case(column) && c.identity
+    })
 }
 
 /// One GRANT line per table for what is missing.
@@ -311,11 +325,18 @@ pub(crate) fn findings(
         Some(8) => " (Azure SQL Managed Instance)",
         _ => "",
     };
+    let server = match &f.babelfish {
+        Some(b) => format!(
+            "{b} (Babelfish for PostgreSQL, not SQL Server: SQL Server {} compatible)",
+            f.product_version
+        ),
+        None => format!("SQL Server {} {}{platform}", f.product_version, f.edition),
+    };
     out.push(Finding::pass(
         Check::Connection,
         format!(
-            "SQL Server {} {}{platform}; database {}, login {} as user {}",
-            f.product_version, f.edition, f.database, f.login, f.user
+            "{server}; database {}, login {} as user {}",
+            f.database, f.login, f.user
         ),
     ));
 
@@ -349,7 +370,14 @@ pub(crate) fn findings(
                 f.identity_increment.unwrap_or(0)
             ));
         }
-        if !f.global_position_clustered_pk {
+        if !f.global_position_unique {
+            problems.push(
+                "no unique index keyed exactly on (GlobalPosition) without IGNORE_DUP_KEY: a fill would \
+                 neither wait on an open append's key nor fail on a committed one, so it could take a \
+                 slow append's position"
+                    .into(),
+            );
+        } else if !f.global_position_clustered_pk && f.babelfish.is_none() {
             problems.push("the clustered primary key is not (GlobalPosition): scans would not be index range reads".into());
         }
         if problems.is_empty() {
@@ -506,6 +534,7 @@ pub(crate) fn findings(
             ProcedureState::NoExecute => {
                 format!("{procedure} exists but the login may not EXECUTE it")
             }
+            ProcedureState::Unsupported(why) => format!("direct mode only on {why}"),
             _ => format!("{procedure} is not used: see \"fill procedure\""),
         };
         out.push(Finding::pass(
@@ -520,6 +549,9 @@ pub(crate) fn findings(
                     .to_string()
             }
             ProcedureState::NoExecute => format!("GRANT EXECUTE ON OBJECT::{procedure} TO {user};"),
+            ProcedureState::Unsupported(why) => {
+                format!("a server that can run it (direct mode only on {why}).")
+            }
             _ => "the procedure created again for this configuration (see \"fill procedure\")"
                 .to_string(),
         };
@@ -565,7 +597,8 @@ impl MssqlEngine {
                 "the preflight query returned no row",
             )]);
         };
-        let facts = Facts::from_row(first).map_err(|e| self.driver_error(&e))?;
+        let mut facts = Facts::from_row(first).map_err(|e| self.driver_error(&e))?;
+        facts.babelfish = self.server().await?.babelfish;
         let columns = column_rows
             .iter()
             .map(Column::from_row)
@@ -633,6 +666,8 @@ mod tests {
             checkpoints_exists: true,
             procedure_current: None,
             global_position_clustered_pk: true,
+            global_position_unique: true,
+            babelfish: None,
             identity_seed: Some(0),
             identity_increment: Some(1),
             identity_current: Some(41),
@@ -969,5 +1004,29 @@ mod tests {
         assert!(find(&out, Check::IdentityCache)
             .detail
             .starts_with("IDENTITY_CACHE = OFF"));
+    }
+
+    /// Review finding F1: without a unique index keyed exactly on
+    /// GlobalPosition (or with IGNORE_DUP_KEY) the store's shape is refused,
+    /// so `run` never heals it; on Babelfish a non-clustered key is fine.
+    #[test]
+    fn a_position_without_a_unique_key_is_refused_as_shape() {
+        let mut f = healthy();
+        f.global_position_unique = false;
+        let out = check(&f, &eventuous_columns());
+        let why = crate::engine::check::shape_verdict(&out).unwrap_err();
+        assert!(
+            why.contains("no unique index keyed exactly on (GlobalPosition)"),
+            "{why}"
+        );
+
+        let mut f = healthy();
+        f.global_position_clustered_pk = false;
+        f.babelfish = Some("Babelfish 4.2.0".into());
+        let out = check(&f, &eventuous_columns());
+        assert_eq!(crate::engine::check::shape_verdict(&out), Ok(()));
+        assert!(find(&out, Check::Connection)
+            .detail
+            .starts_with("Babelfish 4.2.0 (Babelfish for PostgreSQL, not SQL Server"));
     }
 }

@@ -31,6 +31,7 @@ pub(crate) const FILL_CALL: &str = include_str!("../../../sql/mssql/fill_call.sq
 pub(crate) const FILL_MODE: &str = include_str!("../../../sql/mssql/fill_mode.sql");
 pub(crate) const GRANTS: &str = include_str!("../../../sql/mssql/grants.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/mssql/preflight.sql");
+pub(crate) const SERVER: &str = include_str!("../../../sql/mssql/server.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
 /// Takes the leader lock on a dedicated session. Names no schema: an
 /// application lock belongs to the database, and its name is `@P1`.
@@ -158,6 +159,22 @@ impl Sql {
     /// The probe for `ranges` ranges (1..=[`PROBE_CHUNK`]): the VALUES row
     /// repeated with parameter markers numbered here. Nothing but `@P<n>`
     /// markers is added.
+    /// The direct-mode fill batch with its two lock timeouts as literals.
+    /// `SET LOCK_TIMEOUT @variable` is T-SQL that Babelfish refuses ("invalid
+    /// value for parameter"); a literal works on both servers. The values are
+    /// integers the engine computed, never text from outside.
+    pub(crate) fn fill_with_lock_timeouts(&self, key_ms: i32, stream_ms: i32) -> String {
+        self.fill
+            .replace(
+                "SET LOCK_TIMEOUT @stream_lock_timeout_ms;",
+                &format!("SET LOCK_TIMEOUT {stream_ms};"),
+            )
+            .replace(
+                "SET LOCK_TIMEOUT @lock_timeout_ms;",
+                &format!("SET LOCK_TIMEOUT {key_ms};"),
+            )
+    }
+
     pub(crate) fn probe(&self, ranges: usize) -> String {
         let ranges = ranges.clamp(1, PROBE_CHUNK);
         let rows: Vec<String> = (0..ranges)
@@ -349,6 +366,17 @@ pub(crate) fn setup_script(schema: &str, tombstone_stream: &str, tombstone_type:
 mod tests {
     use super::*;
 
+    #[test]
+    fn direct_fills_set_their_lock_timeouts_as_literals() {
+        let fill = sql("eventuous")
+            .unwrap()
+            .fill_with_lock_timeouts(2000, 5000);
+        assert!(fill.contains("SET LOCK_TIMEOUT 5000;"), "{fill}");
+        assert!(fill.contains("SET LOCK_TIMEOUT 2000;"), "{fill}");
+        assert!(!fill.contains("SET LOCK_TIMEOUT @"), "{fill}");
+        assert!(fill.contains("SET LOCK_TIMEOUT -1;"), "{fill}");
+    }
+
     const STREAM: &str = "__tombstones__";
     const TYPE: &str = "$tombstone";
 
@@ -396,7 +424,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 13] = [
+    const ALL: [(&str, &str); 14] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
@@ -410,11 +438,12 @@ mod tests {
         ("session_state", SESSION_STATE),
         ("leader_lock", LEADER_LOCK),
         ("leader_check", LEADER_CHECK),
+        ("server", SERVER),
     ];
 
     /// Files that name no schema: the session's own state, and the leader
     /// lock (an application lock of the database, named by `@P1`).
-    const SCHEMALESS: [&str; 3] = ["session_state", "leader_lock", "leader_check"];
+    const SCHEMALESS: [&str; 4] = ["session_state", "leader_lock", "leader_check", "server"];
 
     #[test]
     fn every_sql_file_is_listed() {
@@ -743,7 +772,11 @@ mod tests {
         let create = body.find("INSERT INTO __schema__.[Streams]").unwrap();
         assert!(early < create && create < begin);
         assert_eq!(body.matches("THROW 50006").count(), 2);
-        assert_eq!(body.matches("@leader_fence IS NOT NULL").count(), 2);
+        assert_eq!(
+            body.matches("NULLIF(@leader_fence, N'') IS NOT NULL")
+                .count(),
+            2
+        );
         // The stage the engine classifies as Busy.
         assert!(body.contains("SET @stage = N'leader';"));
         // The answer names the tombstones.
@@ -782,7 +815,8 @@ mod tests {
             .join("\n");
         for part in [
             "EXEC @lock_result = sp_getapplock",
-            "@Resource = @P1",
+            "DECLARE @resource NVARCHAR(255) = @P1;",
+            "@Resource = @resource",
             "@LockMode = 'Exclusive'",
             "@LockOwner = 'Session'",
             "@LockTimeout = 0",
