@@ -35,22 +35,36 @@
 -- NVARCHAR(4000), which Babelfish's sp_getapplock refuses (-999).
 DECLARE @resource NVARCHAR(255) = @P1;
 DECLARE @lock_result INT;
+DECLARE @refused INT = NULL;
 DECLARE @fence_result INT = NULL;
 DECLARE @fence NVARCHAR(255) = NULL;
 
-EXEC @lock_result = sp_getapplock
-    @Resource = @resource,
-    @LockMode = 'Exclusive',
-    @LockOwner = 'Session',
-    @LockTimeout = 0,
-    @DbPrincipal = 'public';
+-- A lock another session holds is not asked for: APPLOCK_TEST answers
+-- without taking it. (Babelfish answers a refused sp_getapplock with -999,
+-- and a session that meets a few of those crashes its server: "PANIC:
+-- ERRORDATA_STACK_SIZE exceeded", seen with Babelfish 4.2.)
+IF APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0
+    BEGIN
+        SET @lock_result = -1;
+        SET @refused = 0;
+    END
+ELSE
+    BEGIN
+        EXEC @lock_result = sp_getapplock
+            @Resource = @resource,
+            @LockMode = 'Exclusive',
+            @LockOwner = 'Session',
+            @LockTimeout = 0,
+            @DbPrincipal = 'public';
+    END;
 
--- Babelfish answers a lock held by another session with -999 (its "lock
--- not available" under @LockTimeout = 0), not -1: a -999 for a lock that
--- APPLOCK_TEST finds taken means the same as -1.
+-- Taken in between by another session: Babelfish says -999 where SQL
+-- Server says -1. @refused says the lock was found held either way (the
+-- engine drops such a session on Babelfish).
 IF @lock_result = -999
     AND APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0
     BEGIN
+        SET @refused = @lock_result;
         SET @lock_result = -1;
     END;
 
@@ -69,6 +83,7 @@ IF @lock_result >= 0
 
 SELECT
     @lock_result AS lock_result,
+    @refused AS refused,
     @fence_result AS fence_result,
     @fence AS fence,
     @@SPID AS session_id;

@@ -157,7 +157,7 @@ impl MssqlEngine {
         let no_fence = Option::<&str>::None;
         let zero = 0_i32;
         let params: [&dyn ToSql; 5] = [&none, &none, &zero, &zero, &no_fence];
-        let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
+        let answer = match self.fill_batch(&self.sql.fill_call, &params, false).await {
             Ok(answer) => answer,
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => return Ok(ProcedureState::Unanswered(e.message)),
@@ -224,7 +224,15 @@ impl MssqlEngine {
     /// did not reach its result row) leaves the session in an unknown state,
     /// so it stays unclean and bb8 closes it, and the server rolls back
     /// whatever it had open.
-    async fn fill_batch(&self, text: &str, params: &[&dyn ToSql]) -> DbResult<FillRow> {
+    ///
+    /// `discard`: close the session afterwards even when it ended clean
+    /// (Babelfish after a fenced fill, see [`MssqlEngine::fill_once`]).
+    async fn fill_batch(
+        &self,
+        text: &str,
+        params: &[&dyn ToSql],
+        discard: bool,
+    ) -> DbResult<FillRow> {
         let mut session = self.checkout().await?;
         let sets = run(&mut session.client, text, params)
             .await
@@ -248,7 +256,7 @@ impl MssqlEngine {
                 answer.open_transactions
             )));
         }
-        session.clean = true;
+        session.clean = !discard;
         Ok(answer)
     }
 
@@ -266,6 +274,12 @@ impl MssqlEngine {
         }
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
+        // Babelfish 4.2 leaks an error-stack entry in a session each time
+        // APPLOCK_TEST finds a lock held elsewhere, and its fifth crashes
+        // the whole server ("PANIC: ERRORDATA_STACK_SIZE exceeded"). A fenced
+        // fill asks exactly that while the leader lives, so on Babelfish its
+        // session is not reused.
+        let discard = fence_name.is_some() && self.server().await?.babelfish.is_some();
         let key_ms = millis_i32(lock_timeout);
         let stream_ms = stream_lock_timeout_ms(key_ms);
         let stream = self.settings.tombstone_stream.as_str();
@@ -277,7 +291,7 @@ impl MssqlEngine {
             FillMode::Procedure => {
                 let params: [&dyn ToSql; 5] =
                     [&range.start, &range.end, &key_ms, &stream_ms, &fence_name];
-                self.fill_batch(&self.sql.fill_call, &params).await
+                self.fill_batch(&self.sql.fill_call, &params, discard).await
             }
             FillMode::Direct => {
                 // No fence is sent as '' rather than a NULL of no type: the
@@ -294,7 +308,7 @@ impl MssqlEngine {
                     &fence_name,
                 ];
                 let text = self.sql.fill_with_lock_timeouts(key_ms, stream_ms);
-                self.fill_batch(&text, &params).await
+                self.fill_batch(&text, &params, discard).await
             }
         };
         let answer = match answer {

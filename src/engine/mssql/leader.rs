@@ -139,7 +139,13 @@ impl MssqlEngine {
         let code = get::<i32>(row, "lock_result")?
             .ok_or_else(|| DbError::permanent("sp_getapplock returned no code"))?;
         session.session_id = get_integer(row, "session_id")?.unwrap_or(0);
-        session.in_doubt = false;
+        // On Babelfish a session that found the lock held (APPLOCK_TEST 0,
+        // or sp_getapplock -999) is not tried again: each such answer leaks
+        // an error-stack entry in the session, and the fifth crashes the
+        // server ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2).
+        // SQL Server followers keep their session.
+        session.in_doubt =
+            get::<i32>(row, "refused")?.is_some() && self.server().await?.babelfish.is_some();
         if !applock_result(code)? {
             return Ok((false, session));
         }
