@@ -466,7 +466,7 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
         assert!(!s.login_time.is_empty(), "{s:?}");
         (s.session_id, s.login_time)
     };
-    let first_connection = clean(engine.session_state().await.unwrap());
+    let mut first_connection = clean(engine.session_state().await.unwrap());
 
     // 1222: held.
     let open = db.begin_append("A", 1).await;
@@ -479,11 +479,21 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
             .unwrap(),
         FillOutcome::Held
     );
-    assert_eq!(
-        clean(engine.session_state().await.unwrap()),
-        first_connection,
-        "the same connection, reused"
-    );
+    if skipped_on_babelfish(
+        "pooled_connection_is_clean_...: the session reused after a held fill",
+        "a lock timeout ends the whole batch there (no result row), so the engine closes that session; \
+         the one it opens instead is checked clean",
+    )
+    .await
+    {
+        first_connection = clean(engine.session_state().await.unwrap());
+    } else {
+        assert_eq!(
+            clean(engine.session_state().await.unwrap()),
+            first_connection,
+            "the same connection, reused"
+        );
+    }
 
     // 2627: committed.
     open.commit().await;
@@ -950,10 +960,17 @@ async fn leader_lock_one_holder_released_on_drop_and_on_kill() {
         leader.fence().starts_with("gap-healer fence "),
         "{leader:?}"
     );
-    assert_eq!(
-        app_lock_holders(&db).await,
-        vec![(spid, "SESSION".to_string(), "X".to_string()); 2]
-    );
+    if !skipped_on_babelfish(
+        "leader_lock_one_holder_...: the two locks as sys.dm_tran_locks lists them",
+        "no sys.dm_tran_locks (the rest of the test still runs)",
+    )
+    .await
+    {
+        assert_eq!(
+            app_lock_holders(&db).await,
+            vec![(spid, "SESSION".to_string(), "X".to_string()); 2]
+        );
+    }
     assert_ne!(first.session_state().await.unwrap().session_id, spid);
 
     // Names are separate locks, compared binary (case-sensitive).

@@ -122,7 +122,9 @@ impl MssqlEngine {
         key: &str,
     ) -> DbResult<(bool, MssqlLeaderSession)> {
         session.in_doubt = true;
-        let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&key]).await {
+        let name = self.server().await?.leader_lock_name(key);
+        check_leader_key(&name)?;
+        let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&name.as_str()]).await {
             Ok(sets) => sets,
             // @LockTimeout = 0 reports a held lock as -1, not as an error;
             // should a server raise 1222 instead, it means the same.
@@ -224,7 +226,8 @@ impl LeaderLock for MssqlEngine {
             ));
         }
         session.in_doubt = true;
-        let sets = run(&mut session.client, sql::LEADER_CHECK, &[&key])
+        let name = self.server().await?.leader_lock_name(key);
+        let sets = run(&mut session.client, sql::LEADER_CHECK, &[&name.as_str()])
             .await
             .map_err(|e| self.driver_error(&e))?;
         let mode = match sets.first().and_then(|rows| rows.first()) {

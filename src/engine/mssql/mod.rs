@@ -90,9 +90,22 @@ pub struct Server {
     /// `Some("Babelfish 4.2.0")` on Babelfish for PostgreSQL: TDS and T-SQL,
     /// but not SQL Server (no `EXECUTE AS OWNER`, no dirty reads).
     pub babelfish: Option<String>,
+    /// `DB_NAME()` of the engine's sessions.
+    pub database: String,
 }
 
 impl Server {
+    /// The application lock name for a leader key. SQL Server scopes
+    /// application locks to the database; Babelfish keeps every T-SQL
+    /// database in one PostgreSQL database, so its locks are server-wide and
+    /// the database's name goes into the lock's.
+    pub fn leader_lock_name(&self, key: &str) -> String {
+        match self.babelfish {
+            Some(_) => format!("{}/{key}", self.database),
+            None => key.to_string(),
+        }
+    }
+
     fn from_version(version: &str, babelfish: bool) -> Server {
         let first = version
             .lines()
@@ -112,6 +125,7 @@ impl Server {
         Server {
             version: first,
             babelfish,
+            database: String::new(),
         }
     }
 }
@@ -189,10 +203,15 @@ impl MssqlEngine {
         let row = rows
             .first()
             .ok_or_else(|| DbError::permanent("the server query returned no row"))?;
-        let server = Server::from_version(
-            get::<&str>(row, "server_version")?.unwrap_or_default(),
-            get::<bool>(row, "babelfish")?.unwrap_or(false),
-        );
+        let server = Server {
+            database: get::<&str>(row, "database_name")?
+                .unwrap_or_default()
+                .to_string(),
+            ..Server::from_version(
+                get::<&str>(row, "server_version")?.unwrap_or_default(),
+                get::<bool>(row, "babelfish")?.unwrap_or(false),
+            )
+        };
         if let Some(b) = &server.babelfish {
             tracing::info!(server = %b, "the server is Babelfish for PostgreSQL, not SQL Server: fills run in direct mode");
         }
@@ -601,8 +620,20 @@ mod tests {
             s.version,
             "Babelfish for PostgreSQL with SQL Server Compatibility - 12.0.2000.8"
         );
+        let s = Server {
+            database: "orders".into(),
+            ..s
+        };
+        assert_eq!(
+            s.leader_lock_name("gap-healer:eventuous"),
+            "orders/gap-healer:eventuous"
+        );
         let s = Server::from_version("Microsoft SQL Server 2022 (RTM) - 16.0.1000.6", false);
         assert_eq!(s.babelfish, None);
+        assert_eq!(
+            s.leader_lock_name("gap-healer:eventuous"),
+            "gap-healer:eventuous"
+        );
     }
 
     #[test]

@@ -503,29 +503,19 @@ impl TestDb {
         .replace("{0}", &self.name);
         if babelfish {
             // Sessions of engines that just went out of scope close a moment
-            // later, and Babelfish refuses to drop a database in use.
-            let mut last = String::new();
-            let mut dropped = false;
-            for _ in 0..20 {
-                let result = match m.simple_query(drop.as_str()).await {
-                    Ok(stream) => stream.into_results().await.map(|_| ()),
-                    Err(e) => Err(e),
-                };
-                match result {
-                    Ok(()) => {
-                        dropped = true;
-                        break;
-                    }
-                    Err(e) => last = e.to_string(),
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
+            // later, and Babelfish refuses to drop a database (or a login)
+            // in use: retried, then left behind with a note.
+            retry_on_babelfish(&mut m, &drop).await;
+            for login in &self.logins {
+                retry_on_babelfish(
+                    &mut m,
+                    &format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];"),
+                )
+                .await;
             }
-            if !dropped {
-                eprintln!("left database {} behind on Babelfish: {last}", self.name);
-            }
-        } else {
-            exec(&mut m, &drop).await;
+            return;
         }
+        exec(&mut m, &drop).await;
         for login in &self.logins {
             exec(
                 &mut m,
@@ -534,6 +524,23 @@ impl TestDb {
             .await;
         }
     }
+}
+
+/// Runs cleanup `sql` until it works (5 s at most), else says what was left.
+async fn retry_on_babelfish(m: &mut Client, sql: &str) {
+    let mut last = String::new();
+    for _ in 0..20 {
+        let result = match m.simple_query(sql).await {
+            Ok(stream) => stream.into_results().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => return,
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("left behind on Babelfish ({sql}): {last}");
 }
 
 /// An append in flight.
