@@ -513,3 +513,48 @@ async fn postgres_tls_verifies_the_server_certificate() {
     assert!(out.stderr.contains("/nonexistent/ca.pem"), "{}", out.stderr);
     store.drop_schema().await;
 }
+
+/// Issue 12: an Eventuous application's Npgsql connection string (the shape
+/// of Eventuous's samples, plus the usual cloud `SSL Mode=Require`) works as
+/// it is for `check`, `scan` and `run`, and is shown only redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
+    let store = store_with_holes("npgsql").await;
+    let npgsql = "Host=127.0.0.1;Port=5432;Username=postgres;Password=Zq7Npgsql;\
+                  Database=test;SSL Mode=Require;Trust Server Certificate=true;\
+                  Include Error Detail=true";
+    let out = store.cli_at(npgsql, &["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout.contains("server certificate NOT verified"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.all().contains("Zq7Npgsql"), "{}", out.all());
+    let out = store.cli_at(npgsql, &["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(out.stdout.contains("4..=6"), "{}", out.stdout);
+    let d = Daemon::with_connection_string(
+        npgsql,
+        &store.schema,
+        &[
+            "--gap-timeout",
+            "200ms",
+            "--poll-interval",
+            "100ms",
+            "--start-from",
+            "0",
+        ],
+    );
+    d.wait_metric(
+        "gap_healer_tombstones_inserted_total",
+        4.0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(store.tombstone_positions().await, vec![2, 4, 5, 6]);
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("Zq7Npgsql"), "{log}");
+    store.drop_schema().await;
+}

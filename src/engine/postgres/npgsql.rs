@@ -45,6 +45,31 @@ const KEYS: &[(&[&str], Target)] = &[
         &["trust server certificate", "trustservercertificate"],
         Target::Ignored,
     ),
+    // Npgsql's own client behaviour (its pool, error detail, prepared
+    // statements, buffers): meaningful to the application, not to the healer.
+    (
+        &[
+            "include error detail",
+            "includeerrordetail",
+            "pooling",
+            "minimum pool size",
+            "maximum pool size",
+            "connection idle lifetime",
+            "connection pruning interval",
+            "connection lifetime",
+            "enlist",
+            "no reset on close",
+            "log parameters",
+            "multiplexing",
+            "max auto prepare",
+            "auto prepare min usages",
+            "keepalive",
+            "tcp keepalive",
+            "read buffer size",
+            "write buffer size",
+        ],
+        Target::Ignored,
+    ),
 ];
 
 #[derive(Clone, Copy)]
@@ -53,8 +78,9 @@ enum Target {
     SslMode,
     /// A server setting passed in `options` (`-c name=value<unit>`).
     Setting(&'static str, &'static str),
-    /// Accepted and without effect: `SSL Mode=Require` already skips
-    /// certificate verification, as Npgsql 6+ does.
+    /// Accepted and without effect: `Trust Server Certificate` (`SSL
+    /// Mode=Require` already skips certificate verification, as Npgsql 6+
+    /// does) and Npgsql's own client-side behaviour.
     Ignored,
 }
 
@@ -157,10 +183,14 @@ mod tests {
         // The shape of the connection strings in Eventuous's samples.
         let s = "Host=localhost;Username=postgres;Password=secret;Database=eventuous;Include Error Detail=true";
         assert!(is_npgsql(s, None));
-        // Include Error Detail is not one we know: named, value not shown.
-        let e = to_libpq(s).unwrap_err();
-        assert!(e.contains("\"include error detail\""), "{e}");
-        assert!(!e.contains("secret"), "{e}");
+        assert_eq!(
+            to_libpq(s).unwrap(),
+            "host='localhost' user='postgres' password='secret' dbname='eventuous'"
+        );
+        // A key we do not know is named, its value never shown.
+        let e = to_libpq("Host=db;Password=secret;Colour=blue").unwrap_err();
+        assert!(e.contains("\"colour\""), "{e}");
+        assert!(!e.contains("secret") && !e.contains("blue"), "{e}");
 
         let s = "Host=db.internal;Port=5433;Username=gap_healer;Password='p;w''d';Database=es;\
                  SSL Mode=Require;Trust Server Certificate=true;Timeout=7;Command Timeout=30;\
