@@ -89,6 +89,14 @@ impl Backend for SqlServer {
                     Refusal::PrimaryKey
                 }
                 Some(DEADLOCK) => Refusal::Deadlock,
+                Some(code)
+                    if UNIQUE.contains(&code)
+                        && e.to_string()
+                            .to_lowercase()
+                            .contains("uq_streamidandstreamposition") =>
+                {
+                    Refusal::LostRace
+                }
                 Some(_) => Refusal::Other,
             };
             append.refused(what, refusal, &e.to_string())

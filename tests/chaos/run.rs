@@ -468,8 +468,8 @@ pub async fn run<B: Backend>(backend: B) {
         g(&st.appends), acked.len(), g(&st.rolled_back), g(&st.slow_committed), g(&st.slow_rolled_back)
     );
     fig!(
-        "duplicate message ids  {} ignored (position burnt), {} failed the append; multi-stream appends {} committed, {} failed part way; deadlocks {}",
-        g(&st.duplicates_ignored), g(&st.duplicates_failed), g(&st.multi_committed), g(&st.multi_failed), g(&st.deadlocks)
+        "duplicate message ids  {} ignored (position burnt), {} failed the append; multi-stream appends {} committed, {} failed part way; deadlocks {}; stream-position races lost {}",
+        g(&st.duplicates_ignored), g(&st.duplicates_failed), g(&st.multi_committed), g(&st.multi_failed), g(&st.deadlocks), g(&st.lost_races)
     );
     fig!(
         "connection losses      {} (COMMIT outcome unknown, read back: {} committed, {} not)",

@@ -128,6 +128,7 @@ pub struct WriterStats {
     pub multi_committed: AtomicU64,
     pub multi_failed: AtomicU64,
     pub deadlocks: AtomicU64,
+    pub lost_races: AtomicU64,
     pub lost_connection: AtomicU64,
     pub unknown_committed: AtomicU64,
     pub unknown_not_committed: AtomicU64,
@@ -218,6 +219,11 @@ pub enum Refusal {
     /// A duplicate key on the messages primary key.
     PrimaryKey,
     Deadlock,
+    /// Two appends to one stream raced for its next position and this one
+    /// lost (Babelfish ignores the appender's UPDLOCK, HOLDLOCK hint, so the
+    /// loser meets the stream-position key instead of waiting on the Streams
+    /// row; Eventuous reports that as a wrong expected version).
+    LostRace,
     /// Anything else the server refused.
     Other,
 }
@@ -243,6 +249,7 @@ impl Append<'_> {
                  a tombstone took an append's position: {error}"
             )),
             Refusal::Deadlock => WriterStats::bump(&self.journal.stats.deadlocks),
+            Refusal::LostRace => WriterStats::bump(&self.journal.stats.lost_races),
             Refusal::Other if !matches!(kind, Kind::DuplicateFailed | Kind::MultiFailed) => {
                 self.journal.violation(format!(
                     "writer {w} append {n} ({kind:?}): unexpected error in {what}: {error}"
