@@ -157,7 +157,7 @@ impl MssqlEngine {
         let no_fence = Option::<&str>::None;
         let zero = 0_i32;
         let params: [&dyn ToSql; 5] = [&none, &none, &zero, &zero, &no_fence];
-        let answer = match self.fill_batch(&self.sql.fill_call, &params, false).await {
+        let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
             Ok(answer) => answer,
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => return Ok(ProcedureState::Unanswered(e.message)),
@@ -224,15 +224,7 @@ impl MssqlEngine {
     /// did not reach its result row) leaves the session in an unknown state,
     /// so it stays unclean and bb8 closes it, and the server rolls back
     /// whatever it had open.
-    ///
-    /// `discard`: close the session afterwards even when it ended clean
-    /// (Babelfish after a fenced fill, see [`MssqlEngine::fill_once`]).
-    async fn fill_batch(
-        &self,
-        text: &str,
-        params: &[&dyn ToSql],
-        discard: bool,
-    ) -> DbResult<FillRow> {
+    async fn fill_batch(&self, text: &str, params: &[&dyn ToSql]) -> DbResult<FillRow> {
         let mut session = self.checkout().await?;
         let sets = run(&mut session.client, text, params)
             .await
@@ -256,7 +248,7 @@ impl MssqlEngine {
                 answer.open_transactions
             )));
         }
-        session.clean = !discard;
+        session.clean = true;
         Ok(answer)
     }
 
@@ -277,9 +269,9 @@ impl MssqlEngine {
         // Babelfish 4.2 leaks an error-stack entry in a session each time
         // APPLOCK_TEST finds a lock held elsewhere, and its fifth crashes
         // the whole server ("PANIC: ERRORDATA_STACK_SIZE exceeded"). A fenced
-        // fill asks exactly that while the leader lives, so on Babelfish its
-        // session is not reused.
-        let discard = fence_name.is_some() && self.server().await?.babelfish.is_some();
+        // fill would ask exactly that while the leader lives, so there it
+        // asks whether the leader's lock session is still there instead.
+        let babelfish = self.server().await?.babelfish.is_some();
         let key_ms = millis_i32(lock_timeout);
         let stream_ms = stream_lock_timeout_ms(key_ms);
         let stream = self.settings.tombstone_stream.as_str();
@@ -291,7 +283,7 @@ impl MssqlEngine {
             FillMode::Procedure => {
                 let params: [&dyn ToSql; 5] =
                     [&range.start, &range.end, &key_ms, &stream_ms, &fence_name];
-                self.fill_batch(&self.sql.fill_call, &params, discard).await
+                self.fill_batch(&self.sql.fill_call, &params).await
             }
             FillMode::Direct => {
                 // No fence is sent as '' rather than a NULL of no type: the
@@ -307,8 +299,11 @@ impl MssqlEngine {
                     &stream_ms,
                     &fence_name,
                 ];
-                let text = self.sql.fill_with_lock_timeouts(key_ms, stream_ms);
-                self.fill_batch(&text, &params, discard).await
+                let mut text = self.sql.fill_with_lock_timeouts(key_ms, stream_ms);
+                if let (true, Fence::Leader(token)) = (babelfish, fence) {
+                    text = super::sql::Sql::with_session_fence(&text, token.session_id);
+                }
+                self.fill_batch(&text, &params).await
             }
         };
         let answer = match answer {

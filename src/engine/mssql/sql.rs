@@ -175,6 +175,25 @@ impl Sql {
             )
     }
 
+    /// `fill` with the leader fence asked of `sys.dm_exec_sessions` instead of
+    /// `APPLOCK_TEST`: is the leader's lock session (which holds the lock
+    /// until it ends) still there? For Babelfish, where each `APPLOCK_TEST`
+    /// that finds a lock held leaks an error-stack entry in the session and
+    /// the fifth crashes the server. `session_id` is the token's, an integer.
+    pub(crate) fn with_session_fence(fill: &str, session_id: i64) -> String {
+        let gone = format!(
+            "NOT EXISTS (SELECT 1 FROM sys.dm_exec_sessions WHERE session_id = {session_id})"
+        );
+        fill.replace(
+            "APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Session') = 1",
+            &gone,
+        )
+        .replace(
+            "APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Transaction') = 1",
+            &gone,
+        )
+    }
+
     pub(crate) fn probe(&self, ranges: usize) -> String {
         let ranges = ranges.clamp(1, PROBE_CHUNK);
         let rows: Vec<String> = (0..ranges)
@@ -365,6 +384,24 @@ pub(crate) fn setup_script(schema: &str, tombstone_stream: &str, tombstone_type:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_babelfish_fence_asks_for_the_leader_session() {
+        let fill = sql("eventuous")
+            .unwrap()
+            .fill_with_lock_timeouts(2000, 5000);
+        let fenced = Sql::with_session_fence(&fill, 40_123);
+        assert!(
+            !fenced.contains("APPLOCK_TEST(N'public', @leader_fence"),
+            "{fenced}"
+        );
+        assert_eq!(
+            fenced
+                .matches("NOT EXISTS (SELECT 1 FROM sys.dm_exec_sessions WHERE session_id = 40123)")
+                .count(),
+            2
+        );
+    }
 
     #[test]
     fn direct_fills_set_their_lock_timeouts_as_literals() {
