@@ -91,9 +91,9 @@ impl Backend for SqlServer {
                 Some(DEADLOCK) => Refusal::Deadlock,
                 Some(code)
                     if UNIQUE.contains(&code)
-                        && e.to_string()
-                            .to_lowercase()
-                            .contains("uq_streamidandstreamposition") =>
+                        && ["uq_streamidandstreamposition", "uq_streamname"]
+                            .iter()
+                            .any(|key| e.to_string().to_lowercase().contains(key)) =>
                 {
                     Refusal::LostRace
                 }

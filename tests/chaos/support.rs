@@ -219,10 +219,11 @@ pub enum Refusal {
     /// A duplicate key on the messages primary key.
     PrimaryKey,
     Deadlock,
-    /// Two appends to one stream raced for its next position and this one
-    /// lost (Babelfish ignores the appender's UPDLOCK, HOLDLOCK hint, so the
-    /// loser meets the stream-position key instead of waiting on the Streams
-    /// row; Eventuous reports that as a wrong expected version).
+    /// Two appends to one stream raced for its next position (or to create
+    /// it) and this one lost (Babelfish ignores the appender's UPDLOCK,
+    /// HOLDLOCK hint, so the loser meets the stream-position or stream-name
+    /// key instead of waiting on the Streams row; Eventuous reports that as a
+    /// wrong expected version).
     LostRace,
     /// Anything else the server refused.
     Other,

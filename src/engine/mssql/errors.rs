@@ -114,6 +114,17 @@ pub(crate) const LOCK_TIMEOUT: u32 = 1222;
 /// Babelfish's generic error number: what it means is in the message.
 pub(crate) const BABELFISH_GENERIC: u32 = 33_557_097;
 
+/// PostgreSQL's words, under Babelfish's generic number, for a server that
+/// is stopping, starting or recovering: a restart, retried like SQL
+/// Server's failover errors.
+const BABELFISH_TRANSIENT_TEXTS: [&str; 5] = [
+    "the database system is shutting down",
+    "the database system is starting up",
+    "the database system is in recovery mode",
+    "terminating connection due to administrator command",
+    "the database system is not yet accepting connections",
+];
+
 /// The SQL Server error number an error stands for. Babelfish reports a
 /// lock timeout as its generic 33557097 with PostgreSQL's text ("canceling
 /// statement due to lock timeout"): that is 1222, as on SQL Server.
@@ -165,8 +176,13 @@ pub(crate) fn server_error(
     message: &str,
     secret: &ConnectionString,
 ) -> DbError {
+    let restarting = code == BABELFISH_GENERIC
+        && BABELFISH_TRANSIENT_TEXTS
+            .iter()
+            .any(|text| message.contains(text));
     let kind = match classify(code, stage) {
         Class::Transient => DbErrorKind::Transient,
+        _ if restarting => DbErrorKind::Transient,
         Class::Permanent | Class::Outcome(_) => DbErrorKind::Permanent,
     };
     DbError {
@@ -304,6 +320,24 @@ mod tests {
         for code in [64, 233, 10053, 10054, 10060] {
             assert!(!TRANSIENT_SERVER_ERRORS.contains(&code), "{code}");
         }
+    }
+
+    /// A Babelfish (PostgreSQL) server restarting is retried; its other
+    /// generic errors stay permanent.
+    #[test]
+    fn babelfish_restarts_are_transient() {
+        let secret = ConnectionString::new("Server=db;User Id=app;Password=x");
+        for text in BABELFISH_TRANSIENT_TEXTS {
+            let e = server_error(BABELFISH_GENERIC, Stage::Read, text, &secret);
+            assert_eq!(e.kind, DbErrorKind::Transient, "{text}");
+        }
+        let e = server_error(
+            BABELFISH_GENERIC,
+            Stage::Read,
+            "relation does not exist",
+            &secret,
+        );
+        assert_eq!(e.kind, DbErrorKind::Permanent);
     }
 
     /// Babelfish's lock timeout is 1222 by another number.
