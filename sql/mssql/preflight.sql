@@ -56,65 +56,12 @@ SELECT
             ELSE 0
         END AS BIT
     ) AS procedure_current,
-    -- The clustered primary key of Messages is exactly (GlobalPosition).
-    CAST(
-        CASE
-            WHEN EXISTS (
-                SELECT 1
-                FROM sys.indexes AS i
-                INNER JOIN sys.index_columns AS ic
-                    ON i.object_id = ic.object_id AND i.index_id = ic.index_id
-                INNER JOIN sys.columns AS c
-                    ON ic.object_id = c.object_id AND ic.column_id = c.column_id
-                WHERE
-                    i.object_id = OBJECT_ID(N'__schema__.[Messages]', N'U')
-                    AND i.is_primary_key = 1
-                    AND i.type = 1
-                    AND ic.key_ordinal = 1
-                    AND c.name = N'GlobalPosition'
-                    AND NOT EXISTS (
-                        SELECT 1
-                        FROM sys.index_columns AS other
-                        WHERE
-                            other.object_id = i.object_id
-                            AND other.index_id = i.index_id
-                            AND other.key_ordinal > 1
-                    )
-            ) THEN 1
-            ELSE 0
-        END AS BIT
-    ) AS global_position_clustered_pk,
-    -- A unique index keyed exactly on (GlobalPosition), without
-    -- IGNORE_DUP_KEY: what makes a fill wait on an open append's key and
-    -- fail on a committed one. Without it a fill can take a slow append's
-    -- position.
-    CAST(
-        CASE
-            WHEN EXISTS (
-                SELECT 1
-                FROM sys.indexes AS i
-                INNER JOIN sys.index_columns AS ic
-                    ON i.object_id = ic.object_id AND i.index_id = ic.index_id
-                INNER JOIN sys.columns AS c
-                    ON ic.object_id = c.object_id AND ic.column_id = c.column_id
-                WHERE
-                    i.object_id = OBJECT_ID(N'__schema__.[Messages]', N'U')
-                    AND i.is_unique = 1
-                    AND i.ignore_dup_key = 0
-                    AND ic.key_ordinal = 1
-                    AND c.name = N'GlobalPosition'
-                    AND NOT EXISTS (
-                        SELECT 1
-                        FROM sys.index_columns AS other
-                        WHERE
-                            other.object_id = i.object_id
-                            AND other.index_id = i.index_id
-                            AND other.key_ordinal > 1
-                    )
-            ) THEN 1
-            ELSE 0
-        END AS BIT
-    ) AS global_position_unique,
+    -- The indexes keyed exactly on (GlobalPosition): the clustered primary
+    -- key (scans are range reads), and a unique one without IGNORE_DUP_KEY
+    -- (what makes a fill wait on an open append's key and fail on a committed
+    -- one; without it a fill can take a slow append's position).
+    CAST(COALESCE(position_keys.clustered_pk, 0) AS BIT) AS global_position_clustered_pk,
+    CAST(COALESCE(position_keys.unique_key, 0) AS BIT) AS global_position_unique,
     CAST(IDENT_SEED(N'__schema__.[Messages]') AS BIGINT) AS identity_seed,
     CAST(IDENT_INCR(N'__schema__.[Messages]') AS BIGINT) AS identity_increment,
     CAST(IDENT_CURRENT(N'__schema__.[Messages]') AS BIGINT) AS identity_current,
@@ -130,7 +77,33 @@ SELECT
     HAS_PERMS_BY_NAME(N'__schema__.[Streams]', N'OBJECT', N'SELECT') AS streams_select,
     HAS_PERMS_BY_NAME(N'__schema__.[Streams]', N'OBJECT', N'INSERT') AS streams_insert,
     HAS_PERMS_BY_NAME(N'__schema__.[Streams]', N'OBJECT', N'UPDATE') AS streams_update,
-    HAS_PERMS_BY_NAME(N'__schema__.[Checkpoints]', N'OBJECT', N'SELECT') AS checkpoints_select;
+    HAS_PERMS_BY_NAME(N'__schema__.[Checkpoints]', N'OBJECT', N'SELECT') AS checkpoints_select
+FROM (
+    SELECT
+        MAX(
+            CASE WHEN i.is_primary_key = 1 AND i.type = 1 THEN 1 ELSE 0 END
+        ) AS clustered_pk,
+        MAX(
+            CASE WHEN i.is_unique = 1 AND i.ignore_dup_key = 0 THEN 1 ELSE 0 END
+        ) AS unique_key
+    FROM sys.indexes AS i
+    INNER JOIN sys.index_columns AS ic
+        ON i.object_id = ic.object_id AND i.index_id = ic.index_id
+    INNER JOIN sys.columns AS c
+        ON ic.object_id = c.object_id AND ic.column_id = c.column_id
+    WHERE
+        i.object_id = OBJECT_ID(N'__schema__.[Messages]', N'U')
+        AND ic.key_ordinal = 1
+        AND c.name = N'GlobalPosition'
+        AND NOT EXISTS (
+            SELECT 1
+            FROM sys.index_columns AS other
+            WHERE
+                other.object_id = i.object_id
+                AND other.index_id = i.index_id
+                AND other.key_ordinal > 1
+        )
+) AS position_keys;
 
 SELECT
     t.name AS table_name,

@@ -501,27 +501,20 @@ impl TestDb {
             "IF DB_ID(N'{{0}}') IS NOT NULL BEGIN {single_user} DROP DATABASE [{{0}}]; END;"
         )
         .replace("{0}", &self.name);
-        if babelfish {
-            // Sessions of engines that just went out of scope close a moment
-            // later, and Babelfish refuses to drop a database (or a login)
-            // in use: retried, then left behind with a note.
-            retry_on_babelfish(&mut m, &drop).await;
-            for login in &self.logins {
-                retry_on_babelfish(
-                    &mut m,
-                    &format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];"),
-                )
-                .await;
+        let statements = std::iter::once(drop).chain(
+            self.logins
+                .iter()
+                .map(|login| format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];")),
+        );
+        for sql in statements {
+            if babelfish {
+                // Sessions of engines that just went out of scope close a
+                // moment later, and Babelfish refuses to drop a database (or
+                // a login) in use: retried, then left behind with a note.
+                retry_on_babelfish(&mut m, &sql).await;
+            } else {
+                exec(&mut m, &sql).await;
             }
-            return;
-        }
-        exec(&mut m, &drop).await;
-        for login in &self.logins {
-            exec(
-                &mut m,
-                &format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];"),
-            )
-            .await;
         }
     }
 }
