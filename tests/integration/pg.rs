@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gap_healer::config::StartFrom;
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{Engine, Fence, FillOutcome};
+use gap_healer::engine::{DbErrorKind, Engine, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Ended, Healer, Options};
 use gap_healer_testkit::bin::{timing, Daemon};
@@ -595,5 +595,33 @@ async fn lock_timeout_storm_fills_the_free_and_takes_no_held_position() {
         .collect();
     assert_eq!(kept, committed);
     assert_eq!(store.assert_tombstone_stream_consistent().await, 988);
+    store.drop_schema().await;
+}
+
+/// Issue 10: a column of an unexpected type is a permanent error that names
+/// the column, never a panic (`Row::get` used to panic on database data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_of_an_unexpected_type_is_an_error_naming_it_not_a_panic() {
+    let store = Store::with_holes("coltype", &[1]).await;
+    let s = &store.schema;
+    store
+        .client
+        .batch_execute(&format!(
+            "ALTER TABLE {s}.streams ALTER COLUMN version TYPE bigint;"
+        ))
+        .await
+        .unwrap();
+    let e = store.engine();
+    let err = e
+        .fill(
+            PosRange::single(2),
+            Duration::from_secs(1),
+            &Fence::Unfenced,
+        )
+        .await
+        .expect_err("streams.version is bigint: the fill cannot read it as the int Eventuous uses");
+    assert_eq!(err.kind, DbErrorKind::Permanent, "{err:?}");
+    assert!(err.message.contains("column version"), "{}", err.message);
+    assert!(store.missing().await.contains(&2), "nothing was written");
     store.drop_schema().await;
 }
