@@ -266,12 +266,14 @@ impl MssqlEngine {
         }
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
-        // Babelfish 4.2 leaks an error-stack entry in a session each time
-        // APPLOCK_TEST finds a lock held elsewhere, and its fifth crashes
-        // the whole server ("PANIC: ERRORDATA_STACK_SIZE exceeded"). A fenced
-        // fill would ask exactly that while the leader lives, so there it
-        // asks whether the leader's lock session is still there instead.
-        let babelfish = self.server().await?.babelfish.is_some();
+        // On Babelfish the fence asks for the leader's session, not its lock
+        // (see `Sql::direct_fill`).
+        let session_fence = match fence {
+            Fence::Leader(token) if self.server().await?.babelfish.is_some() => {
+                Some(token.session_id)
+            }
+            _ => None,
+        };
         let key_ms = millis_i32(lock_timeout);
         let stream_ms = stream_lock_timeout_ms(key_ms);
         let stream = self.settings.tombstone_stream.as_str();
@@ -299,10 +301,7 @@ impl MssqlEngine {
                     &stream_ms,
                     &fence_name,
                 ];
-                let mut text = self.sql.fill_with_lock_timeouts(key_ms, stream_ms);
-                if let (true, Fence::Leader(token)) = (babelfish, fence) {
-                    text = super::sql::Sql::with_session_fence(&text, token.session_id);
-                }
+                let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
                 self.fill_batch(&text, &params).await
             }
         };

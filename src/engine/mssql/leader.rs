@@ -122,7 +122,8 @@ impl MssqlEngine {
         key: &str,
     ) -> DbResult<(bool, MssqlLeaderSession)> {
         session.in_doubt = true;
-        let name = self.server().await?.leader_lock_name(key);
+        let server = self.server().await?;
+        let name = server.leader_lock_name(key);
         check_leader_key(&name)?;
         let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&name.as_str()]).await {
             Ok(sets) => sets,
@@ -146,8 +147,7 @@ impl MssqlEngine {
         // an error-stack entry in the session, and the fifth crashes the
         // server ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2).
         // SQL Server followers keep their session.
-        session.in_doubt =
-            get::<i32>(row, "refused")?.is_some() && self.server().await?.babelfish.is_some();
+        session.in_doubt = get::<i32>(row, "refused")?.is_some() && server.babelfish.is_some();
         if !applock_result(code)? {
             return Ok((false, session));
         }

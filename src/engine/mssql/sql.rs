@@ -156,15 +156,24 @@ impl Sql {
         })
     }
 
-    /// The probe for `ranges` ranges (1..=[`PROBE_CHUNK`]): the VALUES row
-    /// repeated with parameter markers numbered here. Nothing but `@P<n>`
-    /// markers is added.
-    /// The direct-mode fill batch with its two lock timeouts as literals.
-    /// `SET LOCK_TIMEOUT @variable` is T-SQL that Babelfish refuses ("invalid
-    /// value for parameter"); a literal works on both servers. The values are
-    /// integers the engine computed, never text from outside.
-    pub(crate) fn fill_with_lock_timeouts(&self, key_ms: i32, stream_ms: i32) -> String {
-        self.fill
+    /// The direct-mode fill batch as it is sent.
+    ///
+    /// Its two lock timeouts are literals: `SET LOCK_TIMEOUT @variable` is
+    /// T-SQL that Babelfish refuses ("invalid value for parameter"); a
+    /// literal works on both servers. With `session_fence` (Babelfish), the
+    /// leader fence asks `sys.dm_exec_sessions` whether the leader's lock
+    /// session (which holds the lock until it ends) is still there, instead
+    /// of `APPLOCK_TEST`, each of which leaks an error-stack entry there
+    /// when it finds the lock held, the fifth crashing the server. Every
+    /// value spliced is an integer the engine computed, never outside text.
+    pub(crate) fn direct_fill(
+        &self,
+        key_ms: i32,
+        stream_ms: i32,
+        session_fence: Option<i64>,
+    ) -> String {
+        let mut text = self
+            .fill
             .replace(
                 "SET LOCK_TIMEOUT @stream_lock_timeout_ms;",
                 &format!("SET LOCK_TIMEOUT {stream_ms};"),
@@ -172,28 +181,26 @@ impl Sql {
             .replace(
                 "SET LOCK_TIMEOUT @lock_timeout_ms;",
                 &format!("SET LOCK_TIMEOUT {key_ms};"),
-            )
+            );
+        if let Some(session_id) = session_fence {
+            let gone = format!(
+                "NOT EXISTS (SELECT 1 FROM sys.dm_exec_sessions WHERE session_id = {session_id})"
+            );
+            for owner in ["Session", "Transaction"] {
+                text = text.replace(
+                    &format!(
+                        "APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'{owner}') = 1"
+                    ),
+                    &gone,
+                );
+            }
+        }
+        text
     }
 
-    /// `fill` with the leader fence asked of `sys.dm_exec_sessions` instead of
-    /// `APPLOCK_TEST`: is the leader's lock session (which holds the lock
-    /// until it ends) still there? For Babelfish, where each `APPLOCK_TEST`
-    /// that finds a lock held leaks an error-stack entry in the session and
-    /// the fifth crashes the server. `session_id` is the token's, an integer.
-    pub(crate) fn with_session_fence(fill: &str, session_id: i64) -> String {
-        let gone = format!(
-            "NOT EXISTS (SELECT 1 FROM sys.dm_exec_sessions WHERE session_id = {session_id})"
-        );
-        fill.replace(
-            "APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Session') = 1",
-            &gone,
-        )
-        .replace(
-            "APPLOCK_TEST(N'public', @leader_fence, N'Exclusive', N'Transaction') = 1",
-            &gone,
-        )
-    }
-
+    /// The probe for `ranges` ranges (1..=[`PROBE_CHUNK`]): the VALUES row
+    /// repeated with parameter markers numbered here. Nothing but `@P<n>`
+    /// markers is added.
     pub(crate) fn probe(&self, ranges: usize) -> String {
         let ranges = ranges.clamp(1, PROBE_CHUNK);
         let rows: Vec<String> = (0..ranges)
@@ -387,10 +394,9 @@ mod tests {
 
     #[test]
     fn the_babelfish_fence_asks_for_the_leader_session() {
-        let fill = sql("eventuous")
+        let fenced = sql("eventuous")
             .unwrap()
-            .fill_with_lock_timeouts(2000, 5000);
-        let fenced = Sql::with_session_fence(&fill, 40_123);
+            .direct_fill(2000, 5000, Some(40_123));
         assert!(
             !fenced.contains("APPLOCK_TEST(N'public', @leader_fence"),
             "{fenced}"
@@ -405,9 +411,11 @@ mod tests {
 
     #[test]
     fn direct_fills_set_their_lock_timeouts_as_literals() {
-        let fill = sql("eventuous")
-            .unwrap()
-            .fill_with_lock_timeouts(2000, 5000);
+        let fill = sql("eventuous").unwrap().direct_fill(2000, 5000, None);
+        assert!(
+            fill.contains("APPLOCK_TEST(N'public', @leader_fence"),
+            "{fill}"
+        );
         assert!(fill.contains("SET LOCK_TIMEOUT 5000;"), "{fill}");
         assert!(fill.contains("SET LOCK_TIMEOUT 2000;"), "{fill}");
         assert!(!fill.contains("SET LOCK_TIMEOUT @"), "{fill}");
