@@ -12,11 +12,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::config::{self, ConfigArgs, Need, Settings};
-use crate::engine::{self, DbError, Engine, EngineKind, LeaderLock};
+use crate::config::{self, ConfigArgs, Need, Settings, Store};
+use crate::engine::{self, DbError, Engine, EngineKind, Pools};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::Leader;
-use crate::telemetry::{self, Health};
+use crate::telemetry::{self, Board, Health};
 
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_HOLES_FOUND: u8 = 1;
@@ -32,6 +32,9 @@ pub const EXIT_INCOMPLETE: u8 = 3;
 pub struct Cli {
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// Only this store of the file's [[stores]] (repeatable; default: every store).
+    #[arg(long = "store", global = true, value_name = "NAME")]
+    pub stores: Vec<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -114,14 +117,21 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Sql => Need::EngineOnly,
         _ => Need::Connection,
     };
-    let settings = config::load(&cli.config, std::env::vars(), need)?;
+    let mut settings = config::load(&cli.config, std::env::vars(), need)?;
+    settings.select(&cli.stores)?;
+    let many = settings.stores.len() > 1;
     match cli.command {
         Command::Config => {
             print!("{}", settings.to_toml());
             return Ok(EXIT_OK);
         }
         Command::Sql => {
-            print!("{}", engine::setup_sql(settings.engine, &settings.store));
+            for store in &settings.stores {
+                if many {
+                    println!("-- store {}", store.name);
+                }
+                print!("{}", engine::setup_sql(store.engine, &store.store));
+            }
             return Ok(EXIT_OK);
         }
         _ => {}
@@ -133,79 +143,73 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         .build()
         .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
     runtime.block_on(async move {
-        match settings.engine {
-            EngineKind::Postgres => {
-                let engine = Arc::new(engine::postgres::PostgresEngine::new(&settings.store)?);
-                dispatch(engine, &settings, cli.command).await
+        if let Command::Run = cli.command {
+            return run_daemon(&settings).await;
+        }
+        let pools = Pools::default();
+        let mut worst = EXIT_OK;
+        for store in &settings.stores {
+            if many {
+                eprintln!("== store {}", store.name);
             }
-            EngineKind::Mssql => {
-                let engine = Arc::new(engine::mssql::MssqlEngine::new(&settings.store)?);
-                dispatch(engine, &settings, cli.command).await
+            let done = match store.engine {
+                EngineKind::Postgres => {
+                    let engine =
+                        engine::postgres::PostgresEngine::sharing(&store.store, &pools.postgres);
+                    dispatch(Arc::new(engine?), store, cli.command.clone()).await
+                }
+                EngineKind::Mssql => {
+                    let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools.mssql);
+                    dispatch(Arc::new(engine?), store, cli.command.clone()).await
+                }
+            };
+            match done {
+                Ok(code) => worst = worst.max(code),
+                // One store: its failure is the command's.
+                Err(failure) if !many => return Err(failure),
+                Err(failure) => {
+                    eprintln!("gap-healer: [store {}] {failure}", store.name);
+                    worst = worst.max(failure.exit_code());
+                }
             }
         }
+        Ok(worst)
     })
 }
 
-async fn dispatch<E: Engine + LeaderLock>(
+async fn dispatch<E: Engine>(
     engine: Arc<E>,
-    settings: &Settings,
+    store: &Store,
     command: Command,
 ) -> Result<u8, Failure> {
     match command {
-        Command::Run => run_daemon(engine, settings).await,
-        Command::Scan { format } => scan(engine, settings, format).await,
-        Command::Heal { .. } => heal_once(engine, settings).await,
-        Command::Check { format } => check(engine, settings, format).await,
-        Command::Install => install(engine, settings).await,
-        Command::Sql | Command::Config => unreachable!("handled before connecting"),
+        Command::Scan { format } => scan(engine, store, format).await,
+        Command::Heal { .. } => heal_once(engine, store).await,
+        Command::Check { format } => check(engine, store, format).await,
+        Command::Install => install(engine, store).await,
+        Command::Run | Command::Sql | Command::Config => {
+            unreachable!("handled before a store's engine is made")
+        }
     }
 }
 
-async fn run_daemon<E: Engine + LeaderLock>(
-    engine: Arc<E>,
-    settings: &Settings,
-) -> Result<u8, Failure> {
+async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let metrics = telemetry::install_metrics()?;
-    let health = Health::new(settings.poll_interval, settings.lock_timeout);
+    let board = Board::new();
     let (addr, server) = telemetry::bind(
         settings.daemon.metrics_addr,
         metrics,
-        health.clone(),
+        board.clone(),
         stop.clone(),
     )
     .await?;
-    info!(
-        addr = %addr,
-        engine = %settings.engine,
-        schema = %settings.store.schema,
-        gap_timeout = %humantime::format_duration(settings.gap_timeout),
-        poll_interval = %humantime::format_duration(settings.poll_interval),
-        dry_run = settings.dry_run,
-        "gap-healer listening on {addr}"
-    );
+    let names: Vec<&str> = settings.stores.iter().map(|s| s.name.as_str()).collect();
+    info!(addr = %addr, stores = %names.join(","), "gap-healer listening on {addr}");
     let server = tokio::spawn(server);
-    let (leader, election) = if settings.leader_election {
-        let (tx, leader) = Leader::channel();
-        let election = tokio::spawn(crate::leader::elect(
-            engine.clone(),
-            settings.leader_key.clone(),
-            tx,
-            stop.clone(),
-        ));
-        (leader, Some(election))
-    } else {
-        info!("leader election off: this process fills as the only healer of the store");
-        (Leader::always(), None)
-    };
-    let ended = Healer::new(engine, Options::from(settings), leader, health)
-        .run(stop.clone())
-        .await;
+    let ended = crate::fleet::run(&settings.stores, board, stop.clone()).await;
     stop.cancel();
-    if let Some(election) = election {
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(200), election).await;
-    }
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),
         Err(_) => tracing::warn!("metrics server did not stop in time"),
@@ -247,16 +251,16 @@ async fn scan_all<E: Engine>(
     Ok(start)
 }
 
-fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Settings) -> Healer<E> {
-    let health = Health::new(settings.poll_interval, settings.lock_timeout);
+fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
+    let health = Health::for_store(
+        &settings.name,
+        settings.poll_interval,
+        settings.lock_timeout,
+    );
     Healer::new(engine, Options::from(settings), Leader::always(), health)
 }
 
-async fn scan<E: Engine>(
-    engine: Arc<E>,
-    settings: &Settings,
-    format: Format,
-) -> Result<u8, Failure> {
+async fn scan<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> Result<u8, Failure> {
     let stop = CancellationToken::new();
     let mut healer = one_shot_healer(engine, settings);
     let start = scan_all(&mut healer, &stop).await?;
@@ -266,6 +270,7 @@ async fn scan<E: Engine>(
     match format {
         Format::Json => {
             let report = serde_json::json!({
+                "store": settings.name,
                 "from": start.after + 1,
                 "head": head,
                 "holes": holes.iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
@@ -300,7 +305,7 @@ async fn scan<E: Engine>(
     })
 }
 
-async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, Failure> {
+async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
@@ -348,11 +353,7 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8,
     })
 }
 
-async fn check<E: Engine>(
-    engine: Arc<E>,
-    settings: &Settings,
-    format: Format,
-) -> Result<u8, Failure> {
+async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> Result<u8, Failure> {
     let mut findings = vec![engine::Finding::pass(
         engine::Check::Configuration,
         format!(
@@ -372,7 +373,7 @@ async fn check<E: Engine>(
     match format {
         Format::Json => println!(
             "{}",
-            serde_json::json!({ "ok": failed == 0, "findings": findings })
+            serde_json::json!({ "store": settings.name, "ok": failed == 0, "findings": findings })
         ),
         Format::Text => {
             for f in &findings {
@@ -400,7 +401,7 @@ async fn check<E: Engine>(
     })
 }
 
-async fn install<E: Engine>(engine: Arc<E>, settings: &Settings) -> Result<u8, Failure> {
+async fn install<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Failure> {
     let done = engine.install().await?;
     println!("{done}");
     let _ = settings;
@@ -434,7 +435,7 @@ mod tests {
         }
         let cli = parse(&["heal", "--once", "--dry-run=no", "--engine", "postgres"]).unwrap();
         let s = config::load(&cli.config, [], Need::EngineOnly).unwrap();
-        assert!(!s.dry_run);
+        assert!(!s.stores[0].dry_run);
         // A value must follow `=`: `--dry-run heal` keeps `heal` the subcommand.
         assert!(parse(&["run", "--leader-election", "false"]).is_err());
     }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
-use crate::config::{Settings, StartFrom};
+use crate::config::{StartFrom, Store};
 use crate::engine::{DbError, DbResult, Engine, Fence, FillOutcome, Probe};
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
@@ -49,7 +49,7 @@ fn describe(batch: &[PosRange]) -> String {
 /// Checkpoints are re-read at most this often (for lag metrics only).
 const CHECKPOINT_REFRESH: Duration = Duration::from_secs(5);
 
-/// The healer's knobs, taken from [`Settings`].
+/// The healer's knobs, taken from a [`Store`]'s configuration.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub gap_timeout: Duration,
@@ -73,8 +73,8 @@ pub enum Ended {
     GaveUp { failing_for: Duration },
 }
 
-impl From<&Settings> for Options {
-    fn from(s: &Settings) -> Self {
+impl From<&Store> for Options {
+    fn from(s: &Store) -> Self {
         Options {
             gap_timeout: s.gap_timeout,
             poll_interval: s.poll_interval,
@@ -237,7 +237,8 @@ impl<E: Engine> Healer<E> {
                 break;
             }
         }
-        metrics::histogram!(t::SCAN_DURATION).record(started.elapsed().as_secs_f64());
+        metrics::histogram!(t::SCAN_DURATION, t::STORE_LABEL => self.store())
+            .record(started.elapsed().as_secs_f64());
         self.health.scan_completed();
         Ok(step)
     }
@@ -381,15 +382,16 @@ impl<E: Engine> Healer<E> {
         match outcome {
             Ok(FillOutcome::Filled { rows }) => {
                 info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled").increment(1);
-                metrics::counter!(t::TOMBSTONES_INSERTED).increment(rows);
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled", t::STORE_LABEL => self.store()).increment(1);
+                metrics::counter!(t::TOMBSTONES_INSERTED, t::STORE_LABEL => self.store())
+                    .increment(rows);
                 report.tombstones += rows;
                 for range in &batch {
                     self.tracker.remove(*range);
                 }
             }
             Ok(FillOutcome::Committed) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "committed").increment(1);
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "committed", t::STORE_LABEL => self.store()).increment(1);
                 report.committed += 1;
                 let found = match self.engine.probe(&batch).await {
                     Ok(p) => p.committed,
@@ -407,7 +409,7 @@ impl<E: Engine> Healer<E> {
                 );
             }
             Ok(FillOutcome::Busy) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held", t::STORE_LABEL => self.store()).increment(1);
                 report.held += 1;
                 info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
                 let at = Instant::now() + self.opts.poll_interval;
@@ -417,13 +419,13 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::Held) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held").increment(1);
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held", t::STORE_LABEL => self.store()).increment(1);
                 report.held += 1;
                 debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
                 self.requeue(plan::after_held(&batch), queue);
             }
             Err(e) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "error").increment(1);
+                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "error", t::STORE_LABEL => self.store()).increment(1);
                 report.errors += 1;
                 self.db_error("fill", &e);
                 warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
@@ -470,10 +472,14 @@ impl<E: Engine> Healer<E> {
     }
 
     fn db_error(&self, operation: &'static str, e: &DbError) {
-        metrics::counter!(t::DB_ERRORS, "operation" => operation).increment(1);
-        if e.is_transient() {
-            self.health.db_failed();
-        }
+        metrics::counter!(t::DB_ERRORS, "operation" => operation, t::STORE_LABEL => self.store())
+            .increment(1);
+        self.health.record_error(&format!("{operation}: {e}"));
+    }
+
+    /// The `store` label of this healer's series.
+    fn store(&self) -> String {
+        self.health.store().to_string()
     }
 
     /// Refreshes the checkpoint lag gauges, at most every few seconds.
@@ -491,7 +497,7 @@ impl<E: Engine> Healer<E> {
             Ok(rows) => {
                 for c in rows {
                     let lag = c.position.map_or(head, |p| head - p);
-                    metrics::gauge!(t::CHECKPOINT_LAG, "checkpoint" => c.id).set(lag as f64);
+                    metrics::gauge!(t::CHECKPOINT_LAG, "checkpoint" => c.id, t::STORE_LABEL => self.store()).set(lag as f64);
                 }
             }
             Err(e) => {
@@ -505,18 +511,38 @@ impl<E: Engine> Healer<E> {
     pub fn publish(&self) {
         let stats = self.tracker.stats();
         let now = Instant::now();
-        metrics::gauge!(t::OPEN_GAPS).set(stats.holes as f64);
-        metrics::gauge!(t::OPEN_GAP_POSITIONS).set(stats.positions as f64);
+        metrics::gauge!(t::OPEN_GAPS, t::STORE_LABEL => self.store()).set(stats.holes as f64);
+        metrics::gauge!(t::OPEN_GAP_POSITIONS, t::STORE_LABEL => self.store())
+            .set(stats.positions as f64);
         let age = stats
             .oldest_first_seen
             .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-        metrics::gauge!(t::OLDEST_GAP_AGE).set(age);
-        metrics::gauge!(t::LEADER).set(if self.leader.is_leader() { 1.0 } else { 0.0 });
-        if let Some(head) = self.examined {
-            metrics::gauge!(t::HEAD_POSITION).set(head as f64);
-            let watermark = stats.lowest.map_or(head, |low| low - 1);
-            metrics::gauge!(t::WATERMARK_POSITION).set(watermark as f64);
+        metrics::gauge!(t::OLDEST_GAP_AGE, t::STORE_LABEL => self.store()).set(age);
+        let leader = self.leader.is_leader();
+        metrics::gauge!(t::LEADER, t::STORE_LABEL => self.store()).set(f64::from(u8::from(leader)));
+        let watermark = self.contiguous();
+        if let (Some(head), Some(watermark)) = (self.examined, watermark) {
+            metrics::gauge!(t::HEAD_POSITION, t::STORE_LABEL => self.store()).set(head as f64);
+            metrics::gauge!(t::CONTIGUOUS_POSITION, t::STORE_LABEL => self.store())
+                .set(watermark as f64);
         }
+        self.health.update(t::Status {
+            leader,
+            open_holes: stats.holes as u64,
+            open_positions: stats.positions,
+            head: self.examined,
+            watermark,
+            last_error: None,
+        });
+    }
+
+    /// The highest position at or below which every position from the
+    /// scan's start on is a committed event or a tombstone: just below the
+    /// lowest tracked hole, else the highest position examined. `None`
+    /// before the first scan.
+    pub fn contiguous(&self) -> Option<i64> {
+        let head = self.examined?;
+        Some(self.tracker.stats().lowest.map_or(head, |low| low - 1))
     }
 
     /// The daemon loop: poll every `poll_interval`, fill each hole the moment
@@ -579,6 +605,7 @@ impl<E: Engine> Healer<E> {
                             },
                             &e,
                         );
+                        self.health.scan_failed(&e.message);
                         let delay = backoff.next_delay();
                         if e.is_transient() {
                             warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed");

@@ -82,9 +82,11 @@ impl LeaderSender {
 pub async fn elect<L: LeaderLock>(
     lock: Arc<L>,
     key: String,
+    store: String,
     tx: LeaderSender,
     stop: CancellationToken,
 ) {
+    let errors = metrics::counter!(t::DB_ERRORS, "operation" => "leader", t::STORE_LABEL => store);
     info!(key = %key, "leader election: trying the store's leader lock");
     let mut said_follower = false;
     // Say it once when the database goes away, not every second.
@@ -116,7 +118,7 @@ pub async fn elect<L: LeaderLock>(
                         Ok(Ok(true)) => continue,
                         Ok(Ok(false)) => "the lock is no longer held".to_string(),
                         Ok(Err(e)) => {
-                            metrics::counter!(t::DB_ERRORS, "operation" => "leader").increment(1);
+                            errors.increment(1);
                             format!("the lock's session failed: {e}")
                         }
                         Err(_) => "the lock's session did not answer in time".to_string(),
@@ -136,7 +138,7 @@ pub async fn elect<L: LeaderLock>(
                 debug!("leader lock taken by another session");
             }
             Err(e) => {
-                metrics::counter!(t::DB_ERRORS, "operation" => "leader").increment(1);
+                errors.increment(1);
                 if unreachable {
                     debug!(error = %e, "leader election: cannot reach the database");
                 } else {

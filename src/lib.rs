@@ -9,6 +9,7 @@
 //! - [`plan`]: which ranges one fill cycle tries, and in which pieces.
 //! - [`engine`]: the database seam, with [`engine::postgres`] and [`engine::mssql`].
 //! - [`healer`]: the loop: scan, track, fill what is due, report.
+//! - [`fleet`]: many stores in one daemon, each its own healer.
 //! - [`leader`]: whether this process may fill now.
 //! - [`telemetry`]: logs, metrics, and the `/metrics`, `/healthz`, `/readyz` server.
 //! - [`shutdown`]: SIGTERM and SIGINT into a cancellation token.
@@ -20,6 +21,7 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod fleet;
 pub mod gaps;
 pub mod healer;
 pub mod leader;

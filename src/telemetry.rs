@@ -1,17 +1,27 @@
 //! Logs, metrics, and the HTTP endpoints operators and Kubernetes read.
 //!
-//! - `GET /metrics`: Prometheus text exposition of the names below.
-//! - `GET /healthz`: 200 while the healer loop keeps turning (liveness).
-//! - `GET /readyz`: 200 when the database answered and a scan completed
-//!   recently (readiness); 503 otherwise, with the reason.
+//! - `GET /metrics`: Prometheus text exposition of the names below; every
+//!   `gap_healer_*` series but the build info carries a `store` label.
+//! - `GET /healthz`: 200 while every store's healer loop keeps turning (liveness).
+//! - `GET /readyz`: 200 when every store has completed a scan since start and
+//!   none has failed every scan for longer than its own grace (readiness);
+//!   503 otherwise, with the reasons.
+//! - `GET /status`: JSON per store: leader, open holes, head, watermark,
+//!   last error.
+//!
+//! Each store reports into its own [`Health`]; the [`Board`] holds them all
+//! for the endpoints.
 //!
 //! Architecture invariant: metric names and label values never carry a
-//! connection string; the names here are the public contract the dashboard
-//! and alert rules in deploy/ rely on (a test scrapes the binary and checks).
+//! connection string, and neither does `/status` (database errors are
+//! scrubbed where they are made); the names here are the public contract the
+//! dashboard and alert rules in deploy/ rely on (a test scrapes the binary
+//! and checks).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -31,11 +41,15 @@ pub const TOMBSTONES_INSERTED: &str = "gap_healer_tombstones_inserted_total";
 pub const FILL_ATTEMPTS: &str = "gap_healer_fill_attempts_total";
 pub const SCAN_DURATION: &str = "gap_healer_scan_duration_seconds";
 pub const HEAD_POSITION: &str = "gap_healer_head_position";
-pub const WATERMARK_POSITION: &str = "gap_healer_watermark_position";
 pub const LEADER: &str = "gap_healer_leader";
 pub const DB_ERRORS: &str = "gap_healer_db_errors_total";
 pub const CHECKPOINT_LAG: &str = "gap_healer_checkpoint_lag_positions";
 pub const BUILD_INFO: &str = "gap_healer_build_info";
+pub const STORES: &str = "gap_healer_stores";
+pub const CONTIGUOUS_POSITION: &str = "gap_healer_contiguous_position";
+
+/// The label every per-store series carries.
+pub const STORE_LABEL: &str = "store";
 
 /// The `operation` label values of [`DB_ERRORS`], exported from the start so
 /// `rate()` and alerts see a series before the first error.
@@ -78,10 +92,6 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     );
     describe_gauge!(HEAD_POSITION, "Highest committed global position seen.");
     describe_gauge!(
-        WATERMARK_POSITION,
-        "Every position at or below this one is an event or a tombstone (from the scan start on)."
-    );
-    describe_gauge!(
         LEADER,
         "1 while this process may fill, 0 while it only watches."
     );
@@ -97,19 +107,33 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         BUILD_INFO,
         "Always 1; the version label tells which build runs."
     );
+    describe_gauge!(
+        STORES,
+        "Stores this process heals, by state: healthy (its last scan succeeded) or failing."
+    );
+    describe_gauge!(
+        CONTIGUOUS_POSITION,
+        "The highest position at or below which every position, from the scan's start on, is a committed event or a tombstone."
+    );
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    metrics::gauge!(LEADER).set(0.0);
-    metrics::gauge!(OPEN_GAPS).set(0.0);
-    metrics::gauge!(OPEN_GAP_POSITIONS).set(0.0);
-    metrics::gauge!(OLDEST_GAP_AGE).set(0.0);
-    metrics::counter!(TOMBSTONES_INSERTED).absolute(0);
+    Ok(handle)
+}
+
+/// Exports a store's series at zero, so `rate()` and alerts see each one
+/// before its first sample.
+pub fn register_store(store: &str) {
+    let s = || (STORE_LABEL, store.to_string());
+    metrics::gauge!(LEADER, &[s()]).set(0.0);
+    metrics::gauge!(OPEN_GAPS, &[s()]).set(0.0);
+    metrics::gauge!(OPEN_GAP_POSITIONS, &[s()]).set(0.0);
+    metrics::gauge!(OLDEST_GAP_AGE, &[s()]).set(0.0);
+    metrics::counter!(TOMBSTONES_INSERTED, &[s()]).absolute(0);
     for outcome in ["filled", "committed", "held", "error"] {
-        metrics::counter!(FILL_ATTEMPTS, "outcome" => outcome).absolute(0);
+        metrics::counter!(FILL_ATTEMPTS, &[("outcome", outcome.to_string()), s()]).absolute(0);
     }
     for operation in DB_OPERATIONS {
-        metrics::counter!(DB_ERRORS, "operation" => *operation).absolute(0);
+        metrics::counter!(DB_ERRORS, &[("operation", operation.to_string()), s()]).absolute(0);
     }
-    Ok(handle)
 }
 
 /// Starts logging to stderr. `RUST_LOG`, when set, overrides `level`.
@@ -133,29 +157,73 @@ pub fn init_logging(format: LogFormat, level: &str) {
     };
 }
 
-/// What the probes report, written by the healer loop.
+/// What one store reports: written by its healer loop, read by the
+/// endpoints.
 #[derive(Debug)]
 pub struct Health {
+    store: String,
     epoch: Instant,
     last_loop_ms: AtomicU64,
+    /// `u64::MAX` before the first completed scan.
     last_scan_ms: AtomicU64,
-    db_ok: AtomicBool,
+    /// When the scans started failing; `u64::MAX` while they succeed.
+    failing_since_ms: AtomicU64,
+    status: Mutex<Status>,
     live_within: Duration,
     ready_within: Duration,
+    /// How long the scans may fail before the store counts against readiness.
+    fail_grace: Duration,
+}
+
+/// A store's figures for `/status`; free of secrets (database errors are
+/// scrubbed where they are made).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Status {
+    pub leader: bool,
+    pub open_holes: u64,
+    pub open_positions: u64,
+    pub head: Option<i64>,
+    /// See [`CONTIGUOUS_POSITION`].
+    pub watermark: Option<i64>,
+    pub last_error: Option<String>,
 }
 
 impl Health {
+    /// The health of the store called [`crate::config`]'s `default`.
     pub fn new(poll_interval: Duration, lock_timeout: Duration) -> Arc<Self> {
-        Arc::new(Health {
+        Self::for_store("default", poll_interval, lock_timeout)
+    }
+
+    pub fn for_store(store: &str, poll_interval: Duration, lock_timeout: Duration) -> Arc<Self> {
+        // One failed scan is a blip; several polls' worth is an outage.
+        let fail_grace = (poll_interval * 5).max(Duration::from_secs(3));
+        Arc::new(Self::build(store, poll_interval, lock_timeout, fail_grace))
+    }
+
+    fn build(
+        store: &str,
+        poll_interval: Duration,
+        lock_timeout: Duration,
+        fail_grace: Duration,
+    ) -> Self {
+        Health {
+            store: store.to_string(),
             epoch: Instant::now(),
             last_loop_ms: AtomicU64::new(0),
             last_scan_ms: AtomicU64::new(u64::MAX),
-            db_ok: AtomicBool::new(false),
+            failing_since_ms: AtomicU64::new(u64::MAX),
+            status: Mutex::new(Status::default()),
             // A fill may wait on lock timeouts for a while; the loop is only
             // dead when it stops turning for much longer than that.
             live_within: Duration::from_secs(60) + poll_interval * 4 + lock_timeout * 8,
             ready_within: Duration::from_secs(30) + poll_interval * 5,
-        })
+            fail_grace,
+        }
+    }
+
+    /// The store's name, the `store` label of its series.
+    pub fn store(&self) -> &str {
+        &self.store
     }
 
     fn now_ms(&self) -> u64 {
@@ -168,11 +236,47 @@ impl Health {
 
     pub fn scan_completed(&self) {
         self.last_scan_ms.store(self.now_ms(), Ordering::Relaxed);
-        self.db_ok.store(true, Ordering::Relaxed);
+        self.failing_since_ms.store(u64::MAX, Ordering::Relaxed);
     }
 
-    pub fn db_failed(&self) {
-        self.db_ok.store(false, Ordering::Relaxed);
+    /// A scan failed with `error` (already free of secrets).
+    pub fn scan_failed(&self, error: &str) {
+        let now = self.now_ms();
+        let _ = self.failing_since_ms.compare_exchange(
+            u64::MAX,
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        self.record_error(error);
+    }
+
+    /// Any other database error, for `/status`.
+    pub fn record_error(&self, error: &str) {
+        if let Ok(mut status) = self.status.lock() {
+            status.last_error = Some(error.to_string());
+        }
+    }
+
+    /// Replaces the figures `/status` shows (keeping the last error).
+    pub fn update(&self, figures: Status) {
+        if let Ok(mut status) = self.status.lock() {
+            let last_error = status.last_error.take();
+            *status = Status {
+                last_error,
+                ..figures
+            };
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Its last scan failed (and none has succeeded since).
+    pub fn failing(&self) -> bool {
+        self.failing_since_ms.load(Ordering::Relaxed) != u64::MAX
+            || self.last_scan_ms.load(Ordering::Relaxed) == u64::MAX
     }
 
     pub fn live(&self) -> Result<(), String> {
@@ -182,27 +286,121 @@ impl Health {
         if Duration::from_millis(idle) <= self.live_within {
             Ok(())
         } else {
-            Err(format!("the healer loop has not turned for {idle} ms"))
+            Err(format!(
+                "store {}: the healer loop has not turned for {idle} ms",
+                self.store
+            ))
         }
     }
 
     pub fn ready(&self) -> Result<(), String> {
-        if !self.db_ok.load(Ordering::Relaxed) {
-            return Err("the database is not reachable (or no scan has succeeded yet)".into());
-        }
+        let now = self.now_ms();
+        let error = || {
+            self.status()
+                .last_error
+                .map_or(String::new(), |e| format!(": {e}"))
+        };
         let last = self.last_scan_ms.load(Ordering::Relaxed);
-        let age = self.now_ms().saturating_sub(last);
-        if last == u64::MAX || Duration::from_millis(age) > self.ready_within {
-            return Err(format!("no scan completed for {age} ms"));
+        if last == u64::MAX {
+            return Err(format!(
+                "store {}: no scan has completed since start (the database has not answered yet){}",
+                self.store,
+                error()
+            ));
+        }
+        let since = self.failing_since_ms.load(Ordering::Relaxed);
+        if since != u64::MAX && Duration::from_millis(now.saturating_sub(since)) > self.fail_grace {
+            return Err(format!(
+                "store {}: every scan has failed for {} ms (the database is not reachable, or the store is broken){}",
+                self.store,
+                now.saturating_sub(since),
+                error()
+            ));
+        }
+        let age = now.saturating_sub(last);
+        if Duration::from_millis(age) > self.ready_within {
+            return Err(format!(
+                "store {}: no scan completed for {age} ms",
+                self.store
+            ));
         }
         Ok(())
+    }
+}
+
+/// Every store's [`Health`], for the endpoints; stores come and go.
+#[derive(Debug, Default)]
+pub struct Board {
+    stores: RwLock<BTreeMap<String, Arc<Health>>>,
+}
+
+impl Board {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Board::default())
+    }
+
+    pub fn add(&self, health: Arc<Health>) {
+        if let Ok(mut stores) = self.stores.write() {
+            stores.insert(health.store().to_string(), health);
+        }
+    }
+
+    pub fn remove(&self, store: &str) {
+        if let Ok(mut stores) = self.stores.write() {
+            stores.remove(store);
+        }
+    }
+
+    fn each<T>(&self, f: impl Fn(&Health) -> T) -> Vec<T> {
+        self.stores
+            .read()
+            .map(|stores| stores.values().map(|h| f(h)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every store's reason not to be live (or ready), joined.
+    fn verdict(reasons: Vec<Result<(), String>>) -> Result<(), String> {
+        let why: Vec<String> = reasons.into_iter().filter_map(Result::err).collect();
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why.join("\n"))
+        }
+    }
+
+    pub fn live(&self) -> Result<(), String> {
+        Self::verdict(self.each(Health::live))
+    }
+
+    pub fn ready(&self) -> Result<(), String> {
+        Self::verdict(self.each(Health::ready))
+    }
+
+    /// `/status`: one object per store.
+    pub fn status(&self) -> serde_json::Value {
+        let stores: Vec<serde_json::Value> = self.each(|h| {
+            let mut v = serde_json::to_value(h.status()).unwrap_or_default();
+            v["store"] = h.store().into();
+            v["state"] = if h.failing() { "failing" } else { "healthy" }.into();
+            v["ready"] = h.ready().is_ok().into();
+            v
+        });
+        serde_json::json!({ "stores": stores })
+    }
+
+    /// Sets [`STORES`] from the stores' states.
+    fn count_states(&self) {
+        let failing = self.each(Health::failing);
+        let n = failing.iter().filter(|f| **f).count();
+        metrics::gauge!(STORES, "state" => "failing").set(n as f64);
+        metrics::gauge!(STORES, "state" => "healthy").set((failing.len() - n) as f64);
     }
 }
 
 #[derive(Clone)]
 struct AppState {
     metrics: PrometheusHandle,
-    health: Arc<Health>,
+    board: Arc<Board>,
 }
 
 /// Binds `addr` (fails loudly: a daemon whose metrics silently vanish is worse
@@ -210,7 +408,7 @@ struct AppState {
 pub async fn bind(
     addr: SocketAddr,
     metrics: PrometheusHandle,
-    health: Arc<Health>,
+    board: Arc<Board>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(
     SocketAddr,
@@ -224,7 +422,8 @@ pub async fn bind(
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, health });
+        .route("/status", get(status))
+        .with_state(AppState { metrics, board });
     let server = async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -236,6 +435,7 @@ pub async fn bind(
 async fn metrics_handler(
     State(s): State<AppState>,
 ) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    s.board.count_states();
     s.metrics.run_upkeep();
     (
         [(
@@ -247,17 +447,26 @@ async fn metrics_handler(
 }
 
 async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {
-    match s.health.live() {
+    match s.board.live() {
         Ok(()) => (StatusCode::OK, "ok\n".into()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
-    match s.health.ready() {
+    match s.board.ready() {
         Ok(()) => (StatusCode::OK, "ready\n".into()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
+}
+
+async fn status(
+    State(s): State<AppState>,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        format!("{}\n", s.board.status()),
+    )
 }
 
 #[cfg(test)]
@@ -272,7 +481,53 @@ mod tests {
         assert!(h.live().is_ok());
         h.scan_completed();
         assert!(h.ready().is_ok());
-        h.db_failed();
-        assert!(h.ready().unwrap_err().contains("database"));
+        h.scan_failed("boom");
+        assert!(h.ready().is_ok(), "one failed scan is within the grace");
+        assert!(h.failing());
+        let h = Health::build(
+            "default",
+            Duration::from_millis(250),
+            Duration::ZERO,
+            Duration::ZERO,
+        );
+        h.scan_completed();
+        h.scan_failed("boom");
+        std::thread::sleep(Duration::from_millis(5));
+        let why = h.ready().unwrap_err();
+        assert!(
+            why.contains("store default: every scan has failed") && why.contains(": boom"),
+            "{why}"
+        );
+        h.scan_completed();
+        assert!(!h.failing());
+    }
+
+    #[test]
+    fn the_board_joins_every_stores_reasons() {
+        let board = Board::new();
+        let (a, b) = (
+            Health::for_store("a", Duration::from_millis(250), Duration::from_secs(2)),
+            Health::for_store("b", Duration::from_millis(250), Duration::from_secs(2)),
+        );
+        board.add(a.clone());
+        board.add(b.clone());
+        a.scan_completed();
+        let why = board.ready().unwrap_err();
+        assert!(
+            why.starts_with("store b: no scan") && !why.contains("store a"),
+            "{why}"
+        );
+        b.scan_completed();
+        assert!(board.ready().is_ok());
+        a.update(Status {
+            head: Some(7),
+            ..Status::default()
+        });
+        let status = board.status();
+        assert_eq!(status["stores"][0]["store"], "a");
+        assert_eq!(status["stores"][0]["head"], 7);
+        assert_eq!(status["stores"][1]["state"], "healthy");
+        board.remove("b");
+        assert_eq!(board.status()["stores"].as_array().unwrap().len(), 1);
     }
 }

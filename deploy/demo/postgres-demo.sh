@@ -63,10 +63,10 @@ pid=$!
 for _ in $(seq 1 50); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 echo "/readyz: $(curl -s "http://127.0.0.1:$port/readyz")"
 echo "metrics before the holes are 2 s old:"
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^gap_healer_(open_gaps|open_gap_positions|oldest_gap_age_seconds|tombstones_inserted_total|head_position|watermark_position|leader) '
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^gap_healer_(open_gaps|open_gap_positions|oldest_gap_age_seconds|tombstones_inserted_total|head_position|contiguous_position|leader)[ {]'
 sleep 3
 echo "metrics after:"
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^gap_healer_(open_gaps|open_gap_positions|tombstones_inserted_total|fill_attempts_total|head_position|watermark_position|checkpoint_lag_positions|leader)[ {]'
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^gap_healer_(open_gaps|open_gap_positions|tombstones_inserted_total|fill_attempts_total|head_position|contiguous_position|checkpoint_lag_positions|leader)[ {]'
 kill -TERM "$pid"
 wait "$pid" && echo "gap-healer stopped on SIGTERM (exit 0)"
 pid=

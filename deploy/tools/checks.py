@@ -54,7 +54,7 @@ KNOWN_METRICS = {
     "gap_healer_open_gap_positions": "gauge",
     "gap_healer_oldest_gap_age_seconds": "gauge",
     "gap_healer_head_position": "gauge",
-    "gap_healer_watermark_position": "gauge",
+    "gap_healer_contiguous_position": "gauge",
     "gap_healer_leader": "gauge",
     "gap_healer_checkpoint_lag_positions": "gauge",
     "gap_healer_build_info": "gauge",

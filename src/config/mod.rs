@@ -138,22 +138,39 @@ impl StoreConfig {
     }
 }
 
-/// The validated configuration: the daemon's keys and the one store it heals.
+/// The name of the one store the top-level keys define when the file has
+/// no `[[stores]]`.
+pub const DEFAULT_STORE: &str = "default";
+
+/// One store to heal: its name, its keys, and where each came from.
 #[derive(Clone, Debug)]
-pub struct Settings {
-    pub daemon: DaemonSettings,
-    pub store_config: StoreConfig,
-    /// Where each key's value came from, for `gap-healer config`.
+pub struct Store {
+    /// [`DEFAULT_STORE`], or the name of its `[[stores]]` entry.
+    pub name: String,
+    pub config: StoreConfig,
+    /// Where each of its keys' values came from, for `gap-healer config`.
     pub origins: Vec<(&'static str, String)>,
 }
 
-/// One store per daemon for now: `settings.gap_timeout` is its store's.
-impl Deref for Settings {
+/// A store's keys read as `store.gap_timeout`.
+impl Deref for Store {
     type Target = StoreConfig;
 
     fn deref(&self) -> &StoreConfig {
-        &self.store_config
+        &self.config
     }
+}
+
+/// The validated configuration: the daemon's keys and the stores it heals.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub daemon: DaemonSettings,
+    /// Where each daemon key's value came from.
+    pub daemon_origins: Vec<(&'static str, String)>,
+    /// At least one; in the file's order.
+    pub stores: Vec<Store>,
+    /// The stores came from `[[stores]]` entries (else one [`DEFAULT_STORE`]).
+    pub fleet: bool,
 }
 
 /// One configuration problem.
@@ -165,10 +182,15 @@ pub struct Problem {
     /// "config file x.toml", "environment variable GAP_HEALER_X", "flag --x", "default".
     pub origin: String,
     pub message: String,
+    /// The store whose key it is, when the file lists `[[stores]]`.
+    pub store: Option<String>,
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(store) = &self.store {
+            write!(f, "[store {store}] ")?;
+        }
         match &self.value {
             Some(v) => write!(
                 f,
@@ -210,44 +232,245 @@ pub enum Need {
     EngineOnly,
 }
 
+/// Keys that name one store's database objects: with `[[stores]]` in the
+/// file, an environment variable or flag setting one for every store at once
+/// is a mistake.
+const PER_STORE_ONLY: &[&str] = &[
+    "connection_string",
+    "connection_string_file",
+    "schema",
+    "leader_key",
+];
+
 /// Loads and validates the configuration from the flags, the file they name,
 /// and the given environment (pass `std::env::vars()`).
+///
+/// Layers, lowest first: the defaults, the file's top level, the store's
+/// `[[stores]]` entry, the environment, the flags. Without `[[stores]]` the
+/// top level defines one store, [`DEFAULT_STORE`].
 pub fn load(
     args: &ConfigArgs,
     env: impl IntoIterator<Item = (String, String)>,
     need: Need,
 ) -> Result<Settings, ConfigError> {
     let mut problems = Vec::new();
-    let mut figment = Figment::from(Layer::defaults());
+    let mut file = None;
     if let Some(path) = &args.config {
         match sources::file(path) {
-            Ok((toml, unknown)) => {
-                problems.extend(unknown);
-                figment = figment.merge(toml);
+            Ok(mut f) => {
+                problems.append(&mut f.problems);
+                file = Some(f);
             }
             Err(p) => problems.push(p),
         }
     }
-    figment = figment.merge(Layer::env(env)).merge(Layer::flags(args));
-    let mut v = Validator {
-        figment: &figment,
-        problems,
-        origins: Vec::new(),
+    let entries = file
+        .as_mut()
+        .map(|f| std::mem::take(&mut f.stores))
+        .unwrap_or_default();
+    let env = Layer::env(env);
+    let flags = Layer::flags(args);
+    let layered = |entry: Option<&Layer>| {
+        let mut figment = Figment::from(Layer::defaults());
+        if let Some(file) = &file {
+            figment = figment.merge(file.top.clone());
+        }
+        if let Some(entry) = entry {
+            figment = figment.merge(entry.clone());
+        }
+        figment.merge(env.clone()).merge(flags.clone())
     };
+    let top = layered(None);
+    let mut v = Validator::new(&top, None);
     let mut daemon = DaemonSettings::unset();
-    let mut store = StoreConfig::unset();
-    let set = v.read_keys(&mut daemon, &mut store);
-    v.rules(&set, &mut store, need);
-    if v.problems.is_empty() {
+    v.read_keys(|k| !k.is_store(), &mut daemon, &mut StoreConfig::unset());
+    problems.append(&mut v.problems);
+    let daemon_origins = v.origins;
+    let fleet = !entries.is_empty();
+    let mut stores = Vec::new();
+    if !fleet {
+        let (store, mut found) = read_store(DEFAULT_STORE, &top, None, need);
+        problems.append(&mut found);
+        stores.push(store);
+    } else {
+        for name in PER_STORE_ONLY {
+            let key = Key::find(name).expect("a key of the table");
+            for (layer, origin) in [
+                (&env, format!("environment variable {}", key.env())),
+                (&flags, format!("flag --{}", key.long())),
+            ] {
+                if layer.has(name) {
+                    problems.push(Problem {
+                        key: key.name.into(),
+                        value: None,
+                        origin,
+                        message: "the file lists [[stores]]: set it in each store's entry, not for all of them at once".into(),
+                        store: None,
+                    });
+                }
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let label = entry.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+            let origin = format!(
+                "config file {}, [[stores]] {label}",
+                args.config
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new("?"))
+                    .display()
+            );
+            let name = match &entry.name {
+                None => {
+                    problems.push(Problem {
+                        key: "name".into(),
+                        value: None,
+                        origin,
+                        message: "required: every [[stores]] entry has a name".into(),
+                        store: Some(label),
+                    });
+                    continue;
+                }
+                Some(name) => match parse_store_name(name) {
+                    Err(message) => {
+                        problems.push(Problem {
+                            key: "name".into(),
+                            value: Some(name.clone()),
+                            origin,
+                            message,
+                            store: None,
+                        });
+                        continue;
+                    }
+                    Ok(name) if !seen.insert(name.clone()) => {
+                        problems.push(Problem {
+                            key: "name".into(),
+                            value: Some(name),
+                            origin,
+                            message: "two [[stores]] entries have this name".into(),
+                            store: None,
+                        });
+                        continue;
+                    }
+                    Ok(name) => name,
+                },
+            };
+            let figment = layered(Some(&entry.layer));
+            let (store, mut found) = read_store(&name, &figment, Some(&name), need);
+            problems.append(&mut found);
+            stores.push(store);
+        }
+    }
+    // Stores of one database each need their own leader lock: with one name
+    // for two of them, one store's election would keep the other following.
+    for (i, a) in stores.iter().enumerate() {
+        if let Some(b) = stores[..i].iter().find(|b| {
+            b.engine == a.engine
+                && b.leader_election
+                && a.leader_election
+                && b.leader_key == a.leader_key
+                && b.store.connection_string.expose() == a.store.connection_string.expose()
+        }) {
+            problems.push(Problem {
+                key: "leader_key".into(),
+                value: Some(a.leader_key.clone()),
+                origin: a
+                    .origins
+                    .iter()
+                    .find(|(k, _)| *k == "leader_key")
+                    .map_or("default (gap-healer:<schema>)".into(), |(_, o)| o.clone()),
+                message: format!(
+                    "stores {} and {} are in one database with one leader lock: give each its own leader_key",
+                    b.name, a.name
+                ),
+                store: Some(a.name.clone()),
+            });
+        }
+    }
+    // A problem of a key every store reads (a bad flag) is said once.
+    let mut unique: Vec<Problem> = Vec::new();
+    for p in problems {
+        let same = |q: &Problem| {
+            q.key == p.key && q.value == p.value && q.origin == p.origin && q.message == p.message
+        };
+        if !unique.iter().any(same) {
+            unique.push(p);
+        }
+    }
+    if unique.is_empty() {
         Ok(Settings {
             daemon,
-            store_config: store,
-            origins: v.origins,
+            daemon_origins,
+            stores,
+            fleet,
         })
     } else {
-        Err(ConfigError {
-            problems: v.problems,
-        })
+        Err(ConfigError { problems: unique })
+    }
+}
+
+/// One store's keys from its layers; `label`: the store named in problems
+/// (`None` for the single default store).
+fn read_store(
+    name: &str,
+    figment: &Figment,
+    label: Option<&str>,
+    need: Need,
+) -> (Store, Vec<Problem>) {
+    let mut v = Validator::new(figment, label);
+    let mut config = StoreConfig::unset();
+    let set = v.read_keys(Key::is_store, &mut DaemonSettings::unset(), &mut config);
+    v.rules(&set, &mut config, need);
+    let store = Store {
+        name: name.to_string(),
+        config,
+        origins: v.origins,
+    };
+    (store, v.problems)
+}
+
+/// `[a-z0-9_-]{1,63}`: a store's name is a metric label and part of a path.
+pub fn parse_store_name(name: &str) -> Result<String, String> {
+    let ok = (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err("a store's name is 1 to 63 of a-z, 0-9, _ and -".into())
+    }
+}
+
+impl Settings {
+    /// Keeps only the stores named (`--store`); every name must be one of them.
+    pub fn select(&mut self, names: &[String]) -> Result<(), ConfigError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let known: Vec<&str> = self.stores.iter().map(|s| s.name.as_str()).collect();
+        let problems: Vec<Problem> = names
+            .iter()
+            .filter(|n| !known.contains(&n.as_str()))
+            .map(|n| Problem {
+                key: "store".into(),
+                value: Some(n.clone()),
+                origin: "flag --store".into(),
+                message: match keys::closest(n, known.iter().copied(), 3) {
+                    Some(s) => format!(
+                        "no such store (did you mean `{s}`?); stores: {}",
+                        known.join(", ")
+                    ),
+                    None => format!("no such store; stores: {}", known.join(", ")),
+                },
+                store: None,
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        self.stores.retain(|s| names.contains(&s.name));
+        Ok(())
     }
 }
 
@@ -255,26 +478,41 @@ pub fn load(
 struct Raw {
     text: String,
     origin: String,
+    /// The layer it came from ([`sources::rank`]): a higher one wins.
+    rank: u8,
     /// The text parsed.
     valid: bool,
 }
 
 struct Validator<'a> {
     figment: &'a Figment,
+    /// The store named in problems.
+    store: Option<String>,
     problems: Vec<Problem>,
     origins: Vec<(&'static str, String)>,
 }
 
-impl Validator<'_> {
-    /// Reads and parses every key of the table; returns those that are set.
+impl<'a> Validator<'a> {
+    fn new(figment: &'a Figment, store: Option<&str>) -> Self {
+        Validator {
+            figment,
+            store: store.map(String::from),
+            problems: Vec::new(),
+            origins: Vec::new(),
+        }
+    }
+
+    /// Reads and parses the keys of the table that `which` picks; returns
+    /// those that are set.
     fn read_keys(
         &mut self,
+        which: impl Fn(&Key) -> bool,
         daemon: &mut DaemonSettings,
         store: &mut StoreConfig,
     ) -> BTreeMap<&'static str, Raw> {
         let mut set = BTreeMap::new();
-        for key in KEYS {
-            let Some((text, origin)) = self.raw(key.name) else {
+        for key in KEYS.iter().filter(|k| which(k)) {
+            let Some((text, origin, rank)) = self.raw(key.name) else {
                 if key.unset == Unset::Required {
                     self.problem(
                         key.name,
@@ -297,6 +535,7 @@ impl Validator<'_> {
                         value: Some(text.clone()),
                         origin: origin.clone(),
                         message,
+                        store: self.store.clone(),
                     });
                     false
                 }
@@ -306,6 +545,7 @@ impl Validator<'_> {
                 Raw {
                     text,
                     origin,
+                    rank,
                     valid,
                 },
             );
@@ -313,9 +553,14 @@ impl Validator<'_> {
         set
     }
 
-    /// The value of `key` as text, and where it came from; `None` when unset.
-    fn raw(&mut self, key: &'static str) -> Option<(String, String)> {
+    /// The value of `key` as text, where it came from and that layer's
+    /// rank; `None` when unset.
+    fn raw(&mut self, key: &'static str) -> Option<(String, String, u8)> {
         let value = self.figment.find_value(key).ok()?;
+        let rank = self
+            .figment
+            .find_metadata(key)
+            .map_or(0, |m| sources::rank(&m.name));
         let origin = match self.figment.find_metadata(key) {
             Some(Metadata {
                 source: Some(Source::File(path)),
@@ -344,7 +589,7 @@ impl Validator<'_> {
                 return None;
             }
         };
-        Some((text, origin))
+        Some((text, origin, rank))
     }
 
     fn problem(&mut self, key: &str, origin: &str, message: impl Into<String>) {
@@ -353,6 +598,7 @@ impl Validator<'_> {
             value: None,
             origin: origin.into(),
             message: message.into(),
+            store: self.store.clone(),
         });
     }
 
@@ -371,8 +617,10 @@ impl Validator<'_> {
         }
     }
 
-    /// The connection string from `connection_string` or `connection_string_file`
-    /// (not both), checked by the engine's own parser. Never echoes the value.
+    /// The connection string from `connection_string` or `connection_string_file`,
+    /// checked by the engine's own parser. Never echoes the value. When both
+    /// are set, the one from the higher layer wins (`GAP_HEALER_CONNECTION_STRING`
+    /// over a file's `connection_string_file`); both in one layer is a problem.
     fn connection_string(
         &mut self,
         set: &BTreeMap<&str, Raw>,
@@ -383,7 +631,10 @@ impl Validator<'_> {
             set.get("connection_string"),
             set.get("connection_string_file"),
         ) {
-            (Some(inline), Some(file)) => {
+            (Some(inline), Some(file)) if inline.rank > file.rank => {
+                (inline.text.clone(), inline.origin.clone())
+            }
+            (Some(inline), Some(file)) if inline.rank == file.rank => {
                 self.problem(
                     "connection_string",
                     &format!("{} and {}", inline.origin, file.origin),
@@ -392,7 +643,7 @@ impl Validator<'_> {
                 return None;
             }
             (Some(inline), None) => (inline.text.clone(), inline.origin.clone()),
-            (None, Some(file)) => match read_small(&file.text) {
+            (_, Some(file)) => match read_small(&file.text) {
                 Ok(text) => {
                     self.origins
                         .push(("connection_string", file.origin.clone()));
@@ -407,6 +658,7 @@ impl Validator<'_> {
                         value: Some(file.text.clone()),
                         origin: file.origin.clone(),
                         message: format!("cannot read the file: {e}"),
+                        store: self.store.clone(),
                     });
                     return None;
                 }
@@ -460,19 +712,46 @@ fn read_small(path: &str) -> std::io::Result<String> {
 }
 
 impl Settings {
-    /// The effective configuration as TOML, connection string redacted, each
-    /// line commented with where its value came from.
+    /// The effective configuration as TOML, connection strings redacted,
+    /// each line commented with where its value came from. The one default
+    /// store's keys are top-level keys; a fleet's are `[[stores]]` entries.
     pub fn to_toml(&self) -> String {
+        let daemon = KEYS.iter().filter(|k| !k.is_store());
+        let mut out = String::new();
+        match (self.fleet, self.stores.as_slice()) {
+            (false, [store]) => {
+                let origins = [&self.daemon_origins[..], &store.origins[..]].concat();
+                out += &self.rows(KEYS.iter(), store, &origins);
+            }
+            (_, stores) => {
+                out += &self.rows(daemon, &StoreConfig::unset(), &self.daemon_origins);
+                for store in stores {
+                    let name = toml::Value::String(store.name.clone());
+                    out += &format!("\n[[stores]]\nname = {name}\n");
+                    let keys = KEYS.iter().filter(|k| k.is_store());
+                    out += &self.rows(keys, store, &store.origins);
+                }
+            }
+        }
+        out
+    }
+
+    /// `key = value  # origin` for each key, aligned.
+    fn rows<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k Key>,
+        store: &StoreConfig,
+        origins: &[(&'static str, String)],
+    ) -> String {
         let origin = |key: &str| {
-            self.origins
+            origins
                 .iter()
                 .find(|(k, _)| *k == key)
                 .map_or("default", |(_, o)| o.as_str())
         };
-        let rows: Vec<(&str, String, &str)> = KEYS
-            .iter()
+        let rows: Vec<(&str, String, &str)> = keys
             .filter_map(|k| {
-                let value = k.show(&self.daemon, &self.store_config)?;
+                let value = k.show(&self.daemon, store)?;
                 Some((k.name, value, origin(k.name)))
             })
             .collect();
@@ -518,13 +797,16 @@ mod tests {
     #[test]
     fn defaults_apply() {
         let s = load(&args(), env(&[]), Need::Connection).unwrap();
-        assert_eq!(s.gap_timeout, DEFAULT_GAP_TIMEOUT);
-        assert_eq!(s.store.schema, "eventuous");
-        assert_eq!(s.start_from, StartFrom::Checkpoints);
-        assert!(s.leader_election);
-        assert!(!s.dry_run);
-        assert_eq!(s.give_up_after, None, "never gives up unless configured");
-        assert_eq!(s.leader_key, "gap-healer:eventuous");
+        assert_eq!(s.stores[0].gap_timeout, DEFAULT_GAP_TIMEOUT);
+        assert_eq!(s.stores[0].store.schema, "eventuous");
+        assert_eq!(s.stores[0].start_from, StartFrom::Checkpoints);
+        assert!(s.stores[0].leader_election);
+        assert!(!s.stores[0].dry_run);
+        assert_eq!(
+            s.stores[0].give_up_after, None,
+            "never gives up unless configured"
+        );
+        assert_eq!(s.stores[0].leader_key, "gap-healer:eventuous");
         assert_eq!(s.daemon.log_level, DEFAULT_LOG_LEVEL);
     }
 
@@ -538,10 +820,10 @@ mod tests {
             )
         };
         assert_eq!(
-            with("90s").unwrap().give_up_after,
+            with("90s").unwrap().stores[0].give_up_after,
             Some(Duration::from_secs(90))
         );
-        assert_eq!(with("NEVER").unwrap().give_up_after, None);
+        assert_eq!(with("NEVER").unwrap().stores[0].give_up_after, None);
         for (bad, why) in [
             ("0s", "at least 1s"),
             ("soon", "or never"),
@@ -577,9 +859,9 @@ mod tests {
             Need::Connection,
         )
         .unwrap();
-        assert_eq!(s.gap_timeout, Duration::from_secs(7));
-        assert_eq!(s.poll_interval, Duration::from_secs(2));
-        assert_eq!(s.lock_timeout, Duration::from_secs(4));
+        assert_eq!(s.stores[0].gap_timeout, Duration::from_secs(7));
+        assert_eq!(s.stores[0].poll_interval, Duration::from_secs(2));
+        assert_eq!(s.stores[0].lock_timeout, Duration::from_secs(4));
         let toml = s.to_toml();
         assert!(
             toml.contains("# environment variable GAP_HEALER_POLL_INTERVAL"),
@@ -667,19 +949,47 @@ mod tests {
             .with("connection_string_file", path);
         let s = load(&a, env(&[]), Need::Connection).unwrap();
         assert_eq!(
-            s.store.connection_string.expose(),
+            s.stores[0].store.connection_string.expose(),
             "host=db password=FromFile1"
         );
         let toml = s.to_toml();
         assert!(toml.contains("# flag --connection-string-file"), "{toml}");
         assert!(!toml.contains("connection_string_file ="), "{toml}");
         assert!(!toml.contains("FromFile1"), "{toml}");
-        let err = load(
+        // The higher layer wins: the flag's file over the environment's string,
+        let s = load(
             &a,
             env(&[("GAP_HEALER_CONNECTION_STRING", "host=x")]),
             Need::Connection,
         )
-        .unwrap_err();
+        .unwrap();
+        assert_eq!(
+            s.stores[0].store.connection_string.expose(),
+            "host=db password=FromFile1"
+        );
+        // the environment's string over the config file's file,
+        let file = dir.join("a.toml");
+        std::fs::write(
+            &file,
+            format!("engine = \"postgres\"\nconnection_string_file = {path:?}\n"),
+        )
+        .unwrap();
+        let mut from_file = ConfigArgs::default();
+        from_file.config = Some(file.clone());
+        let s = load(
+            &from_file,
+            env(&[("GAP_HEALER_CONNECTION_STRING", "host=x")]),
+            Need::Connection,
+        )
+        .unwrap();
+        assert_eq!(s.stores[0].store.connection_string.expose(), "host=x");
+        // and both in one layer is a mistake.
+        std::fs::write(
+            &file,
+            format!("engine = \"postgres\"\nconnection_string = \"host=y\"\nconnection_string_file = {path:?}\n"),
+        )
+        .unwrap();
+        let err = load(&from_file, env(&[]), Need::Connection).unwrap_err();
         assert_eq!(err.problems.len(), 1, "{err}");
         assert!(err.to_string().contains("not both"), "{err}");
         std::fs::remove_dir_all(dir).ok();
@@ -777,11 +1087,11 @@ mod tests {
                     .find(|l| l.starts_with(&format!("{shown} = ")))
                     .unwrap_or_else(|| panic!("{shown} not in\n{toml}"));
                 assert!(line.ends_with(&format!("# {origin}")), "{line}");
-                if key.show(&s.daemon, &s.store_config).is_some() {
+                if key.show(&s.daemon, &s.stores[0].config).is_some() {
                     let def = load(&args(), vec![], Need::Connection).unwrap();
                     assert_ne!(
-                        key.show(&s.daemon, &s.store_config),
-                        key.show(&def.daemon, &def.store_config),
+                        key.show(&s.daemon, &s.stores[0].config),
+                        key.show(&def.daemon, &def.stores[0].config),
                         "{} by {origin} changed nothing",
                         key.name
                     );
@@ -808,7 +1118,11 @@ mod tests {
         let mut a = ConfigArgs::default().with("connection_string", "host=db");
         a.config = Some(path.into());
         let s = load(&a, vec![], Need::Connection).unwrap();
-        assert!(s.origins.iter().any(|(_, o)| o.starts_with("config file")));
+        assert!(s.stores[0]
+            .origins
+            .iter()
+            .chain(&s.daemon_origins)
+            .any(|(_, o)| o.starts_with("config file")));
     }
 
     #[test]
@@ -820,6 +1134,152 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    fn fleet_file(tag: &str, text: &str) -> (std::path::PathBuf, ConfigArgs) {
+        let dir = temp_dir(tag);
+        let file = dir.join("fleet.toml");
+        std::fs::write(&file, text).unwrap();
+        let mut a = ConfigArgs::default();
+        a.config = Some(file.clone());
+        (dir, a)
+    }
+
+    const FLEET: &str = r#"
+gap_timeout = "5s"
+engine = "postgres"
+[[stores]]
+name = "orders"
+connection_string = "host=db1 password=Pw1secret"
+schema = "orders"
+gap_timeout = "2s"
+[[stores]]
+name = "billing"
+connection_string = "host=db1 password=Pw1secret"
+schema = "billing"
+dry_run = true
+"#;
+
+    #[test]
+    fn a_fleet_is_a_list_of_stores_over_top_level_defaults() {
+        let (dir, a) = fleet_file("fleet", FLEET);
+        let s = load(
+            &a,
+            env(&[("GAP_HEALER_POLL_INTERVAL", "1s")]),
+            Need::Connection,
+        )
+        .unwrap();
+        assert!(s.fleet);
+        let names: Vec<&str> = s.stores.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["orders", "billing"]);
+        let (orders, billing) = (&s.stores[0], &s.stores[1]);
+        assert_eq!(orders.gap_timeout, Duration::from_secs(2), "its own value");
+        assert_eq!(
+            billing.gap_timeout,
+            Duration::from_secs(5),
+            "the top-level default"
+        );
+        assert_eq!(
+            billing.poll_interval,
+            Duration::from_secs(1),
+            "the environment's"
+        );
+        assert!(billing.dry_run && !orders.dry_run);
+        assert_eq!(billing.leader_key, "gap-healer:billing");
+        let toml = s.to_toml();
+        assert!(toml.contains("[[stores]]\nname = \"orders\"\n"), "{toml}");
+        let line = toml
+            .lines()
+            .find(|l| l.starts_with("gap_timeout = \"2s\""))
+            .unwrap();
+        assert!(line.ends_with("[[stores]] orders"), "{line}");
+        assert!(!toml.contains("Pw1secret"), "{toml}");
+        // `config` output is a file that loads to the same stores.
+        let (dir2, mut b) = fleet_file(
+            "fleet-again",
+            &toml.replace("\"host=db1 password=***\"", "\"host=db1\""),
+        );
+        b.set("log_level", "info");
+        let again = load(&b, env(&[]), Need::Connection).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+        assert_eq!(again.stores.len(), 2);
+        assert_eq!(again.stores[1].dry_run, true);
+        // A flag applies to every store (a dry run is a dry run everywhere).
+        let s = load(
+            &a.clone().with("dry_run", "true"),
+            env(&[]),
+            Need::Connection,
+        )
+        .unwrap();
+        assert!(s.stores.iter().all(|s| s.dry_run));
+        std::fs::remove_dir_all(dir).ok();
+        std::fs::remove_dir_all(dir2).ok();
+    }
+
+    #[test]
+    fn fleet_mistakes_are_named_with_their_store() {
+        let (dir, a) = fleet_file(
+            "fleet-bad",
+            r#"
+engine = "postgres"
+[[stores]]
+name = "Orders!"
+connection_string = "host=a"
+[[stores]]
+name = "a"
+connection_string = "host=a"
+gap_timout = "1s"
+metrics_addr = "0.0.0.0:1"
+lock_timeout = "soon"
+[[stores]]
+name = "a"
+connection_string = "host=b"
+[[stores]]
+connection_string = "host=c"
+[[stores]]
+name = "b"
+connection_string = "host=a"
+schema = "eventuous"
+"#,
+        );
+        let err = load(&a, env(&[("GAP_HEALER_SCHEMA", "x")]), Need::Connection).unwrap_err();
+        let text = err.to_string();
+        for needle in [
+            "name = \"Orders!\"",
+            "1 to 63 of a-z",
+            "[store a] gap_timout",
+            "did you mean `gap_timeout`",
+            "[store a] metrics_addr",
+            "daemon-wide key",
+            "[store a] lock_timeout = \"soon\"",
+            "name = \"a\"",
+            "two [[stores]] entries have this name",
+            "[store #4] name",
+            "required: every [[stores]] entry has a name",
+            "schema (from environment variable GAP_HEALER_SCHEMA): the file lists [[stores]]",
+            "stores a and b are in one database with one leader lock",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn store_selection() {
+        let (dir, a) = fleet_file("fleet-select", FLEET);
+        let mut s = load(&a, env(&[]), Need::Connection).unwrap();
+        let err = s.select(&["ordrs".into()]).unwrap_err().to_string();
+        assert!(
+            err.contains("store = \"ordrs\" (from flag --store): no such store (did you mean `orders`?); stores: orders, billing"),
+            "{err}"
+        );
+        s.select(&["billing".into()]).unwrap();
+        assert_eq!(s.stores.len(), 1);
+        assert_eq!(s.stores[0].name, "billing");
+        let mut one = load(&args(), env(&[]), Need::Connection).unwrap();
+        assert!(!one.fleet);
+        assert_eq!(one.stores[0].name, DEFAULT_STORE);
+        one.select(&["default".into()]).unwrap();
+        std::fs::remove_dir_all(dir).ok();
     }
 
     proptest! {

@@ -7,23 +7,43 @@ use std::path::Path;
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use std::sync::Arc;
 
 use super::keys::{suggest, Key, Unset, KEYS};
 use super::{ConfigArgs, Problem, ENV_PREFIX};
 
-/// The config file, and a problem for each key in it the table does not know.
-pub(super) fn file(path: &Path) -> Result<(Figment, Vec<Problem>), Problem> {
+/// What the config file holds: its top-level keys (defaults for every
+/// store), its `[[stores]]` entries, and a problem for each key it does not know.
+pub(super) struct FileLayers {
+    pub(super) top: Figment,
+    pub(super) stores: Vec<StoreEntry>,
+    pub(super) problems: Vec<Problem>,
+}
+
+/// One `[[stores]]` entry: its name (unvalidated) and its keys as a layer.
+pub(super) struct StoreEntry {
+    pub(super) name: Option<String>,
+    pub(super) layer: Layer,
+}
+
+/// The keys a file may hold besides the table's.
+const STORES: &str = "stores";
+
+/// The config file, its `[[stores]]`, and a problem for each key in it the
+/// table does not know.
+pub(super) fn file(path: &Path) -> Result<FileLayers, Problem> {
     let problem = |message: String| Problem {
         key: "config".into(),
         value: Some(path.display().to_string()),
         origin: "flag --config".into(),
         message,
+        store: None,
     };
     let text =
         std::fs::read_to_string(path).map_err(|e| problem(format!("cannot read the file: {e}")))?;
     // The parser's own message quotes the offending line, which may hold the
     // connection string: report only its message and the position.
-    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
         let at = e.span().map(|span| {
             let before = &text[..span.start.min(text.len())];
             let line = before.matches('\n').count() + 1;
@@ -36,31 +56,139 @@ pub(super) fn file(path: &Path) -> Result<(Figment, Vec<Problem>), Problem> {
             e.message()
         ))
     })?;
-    let unknown = table
+    let origin = format!("config file {}", path.display());
+    let mut problems: Vec<Problem> = table
         .keys()
-        .filter(|k| Key::find(k).is_none())
-        .map(|key| Problem {
-            key: key.clone(),
-            value: None,
-            origin: format!("config file {}", path.display()),
-            message: match suggest(key) {
-                Some(s) => format!("unknown key (did you mean `{s}`?)"),
-                None => "unknown key".into(),
-            },
-        })
+        .filter(|k| Key::find(k).is_none() && k.as_str() != STORES)
+        .map(|key| unknown(key, &origin, None))
         .collect();
-    Ok((Figment::from(Toml::file(path)), unknown))
+    let mut stores = Vec::new();
+    match table.remove(STORES) {
+        None => {}
+        Some(toml::Value::Array(entries)) => {
+            for (i, entry) in entries.into_iter().enumerate() {
+                match entry {
+                    toml::Value::Table(entry) => {
+                        let (entry, more) = store_entry(entry, path, i);
+                        problems.extend(more);
+                        stores.push(entry);
+                    }
+                    _ => problems.push(Problem {
+                        key: format!("{STORES}[{i}]"),
+                        value: None,
+                        origin: origin.clone(),
+                        message: "expected a table: write each store as a [[stores]] section"
+                            .into(),
+                        store: None,
+                    }),
+                }
+            }
+        }
+        Some(_) => problems.push(Problem {
+            key: STORES.into(),
+            value: None,
+            origin: origin.clone(),
+            message: "expected a list of tables: write each store as a [[stores]] section".into(),
+            store: None,
+        }),
+    }
+    // The top level still holds `stores`: nothing reads it from there.
+    let top = Figment::from(Toml::file(path));
+    Ok(FileLayers {
+        top,
+        stores,
+        problems,
+    })
+}
+
+fn unknown(key: &str, origin: &str, store: Option<&str>) -> Problem {
+    Problem {
+        key: key.into(),
+        value: None,
+        origin: origin.into(),
+        message: match suggest(key) {
+            Some(s) => format!("unknown key (did you mean `{s}`?)"),
+            None => "unknown key".into(),
+        },
+        store: store.map(String::from),
+    }
+}
+
+/// One `[[stores]]` entry as a layer, and its problems: keys the table does
+/// not know, and daemon-wide keys (they belong at the top level).
+fn store_entry(mut entry: toml::Table, path: &Path, index: usize) -> (StoreEntry, Vec<Problem>) {
+    let name = match entry.remove("name") {
+        Some(toml::Value::String(name)) => Some(name),
+        Some(other) => Some(other.to_string()),
+        None => None,
+    };
+    let label = name.clone().unwrap_or_else(|| format!("#{}", index + 1));
+    let origin = format!("config file {}, [[stores]] {label}", path.display());
+    let mut problems = Vec::new();
+    let mut values = Dict::new();
+    for (key, value) in entry {
+        match Key::find(&key) {
+            None => problems.push(unknown(&key, &origin, Some(&label))),
+            Some(k) if !k.is_store() => problems.push(Problem {
+                key,
+                value: None,
+                origin: origin.clone(),
+                message: "a daemon-wide key: set it at the top level of the file, not per store"
+                    .into(),
+                store: Some(label.clone()),
+            }),
+            Some(k) => match Value::serialize(value) {
+                Ok(v) => {
+                    values.insert(k.name.to_string(), v);
+                }
+                Err(e) => problems.push(Problem {
+                    key,
+                    value: None,
+                    origin: origin.clone(),
+                    message: format!("unreadable value: {e}"),
+                    store: Some(label.clone()),
+                }),
+            },
+        }
+    }
+    let layer = Layer {
+        name: STORE_ENTRY,
+        values,
+        origin: Arc::new(move |_: &str| origin.clone()),
+    };
+    (StoreEntry { name, layer }, problems)
 }
 
 /// A figment provider of raw string values that can name the exact
 /// variable or flag a value came from.
+#[derive(Clone)]
 pub(super) struct Layer {
     name: &'static str,
     values: Dict,
-    origin: fn(&str) -> String,
+    origin: Arc<dyn Fn(&str) -> String + Send + Sync>,
+}
+
+/// The metadata name of a `[[stores]]` entry's layer.
+pub(super) const STORE_ENTRY: &str = "store entry";
+
+/// How a layer ranks: a value from a higher one wins. The rank of a value
+/// whose metadata is named `name` (a file's is figment's own name).
+pub(super) fn rank(name: &str) -> u8 {
+    match name {
+        "defaults" => 0,
+        STORE_ENTRY => 2,
+        "environment" => 3,
+        "flags" => 4,
+        _ => 1,
+    }
 }
 
 impl Layer {
+    /// Whether this layer sets `key`.
+    pub(super) fn has(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
     /// Each key's [`Unset::Default`].
     pub(super) fn defaults() -> Self {
         let values = KEYS
@@ -73,7 +201,7 @@ impl Layer {
         Layer {
             name: "defaults",
             values,
-            origin: |_| "default".into(),
+            origin: Arc::new(|_: &str| "default".into()),
         }
     }
 
@@ -91,12 +219,12 @@ impl Layer {
         Layer {
             name: "environment",
             values,
-            origin: |k| {
+            origin: Arc::new(|k: &str| {
                 format!(
                     "environment variable {ENV_PREFIX}{}",
                     k.to_ascii_uppercase()
                 )
-            },
+            }),
         }
     }
 
@@ -108,14 +236,14 @@ impl Layer {
         Layer {
             name: "flags",
             values,
-            origin: |k| format!("flag --{}", k.replace('_', "-")),
+            origin: Arc::new(|k: &str| format!("flag --{}", k.replace('_', "-"))),
         }
     }
 }
 
 impl Provider for Layer {
     fn metadata(&self) -> Metadata {
-        let origin = self.origin;
+        let origin = self.origin.clone();
         Metadata::named(self.name)
             .interpolater(move |_: &Profile, keys: &[&str]| origin(&keys.join(".")))
     }

@@ -51,6 +51,14 @@ pub enum Fence {
     Leader(FenceToken),
 }
 
+/// The connection pools of a daemon's stores, by engine: stores of one
+/// database share one pool.
+#[derive(Default)]
+pub struct Pools {
+    pub postgres: postgres::SharedPools,
+    pub mssql: mssql::SharedPools,
+}
+
 /// What an engine needs to know about the store it serves.
 #[derive(Clone, Debug)]
 pub struct StoreSettings {

@@ -9,8 +9,10 @@
 //! Architecture invariant: every pooled session a caller gets comes from
 //! [`Pool::checkout`]; engines never call bb8's `get` themselves.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bb8::{ManageConnection, PooledConnection, RunError};
@@ -20,6 +22,11 @@ use super::DbError;
 /// Most sessions one engine holds in its pool: a fill, a scan and a probe at
 /// once, and one spare.
 pub const MAX_POOLED_SESSIONS: u32 = 4;
+
+/// Most sessions a pool shared by many stores of one database holds: 500
+/// stores (schemas) in one database need these, not 500 times
+/// [`MAX_POOLED_SESSIONS`].
+pub const MAX_SHARED_SESSIONS: u32 = 16;
 
 /// The last error of a background connection attempt, and a wake-up for
 /// whoever waits for a connection.
@@ -68,7 +75,9 @@ pub struct Pool<M: ManageConnection<Error = DbError>> {
     /// must happen inside one, and every caller of `checkout` is async.
     inner: OnceLock<bb8::Pool<M>>,
     manager: Mutex<Option<M>>,
-    max_size: u32,
+    /// Read when the pool is built (first checkout); [`Shared`] grows it
+    /// for each store that shares the pool before that.
+    max_size: AtomicU32,
     last: LastError,
     connect_timeout: Duration,
     /// The server's name in messages: "SQL Server", "PostgreSQL".
@@ -93,7 +102,7 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
         Pool {
             inner: OnceLock::new(),
             manager: Mutex::new(Some(manager)),
-            max_size,
+            max_size: AtomicU32::new(max_size),
             last: LastError::default(),
             connect_timeout,
             server,
@@ -107,7 +116,7 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
         let manager = self.manager.lock().ok().and_then(|mut m| m.take());
         if let Some(manager) = manager {
             let pool = bb8::Pool::builder()
-                .max_size(self.max_size)
+                .max_size(self.max_size.load(Ordering::Relaxed).max(1))
                 .min_idle(Some(0))
                 .connection_timeout(self.connect_timeout)
                 .retry_connection(false)
@@ -119,6 +128,11 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
         self.inner
             .get()
             .ok_or_else(|| DbError::transient("the connection pool is being built"))
+    }
+
+    /// Most sessions, once built.
+    pub fn max_size(&self) -> u32 {
+        self.max_size.load(Ordering::Relaxed)
     }
 
     /// A pooled session, or the reason there is none: the server's own
@@ -166,5 +180,51 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
             },
             None => DbError::transient(format!("no {} connection within {waited}", self.server)),
         }
+    }
+}
+
+/// Pools shared by the stores of one database: stores whose connection
+/// strings (and connect timeouts) are the same get the same pool, which
+/// grows by one session per store from [`MAX_POOLED_SESSIONS`] up to
+/// [`MAX_SHARED_SESSIONS`] while it has not connected yet.
+pub struct Shared<M: ManageConnection<Error = DbError>> {
+    pools: Mutex<HashMap<String, Weak<Pool<M>>>>,
+}
+
+impl<M: ManageConnection<Error = DbError>> Default for Shared<M> {
+    fn default() -> Self {
+        Shared {
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<M: ManageConnection<Error = DbError>> Shared<M> {
+    /// The pool for `key` (the connection string and connect timeout), made
+    /// by `make` for the first store that asks.
+    pub fn get(&self, key: String, make: impl FnOnce() -> Pool<M>) -> Arc<Pool<M>> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.retain(|_, pool| pool.strong_count() > 0);
+        if let Some(pool) = pools.get(&key).and_then(Weak::upgrade) {
+            let _ = pool
+                .max_size
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some((n + 1).min(MAX_SHARED_SESSIONS))
+                });
+            return pool;
+        }
+        let pool = Arc::new(make());
+        pools.insert(key, Arc::downgrade(&pool));
+        pool
+    }
+
+    /// Distinct pools alive now.
+    pub fn len(&self) -> usize {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.values().filter(|p| p.strong_count() > 0).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

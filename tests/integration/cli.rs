@@ -364,22 +364,45 @@ async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
         std::fs::write(path, &body).unwrap();
     }
     for name in [
-        "gap_healer_open_gaps 0",
-        "gap_healer_open_gap_positions 0",
-        "gap_healer_oldest_gap_age_seconds 0",
-        "gap_healer_tombstones_inserted_total 4",
-        "gap_healer_fill_attempts_total{outcome=\"filled\"}",
-        "gap_healer_fill_attempts_total{outcome=\"held\"} 0",
-        "gap_healer_scan_duration_seconds_bucket",
-        "gap_healer_head_position 7",
-        "gap_healer_watermark_position 7",
-        "gap_healer_leader 1",
-        "gap_healer_db_errors_total{operation=\"fill\"} 0",
-        "gap_healer_checkpoint_lag_positions{checkpoint=\"projection\"} 4",
+        "gap_healer_open_gaps{store=\"default\"} 0",
+        "gap_healer_open_gap_positions{store=\"default\"} 0",
+        "gap_healer_oldest_gap_age_seconds{store=\"default\"} 0",
+        "gap_healer_tombstones_inserted_total{store=\"default\"} 4",
+        "gap_healer_fill_attempts_total{outcome=\"filled\",store=\"default\"}",
+        "gap_healer_fill_attempts_total{outcome=\"held\",store=\"default\"} 0",
+        "gap_healer_scan_duration_seconds_bucket{store=\"default\",le=",
+        "gap_healer_head_position{store=\"default\"} 7",
+        "gap_healer_contiguous_position{store=\"default\"} 7",
+        "gap_healer_leader{store=\"default\"} 1",
+        "gap_healer_db_errors_total{operation=\"fill\",store=\"default\"} 0",
+        "gap_healer_checkpoint_lag_positions{checkpoint=\"projection\",store=\"default\"} 4",
+        "gap_healer_stores{state=\"healthy\"} 1",
+        "gap_healer_stores{state=\"failing\"} 0",
         "gap_healer_build_info{version=",
     ] {
         assert!(body.contains(name), "missing {name} in\n{body}");
     }
+    let (code, status) = d.get("/status").await;
+    assert_eq!(code, 200, "{status}");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let one = &status["stores"][0];
+    assert_eq!(
+        (
+            &one["store"],
+            &one["state"],
+            &one["head"],
+            &one["watermark"],
+            &one["open_holes"]
+        ),
+        (
+            &"default".into(),
+            &"healthy".into(),
+            &7.into(),
+            &7.into(),
+            &0.into()
+        ),
+        "{status}"
+    );
     assert!(!body.contains("password"));
     let (code, took, log) = d.terminate();
     println!("SIGTERM to exit: {took:?}");

@@ -156,13 +156,13 @@ async fn checkpoint_ids_are_bound_and_exported_escaped() {
     assert!(
         samples
             .iter()
-            .any(|l| l.contains(&format!("checkpoint=\"{injection}\"}} 4"))),
+            .any(|l| l.contains(&format!("checkpoint=\"{injection}\",store=\"default\"}} 4"))),
         "{samples:?}"
     );
     assert!(
         samples
             .iter()
-            .any(|l| l.contains("checkpoint=\"q\\\"uo\\\\te\\nnew line ü\"} 5")),
+            .any(|l| l.contains("checkpoint=\"q\\\"uo\\\\te\\nnew line ü\",store=\"default\"} 5")),
         "{samples:?}"
     );
     let (code, _, log) = d.terminate();

@@ -5,6 +5,7 @@
 
 mod cli;
 mod faults;
+mod fleet;
 mod hostile;
 mod leader;
 mod mssql;

@@ -54,7 +54,7 @@ use self::conn::{Client, Manager};
 use self::errors::driver_error;
 use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
-use crate::engine::pool::Pool;
+use crate::engine::pool::{Pool, Shared};
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
     ScanPage, StoreSettings,
@@ -130,13 +130,28 @@ impl Server {
     }
 }
 
+/// Pools shared by the stores of one database: see [`Shared`].
+#[derive(Default)]
+pub struct SharedPools(Shared<Manager>);
+
+impl SharedPools {
+    /// Distinct pools alive now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// The SQL Server engine.
 pub struct MssqlEngine {
     settings: StoreSettings,
     config: tiberius::Config,
     sql: Sql,
     max_connections: u32,
-    pool: Pool<Manager>,
+    pool: std::sync::Arc<Pool<Manager>>,
     /// The fill mode, once chosen (`fill::MODE_*`).
     mode: AtomicU8,
     /// The server, once asked.
@@ -166,6 +181,20 @@ impl MssqlEngine {
         settings: &StoreSettings,
         max_connections: u32,
     ) -> DbResult<MssqlEngine> {
+        Self::build(settings, max_connections, &SharedPools::default())
+    }
+
+    /// [`MssqlEngine::new`], sharing its pool with the other stores of
+    /// `pools` that connect with the same connection string.
+    pub fn sharing(settings: &StoreSettings, pools: &SharedPools) -> DbResult<MssqlEngine> {
+        Self::build(settings, DEFAULT_MAX_CONNECTIONS, pools)
+    }
+
+    fn build(
+        settings: &StoreSettings,
+        max_connections: u32,
+        pools: &SharedPools,
+    ) -> DbResult<MssqlEngine> {
         let secret = &settings.connection_string;
         let config = conn::config_from_ado(secret.expose()).map_err(|e| {
             DbError::permanent(
@@ -177,12 +206,19 @@ impl MssqlEngine {
             &settings.tombstone_stream,
             &settings.tombstone_type,
         )?;
-        let pool = Pool::new(
-            "SQL Server",
-            Manager::new(config.clone(), settings.connection_string.clone()),
-            max_connections.max(1),
+        let key = format!(
+            "{:?}\n{max_connections}\n{}",
             settings.connect_timeout,
+            secret.expose()
         );
+        let pool = pools.0.get(key, || {
+            Pool::new(
+                "SQL Server",
+                Manager::new(config.clone(), settings.connection_string.clone()),
+                max_connections.max(1),
+                settings.connect_timeout,
+            )
+        });
         Ok(MssqlEngine {
             settings: settings.clone(),
             config,

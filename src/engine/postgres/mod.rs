@@ -41,7 +41,7 @@ pub use self::sql::setup_sql;
 
 use self::conn::{Manager, Target};
 use self::errors::{db_error, get};
-use super::pool::{Pool, MAX_POOLED_SESSIONS};
+use super::pool::{Pool, Shared, MAX_POOLED_SESSIONS};
 use super::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
     ScanPage, StoreSettings,
@@ -51,8 +51,23 @@ use crate::gaps::PosRange;
 /// Ranges per probe query.
 const PROBE_BATCH: usize = 1_000;
 
+/// Pools shared by the stores of one database: see [`Shared`].
+#[derive(Default)]
+pub struct SharedPools(Shared<Manager>);
+
+impl SharedPools {
+    /// Distinct pools alive now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 pub struct PostgresEngine {
-    pool: Pool<Manager>,
+    pool: std::sync::Arc<Pool<Manager>>,
     /// The parsed connection string, for the leader lock's dedicated session.
     target: Target,
     sql: sql::Queries,
@@ -68,13 +83,26 @@ impl PostgresEngine {
     /// Parses the connection string and prepares a pool. Connects lazily, so a
     /// daemon started while the database is down comes up and retries.
     pub fn new(settings: &StoreSettings) -> DbResult<Self> {
+        Self::sharing(settings, &SharedPools::default())
+    }
+
+    /// [`PostgresEngine::new`], sharing its pool with the other stores of
+    /// `pools` that connect with the same connection string.
+    pub fn sharing(settings: &StoreSettings, pools: &SharedPools) -> DbResult<Self> {
         let target = Target::new(&settings.connection_string, settings.connect_timeout)?;
-        let pool = Pool::new(
-            "PostgreSQL",
-            Manager(target.clone()),
-            MAX_POOLED_SESSIONS,
+        let key = format!(
+            "{:?}\n{}",
             settings.connect_timeout,
+            settings.connection_string.expose()
         );
+        let pool = pools.0.get(key, || {
+            Pool::new(
+                "PostgreSQL",
+                Manager(target.clone()),
+                MAX_POOLED_SESSIONS,
+                settings.connect_timeout,
+            )
+        });
         let schema = settings.schema.to_ascii_lowercase();
         Ok(PostgresEngine {
             pool,

@@ -493,11 +493,31 @@ impl Daemon {
 
 /// The value of `sample` in a Prometheus scrape.
 fn sample_value(body: &str, sample: &str) -> Option<f64> {
+    let (name, want) = split_sample(sample);
     body.lines().find_map(|l| {
-        l.strip_prefix(sample)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, labels) = split_sample(series);
+        // The labels asked for must match; a `store` label the sample does
+        // not name is any store's (the first one's in a single-store scrape).
+        let matches = n == name
+            && want.iter().all(|w| labels.contains(w))
+            && labels
+                .iter()
+                .all(|l| want.contains(l) || l.starts_with("store="));
+        matches.then(|| value.trim().parse().ok()).flatten()
     })
+}
+
+/// `name{a="1",b="2"}` into the name and its `a="1"` labels.
+fn split_sample(sample: &str) -> (&str, Vec<&str>) {
+    match sample.split_once('{') {
+        Some((name, rest)) => (
+            name,
+            rest.trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .collect(),
+        ),
+        None => (sample, Vec::new()),
+    }
 }

@@ -1,0 +1,218 @@
+//! Many stores in one daemon, from a `[[stores]]` file: each healed, a
+//! broken one delaying none, its figures under its own `store` label, one
+//! pool for the stores of one database, and `--store` for the one-shot
+//! commands.
+
+use std::time::{Duration, Instant};
+
+use gap_healer_testkit::bin::{cli, Daemon};
+use gap_healer_testkit::pg::{connect, named, pg_url, Store};
+use gap_healer_testkit::wait::until as wait_for;
+
+/// A fleet file: the top-level keys, then one `[[stores]]` entry per
+/// `(name, connection string, schema)`.
+fn fleet_file(tag: &str, top: &str, stores: &[(&str, String, &str)]) -> std::path::PathBuf {
+    let mut text = format!("engine = \"postgres\"\n{top}\n");
+    for (name, cs, schema) in stores {
+        text += &format!(
+            "\n[[stores]]\nname = \"{name}\"\nconnection_string = {}\nschema = \"{schema}\"\n",
+            toml::Value::String(cs.clone())
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("gh-fleet-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fleet.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The healer's sessions on the server, by application_name.
+async fn sessions(app: &str) -> i64 {
+    connect()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_heals_every_store_and_a_broken_one_delays_none() {
+    let a = Store::with_holes("fleet_a", &[1, 3]).await;
+    let b = Store::with_holes("fleet_b", &[2]).await;
+    let app = format!("gh-fleet-{}", std::process::id());
+    let cs = named(&pg_url(), &app);
+    // Down: nothing listens on port 1; its password must never show.
+    let down = "host=127.0.0.1 port=1 user=postgres password=FleetPw_93 connect_timeout=1";
+    let file = fleet_file(
+        "heal",
+        "gap_timeout = \"300ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\nconnect_timeout = \"1s\"",
+        &[
+            ("orders", cs.clone(), &a.schema),
+            ("billing", cs.clone(), &b.schema),
+            ("down", down.to_string(), "eventuous"),
+        ],
+    );
+    let started = Instant::now();
+    let d = Daemon::spawn(
+        &[
+            "run".into(),
+            "--config".into(),
+            file.display().to_string(),
+            "--log-format".into(),
+            "json".into(),
+        ],
+        &[],
+    );
+    for store in [&a, &b] {
+        assert!(
+            store.wait_until_healed(Duration::from_secs(10)).await,
+            "{} not healed:\n{}",
+            store.schema,
+            d.log()
+        );
+    }
+    let healed = started.elapsed();
+    println!("fleet of 3 (one down): both live stores healed {healed:?} after the start");
+    assert!(healed < Duration::from_secs(5), "{healed:?}");
+    assert_eq!(a.tombstone_positions().await, vec![2, 4, 5, 6]);
+    assert_eq!(b.tombstone_positions().await, vec![2, 3]);
+
+    // Each store's figures under its own label; the states counted.
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            d.metric("gap_healer_stores{state=\"failing\"}").await == Some(1.0)
+        })
+        .await
+    );
+    let body = d.get("/metrics").await.1;
+    for sample in [
+        "gap_healer_tombstones_inserted_total{store=\"orders\"} 4",
+        "gap_healer_tombstones_inserted_total{store=\"billing\"} 2",
+        "gap_healer_tombstones_inserted_total{store=\"down\"} 0",
+        "gap_healer_leader{store=\"orders\"} 1",
+        "gap_healer_stores{state=\"healthy\"} 2",
+    ] {
+        assert!(body.contains(sample), "missing {sample} in\n{body}");
+    }
+    assert!(
+        body.lines().any(|l| l
+            .starts_with("gap_healer_db_errors_total{operation=\"start\",store=\"down\"}")
+            && !l.ends_with(" 0")),
+        "{body}"
+    );
+
+    // /status: one object per store, the broken one's error without its password.
+    let (code, status) = d.get("/status").await;
+    assert_eq!(code, 200);
+    assert!(!status.contains("FleetPw_93"), "{status}");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let by_name = |name: &str| {
+        status["stores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["store"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not in {status}"))
+    };
+    let (orders, down_store) = (by_name("orders"), by_name("down"));
+    assert_eq!(orders["state"], "healthy", "{status}");
+    assert_eq!(orders["head"], 7, "{status}");
+    assert_eq!(orders["watermark"], 7, "{status}");
+    assert_eq!(down_store["state"], "failing", "{status}");
+    assert!(
+        down_store["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused")),
+        "{status}"
+    );
+
+    // Readiness names the broken store, and only it.
+    let (code, why) = d.get("/readyz").await;
+    assert_eq!(code, 503, "{why}");
+    assert!(
+        why.contains("store down:") && !why.contains("store orders"),
+        "{why}"
+    );
+
+    // The two stores of one database share one pool: at most 5 sessions
+    // (4 pooled + growth), plus one leader lock session each.
+    let n = sessions(&app).await;
+    println!("sessions of 2 stores on one database: {n}");
+    assert!(n <= 2 + 5, "{n} sessions");
+
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("FleetPw_93"), "password in the log");
+    // Every line of a store's task names its store.
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &serde_json::Value| {
+            l["fields"]["message"] == "hole filled" || l["message"] == "filled hole with tombstones"
+        })
+        .collect();
+    assert!(!lines.is_empty(), "{log}");
+    for line in lines {
+        assert!(
+            line.to_string().contains("\"store\":\"orders\"")
+                || line.to_string().contains("\"store\":\"billing\""),
+            "{line}"
+        );
+    }
+    a.drop_schema().await;
+    b.drop_schema().await;
+    std::fs::remove_dir_all(file.parent().unwrap()).ok();
+}
+
+#[tokio::test]
+async fn one_shot_commands_take_store_names() {
+    let a = Store::with_holes("fleet_scan_a", &[1]).await;
+    let b = Store::new("fleet_scan_b").await;
+    let file = fleet_file(
+        "scan",
+        "start_from = \"0\"",
+        &[("a", a.url(), &a.schema), ("b", b.url(), &b.schema)],
+    );
+    let config = file.display().to_string();
+    let out = cli(&["scan", "--config", &config], &[]);
+    assert_eq!(out.code, 1, "a has a hole: {}", out.all());
+    assert!(
+        out.stderr.contains("== store a") && out.stderr.contains("== store b"),
+        "{}",
+        out.all()
+    );
+    let out = cli(&["scan", "--config", &config, "--store", "b"], &[]);
+    assert_eq!(out.code, 0, "b alone has none: {}", out.all());
+    assert!(!out.stderr.contains("== store"), "{}", out.all());
+    let out = cli(&["scan", "--config", &config, "--store", "c"], &[]);
+    assert_eq!(out.code, 2, "{}", out.all());
+    assert!(
+        out.stderr
+            .contains("store = \"c\" (from flag --store): no such store"),
+        "{}",
+        out.all()
+    );
+    let out = cli(&["check", "--config", &config, "--format", "json"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let stores: Vec<String> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["store"].to_string())
+        .collect();
+    assert_eq!(stores, ["\"a\"", "\"b\""]);
+    let out = cli(&["sql", "--config", &config, "--store", "a"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout.contains(&a.schema) && !out.stdout.contains(&b.schema),
+        "{}",
+        out.stdout
+    );
+    a.drop_schema().await;
+    b.drop_schema().await;
+    std::fs::remove_dir_all(file.parent().unwrap()).ok();
+}
