@@ -3,8 +3,9 @@
 //! and one metrics endpoint.
 //!
 //! Stores that connect with the same connection string share one pool
-//! ([`engine::Pools`]), so 500 stores (schemas) in one database need a few
-//! pooled sessions, not 500 times as many.
+//! ([`Pools`]) and, on PostgreSQL, one leader lock session
+//! ([`SharedLock`]: each store keeps its own lock on it), so 500 stores
+//! (schemas) in one database need a few sessions, not 500 times as many.
 //!
 //! Architecture invariants:
 //! - A store's failure (down, login refused, wrong shape, gave up) stays in
@@ -12,6 +13,7 @@
 //!   the daemon ends only when told to stop or when every store gave up.
 //! - Every log line of a store's task is inside a `store` span naming it.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use crate::engine::mssql::MssqlEngine;
 use crate::engine::postgres::PostgresEngine;
 use crate::engine::{DbResult, Engine, EngineKind, LeaderLock, Pools};
 use crate::healer::{Ended, Healer, Options};
-use crate::leader::{self, Leader};
+use crate::leader::{self, Leader, SharedLock};
 use crate::telemetry::{self, Board, Health};
 
 type StoreTask = Pin<Box<dyn Future<Output = Ended> + Send>>;
@@ -35,6 +37,7 @@ type StoreTask = Pin<Box<dyn Future<Output = Ended> + Send>>;
 /// [`Ended::GaveUp`] only when every store gave up (`give_up_after`).
 pub async fn run(stores: &[Store], board: Arc<Board>, stop: CancellationToken) -> Ended {
     let pools = Pools::default();
+    let mut locks = HashMap::new();
     let mut tasks = JoinSet::new();
     // Every engine is made before any task runs, so a shared pool knows how
     // many stores share it before it first connects.
@@ -43,7 +46,7 @@ pub async fn run(stores: &[Store], board: Arc<Board>, stop: CancellationToken) -
         let health = Health::for_store(&store.name, store.poll_interval, store.lock_timeout);
         telemetry::register_store(&store.name);
         board.add(health.clone());
-        match start(store, &pools, health.clone(), stop.clone()) {
+        match start(store, &pools, &mut locks, health.clone(), stop.clone()) {
             Ok(task) => ready.push((store.name.clone(), task)),
             Err(e) => {
                 error!(store = %store.name, error = %e, "cannot heal this store");
@@ -81,28 +84,45 @@ pub async fn run(stores: &[Store], board: Arc<Board>, stop: CancellationToken) -
 }
 
 /// The task that heals `store`, on an engine of its kind.
+/// The PostgreSQL leader lock sessions, by connection string.
+type PgLocks = HashMap<String, Arc<SharedLock<PostgresEngine>>>;
+
+/// The task that heals `store`, on an engine of its kind.
 fn start(
     store: &Store,
     pools: &Pools,
+    locks: &mut PgLocks,
     health: Arc<Health>,
     stop: CancellationToken,
 ) -> DbResult<StoreTask> {
     let store = store.clone();
     Ok(match store.engine {
         EngineKind::Postgres => {
-            let engine = PostgresEngine::sharing(&store.store, &pools.postgres)?;
-            Box::pin(heal(Arc::new(engine), store, health, stop))
+            let engine = Arc::new(PostgresEngine::sharing(&store.store, &pools.postgres)?);
+            let key = format!(
+                "{:?}\n{}",
+                store.store.connect_timeout,
+                store.store.connection_string.expose()
+            );
+            let lock = locks
+                .entry(key)
+                .or_insert_with(|| SharedLock::new(engine.clone()))
+                .clone();
+            Box::pin(heal(engine, lock, store, health, stop))
         }
         EngineKind::Mssql => {
-            let engine = MssqlEngine::sharing(&store.store, &pools.mssql)?;
-            Box::pin(heal(Arc::new(engine), store, health, stop))
+            // SQL Server keeps a session per store: its fence is a lock of
+            // the session's own, and Babelfish refuses reuse after a refusal.
+            let engine = Arc::new(MssqlEngine::sharing(&store.store, &pools.mssql)?);
+            Box::pin(heal(engine.clone(), engine, store, health, stop))
         }
     })
 }
 
 /// One store's healer and, unless turned off, its leader election.
-async fn heal<E: Engine + LeaderLock>(
+async fn heal<E: Engine, L: LeaderLock>(
     engine: Arc<E>,
+    lock: Arc<L>,
     store: Store,
     health: Arc<Health>,
     stop: CancellationToken,
@@ -122,7 +142,7 @@ async fn heal<E: Engine + LeaderLock>(
         let (tx, leader) = Leader::channel();
         let election = tokio::spawn(
             leader::elect(
-                engine.clone(),
+                lock,
                 store.leader_key.clone(),
                 store.name.clone(),
                 tx,

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::engine::{Fence, LeaderLock, LeaderSession};
+use crate::engine::{DbResult, Fence, FenceToken, LeaderLock, LeaderSession};
 use crate::telemetry as t;
 
 /// How often a follower tries the lock and a leader checks it still holds it.
@@ -152,6 +152,95 @@ pub async fn elect<L: LeaderLock>(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
         }
+    }
+}
+
+/// One dedicated lock session for the elections of many stores of one
+/// database: each store still has its own lock (its `leader_key`), so
+/// leadership stays per store, but 500 stores need one lock session, not
+/// 500. Engines whose locks are per session and re-entrant (PostgreSQL's
+/// advisory locks) can share one.
+///
+/// Invariant: a store's leadership is tied to the session that won it. When
+/// the shared session fails it is dropped (the server releases every lock
+/// on it), and every store that led through it steps down at its next
+/// check, because the session it won on is gone, even if a new session
+/// has since taken its lock again.
+pub struct SharedLock<L: LeaderLock> {
+    lock: Arc<L>,
+    /// The session, and which one it is (counted from 1 as they are opened).
+    session: tokio::sync::Mutex<(u64, Option<L::Session>)>,
+}
+
+/// A store's part of a [`SharedLock`]: the fence of the session it won on,
+/// and which session that was.
+pub struct SharedPart {
+    won: Option<(u64, FenceToken)>,
+}
+
+impl LeaderSession for SharedPart {
+    fn fence_token(&self) -> FenceToken {
+        self.won.as_ref().map_or(
+            FenceToken {
+                session_id: 0,
+                lock: String::new(),
+            },
+            |(_, token)| token.clone(),
+        )
+    }
+}
+
+impl<L: LeaderLock> SharedLock<L> {
+    /// Shares one session of `lock` (an engine of the database).
+    pub fn new(lock: Arc<L>) -> Arc<Self> {
+        Arc::new(SharedLock {
+            lock,
+            session: tokio::sync::Mutex::new((0, None)),
+        })
+    }
+}
+
+impl<L: LeaderLock> LeaderLock for SharedLock<L> {
+    type Session = SharedPart;
+
+    async fn open_session(&self, _key: &str) -> DbResult<SharedPart> {
+        Ok(SharedPart { won: None })
+    }
+
+    fn reusable(&self, _part: &SharedPart) -> bool {
+        true
+    }
+
+    async fn try_lock(&self, _part: SharedPart, key: &str) -> DbResult<(bool, SharedPart)> {
+        let mut slot = self.session.lock().await;
+        let session = match slot.1.take().filter(|s| self.lock.reusable(s)) {
+            Some(session) => session,
+            None => {
+                let session = self.lock.open_session(key).await?;
+                slot.0 += 1;
+                session
+            }
+        };
+        // On an error the session is dropped here: every lock on it goes.
+        let (taken, session) = self.lock.try_lock(session, key).await?;
+        let won = taken.then(|| (slot.0, session.fence_token()));
+        slot.1 = Some(session);
+        Ok((taken, SharedPart { won }))
+    }
+
+    async fn still_held(&self, part: &mut SharedPart, key: &str) -> DbResult<bool> {
+        let mut slot = self.session.lock().await;
+        let generation = slot.0;
+        if part.won.as_ref().is_none_or(|(g, _)| *g != generation) {
+            return Ok(false);
+        }
+        let Some(mut session) = slot.1.take() else {
+            return Ok(false);
+        };
+        // On an error the session is dropped here: every lock on it goes.
+        let held = self.lock.still_held(&mut session, key).await?;
+        slot.1 = Some(session);
+        Ok(held)
     }
 }
 

@@ -1202,7 +1202,7 @@ dry_run = true
         b.set("log_level", "info");
         let again = load(&b, env(&[]), Need::Connection).unwrap_or_else(|e| panic!("{e}\n{toml}"));
         assert_eq!(again.stores.len(), 2);
-        assert_eq!(again.stores[1].dry_run, true);
+        assert!(again.stores[1].dry_run);
         // A flag applies to every store (a dry run is a dry run everywhere).
         let s = load(
             &a.clone().with("dry_run", "true"),

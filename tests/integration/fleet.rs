@@ -139,11 +139,11 @@ async fn a_fleet_heals_every_store_and_a_broken_one_delays_none() {
         "{why}"
     );
 
-    // The two stores of one database share one pool: at most 5 sessions
-    // (4 pooled + growth), plus one leader lock session each.
+    // The two stores of one database share one pool (4 sessions, grown by
+    // one for the second store) and one leader lock session.
     let n = sessions(&app).await;
     println!("sessions of 2 stores on one database: {n}");
-    assert!(n <= 2 + 5, "{n} sessions");
+    assert!(n <= 5 + 1, "{n} sessions");
 
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
@@ -214,5 +214,66 @@ async fn one_shot_commands_take_store_names() {
     );
     a.drop_schema().await;
     b.drop_schema().await;
+    std::fs::remove_dir_all(file.parent().unwrap()).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
+    const STORES: usize = 30;
+    let mut stores = Vec::new();
+    for i in 0..STORES {
+        stores.push(Store::with_holes(&format!("fleet30_{i}"), &[1]).await);
+    }
+    let app = format!("gh-fleet30-{}", std::process::id());
+    let cs = named(&pg_url(), &app);
+    let entries: Vec<(String, String, &str)> = stores
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("s{i}"), cs.clone(), s.schema.as_str()))
+        .collect();
+    let entries: Vec<(&str, String, &str)> = entries
+        .iter()
+        .map(|(n, c, s)| (n.as_str(), c.clone(), *s))
+        .collect();
+    let file = fleet_file(
+        "thirty",
+        "gap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"",
+        &entries,
+    );
+    let started = Instant::now();
+    let d = Daemon::spawn(
+        &["run".into(), "--config".into(), file.display().to_string()],
+        &[],
+    );
+    for store in &stores {
+        assert!(
+            store.wait_until_healed(Duration::from_secs(20)).await,
+            "{} not healed:\n{}",
+            store.schema,
+            d.log()
+        );
+    }
+    let healed = started.elapsed();
+    let mut peak = 0;
+    for _ in 0..10 {
+        peak = peak.max(sessions(&app).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = d.get("/metrics").await.1;
+    let leading = body
+        .lines()
+        .filter(|l| l.starts_with("gap_healer_leader{") && l.ends_with(" 1"))
+        .count();
+    println!(
+        "{STORES} stores in one database: all healed {healed:?} after the start; {peak} sessions at most (of {} without sharing); {leading} stores leading",
+        STORES * 5
+    );
+    assert_eq!(leading, STORES, "every store leads its own lock:\n{body}");
+    assert!(peak <= 16 + 1, "{peak} sessions for {STORES} stores");
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    for store in stores {
+        store.drop_schema().await;
+    }
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
