@@ -330,6 +330,7 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Fa
     }
     let bar = progress(stats.positions, "filling");
     let report = healer.fill_due(&stop).await;
+    healer.publish_watermark().await;
     bar.finish_and_clear();
     let left = healer.tracker().stats();
     let verb = if settings.dry_run {

@@ -62,6 +62,11 @@ pub struct Options {
     /// [`Healer::run`] ends with [`Ended::GaveUp`] once scans have failed
     /// this long in a row; `None`: never.
     pub give_up_after: Option<Duration>,
+    /// Publish the contiguous watermark ([`Engine::publish_watermark`]) and
+    /// start the scan no later than the one published before, so the proof
+    /// that every position up to it is filled runs unbroken from the first
+    /// publication on.
+    pub publish_watermark: bool,
 }
 
 /// How [`Healer::run`] ended.
@@ -84,6 +89,7 @@ impl From<&Store> for Options {
             lookback: s.lookback,
             dry_run: s.dry_run,
             give_up_after: s.give_up_after,
+            publish_watermark: s.store.watermark_table.is_some() && !s.dry_run,
         }
     }
 }
@@ -142,6 +148,8 @@ pub struct Healer<E: Engine> {
     /// Highest committed position read so far; `None` before [`Healer::begin`].
     examined: Option<i64>,
     last_checkpoints: Option<Instant>,
+    /// The watermark last published (or read back at the start).
+    published: Option<i64>,
 }
 
 impl<E: Engine> Healer<E> {
@@ -154,6 +162,7 @@ impl<E: Engine> Healer<E> {
             tracker: Tracker::new(),
             examined: None,
             last_checkpoints: None,
+            published: None,
         }
     }
 
@@ -191,7 +200,16 @@ impl<E: Engine> Healer<E> {
                 }
             }
         };
-        let after = after.max(floor - 1);
+        let mut after = after.max(floor - 1);
+        if self.opts.publish_watermark && self.examined.is_none() {
+            // Every position up to the published watermark is proven filled
+            // (there is no hole there to find); the proof goes on from it,
+            // or from the table's first position when none is published,
+            // whatever start_from says.
+            let proven = self.engine.read_watermark(self.health.store()).await?;
+            self.published = proven;
+            after = proven.unwrap_or(floor - 1).max(floor - 1);
+        }
         if self.examined.is_none() {
             self.examined = Some(after);
             info!(
@@ -536,6 +554,34 @@ impl<E: Engine> Healer<E> {
         });
     }
 
+    /// Publishes the contiguous watermark when it has moved (with a
+    /// watermark table configured and not in a dry run).
+    pub async fn publish_watermark(&mut self) {
+        if !self.opts.publish_watermark {
+            return;
+        }
+        let Some(watermark) = self.contiguous() else {
+            return;
+        };
+        if self.published.is_some_and(|p| p >= watermark) {
+            return;
+        }
+        match self
+            .engine
+            .publish_watermark(self.health.store(), watermark)
+            .await
+        {
+            Ok(()) => {
+                debug!(watermark, "published the contiguous watermark");
+                self.published = Some(watermark);
+            }
+            Err(e) => {
+                self.db_error("watermark", &e);
+                warn!(error = %e, "cannot publish the contiguous watermark; retrying next turn");
+            }
+        }
+    }
+
     /// The highest position at or below which every position from the
     /// scan's start on is a committed event or a tombstone: just below the
     /// lowest tracked hole, else the highest position examined. `None`
@@ -647,6 +693,10 @@ impl<E: Engine> Healer<E> {
                 break;
             }
             self.publish();
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = self.publish_watermark() => {}
+            }
         }
         self.publish();
         info!("healer stopped");
@@ -770,6 +820,7 @@ mod tests {
             lookback: 0,
             dry_run: false,
             give_up_after: None,
+            publish_watermark: false,
         }
     }
 

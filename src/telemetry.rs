@@ -53,7 +53,15 @@ pub const STORE_LABEL: &str = "store";
 
 /// The `operation` label values of [`DB_ERRORS`], exported from the start so
 /// `rate()` and alerts see a series before the first error.
-pub const DB_OPERATIONS: &[&str] = &["start", "scan", "probe", "fill", "checkpoints", "leader"];
+pub const DB_OPERATIONS: &[&str] = &[
+    "start",
+    "scan",
+    "probe",
+    "fill",
+    "checkpoints",
+    "leader",
+    "watermark",
+];
 
 const SCAN_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -97,7 +105,7 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     );
     describe_counter!(
         DB_ERRORS,
-        "Database errors by operation (start, scan, probe, fill, checkpoints, leader)."
+        "Database errors by operation (start, scan, probe, fill, checkpoints, leader, watermark)."
     );
     describe_gauge!(
         CHECKPOINT_LAG,

@@ -128,6 +128,7 @@ async fn measure(schema: &Store, sizes: &[i64], polls: usize) -> Result<Vec<Idle
                 lookback: 0,
                 dry_run: false,
                 give_up_after: None,
+                publish_watermark: false,
             },
         );
         for _ in 0..50 {

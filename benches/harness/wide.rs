@@ -106,6 +106,7 @@ async fn measure(schema: &Store, width: i64, sample: i64) -> Result<Measured> {
             lookback: 0,
             dry_run: false,
             give_up_after: None,
+            publish_watermark: false,
         },
     );
     healer.scan_step().await?;

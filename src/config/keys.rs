@@ -337,6 +337,29 @@ pub const KEYS: &[Key] = &[
         ),
     },
     Key {
+        name: "watermark_table",
+        help: "Publish the contiguous watermark in this table (schema.table; PostgreSQL); empty: do not",
+        flag: Flag::Value("SCHEMA.TABLE"),
+        unset: Unset::Default(""),
+        scope: Scope::store(
+            |v, s| {
+                s.store.watermark_table = match v {
+                    "" => None,
+                    v => {
+                        let (schema, table) = v
+                            .split_once('.')
+                            .ok_or("expected schema.table, e.g. gap_healer.watermarks")?;
+                        parse_identifier(schema)?;
+                        parse_identifier(table)?;
+                        Some(v.to_ascii_lowercase())
+                    }
+                };
+                Ok(())
+            },
+            |s| quote(s.store.watermark_table.as_deref().unwrap_or_default()),
+        ),
+    },
+    Key {
         name: "give_up_after",
         help: "`run` exits 3 once its scans have failed for this long without a success (database unreachable, tables missing); `never` keeps retrying",
         flag: Flag::Value("DURATION|never"),

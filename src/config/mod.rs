@@ -123,6 +123,7 @@ impl StoreConfig {
                 tombstone_stream: String::new(),
                 tombstone_type: String::new(),
                 connect_timeout: Duration::ZERO,
+                watermark_table: None,
             },
             gap_timeout: Duration::ZERO,
             poll_interval: Duration::ZERO,
@@ -615,6 +616,15 @@ impl<'a> Validator<'a> {
         if !set.contains_key("leader_key") {
             store.leader_key = format!("gap-healer:{}", store.store.schema);
         }
+        if let (Some(raw), Some(EngineKind::Mssql)) = (set.get("watermark_table"), engine) {
+            if store.store.watermark_table.is_some() {
+                self.problem(
+                    "watermark_table",
+                    &raw.origin,
+                    "published on PostgreSQL only, for now (the gauge gap_healer_contiguous_position is exported on every engine)",
+                );
+            }
+        }
     }
 
     /// The connection string from `connection_string` or `connection_string_file`,
@@ -1029,6 +1039,7 @@ mod tests {
             "leader_election" => "false".into(),
             "log_format" => "json".into(),
             "log_level" => "debug".into(),
+            "watermark_table" => "gap_healer.watermarks".into(),
             _ => "7s".into(),
         };
         for key in KEYS {

@@ -47,6 +47,8 @@ pub enum Check {
     IdentityCache,
     /// Read committed snapshot isolation (SQL Server).
     ReadCommittedSnapshot,
+    /// The table the contiguous watermark is published in.
+    Watermark,
     /// The preflight itself could not run to the end.
     Preflight,
 }
@@ -78,6 +80,7 @@ impl Check {
             Check::MessagesColumns => "messages columns",
             Check::StreamsColumns => "streams columns",
             Check::Checkpoints => "checkpoints table",
+            Check::Watermark => "watermark table",
             Check::Rights => "rights",
             Check::ReadRights => "read rights",
             Check::TombstoneStream => "tombstone stream",

@@ -71,6 +71,9 @@ pub struct StoreSettings {
     pub tombstone_type: String,
     /// How long to wait for a new connection before calling the database unreachable.
     pub connect_timeout: Duration,
+    /// `schema.table` (validated identifiers) where the contiguous watermark
+    /// is published; `None`: not published.
+    pub watermark_table: Option<String>,
 }
 
 /// One page of a forward scan of committed positions above `after`.
@@ -261,6 +264,34 @@ pub trait Engine: Send + Sync + 'static {
         }
     }
 
+    /// The contiguous watermark published for `store` in the watermark table
+    /// (`None`: no row yet). Only called with a watermark table configured.
+    fn read_watermark(&self, store: &str) -> impl Future<Output = DbResult<Option<i64>>> + Send {
+        let _ = store;
+        async {
+            Err(DbError::permanent(format!(
+                "{} does not publish a watermark table",
+                self.kind()
+            )))
+        }
+    }
+
+    /// Publishes `position` as `store`'s contiguous watermark: every position
+    /// at or below it is a committed event or a tombstone. Never lowers it.
+    fn publish_watermark(
+        &self,
+        store: &str,
+        position: i64,
+    ) -> impl Future<Output = DbResult<()>> + Send {
+        let _ = (store, position);
+        async {
+            Err(DbError::permanent(format!(
+                "{} does not publish a watermark table",
+                self.kind()
+            )))
+        }
+    }
+
     /// `gap-healer install`: creates what this engine's least-privilege mode
     /// needs and says what it did.
     fn install(&self) -> impl Future<Output = DbResult<String>> + Send {
@@ -353,7 +384,13 @@ pub trait LeaderSession: Send + 'static {
 /// and type, so an EXECUTE-only login cannot write into other streams.
 pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
     match kind {
-        EngineKind::Postgres => postgres::setup_sql(&store.schema),
+        EngineKind::Postgres => {
+            let mut sql = postgres::setup_sql(&store.schema);
+            if let Some(table) = &store.watermark_table {
+                sql += &postgres::watermark_sql(table);
+            }
+            sql
+        }
         EngineKind::Mssql => mssql::setup_sql_for(
             &store.schema,
             &store.tombstone_stream,
@@ -425,6 +462,7 @@ pub(crate) mod tests_support {
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),
+            watermark_table: None,
         }
     }
 }

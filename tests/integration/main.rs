@@ -10,3 +10,4 @@ mod hostile;
 mod leader;
 mod mssql;
 mod pg;
+mod watermark;

@@ -32,6 +32,7 @@ fn options(gap_timeout: Duration) -> Options {
         lookback: 1_000_000,
         dry_run: false,
         give_up_after: None,
+        publish_watermark: false,
     }
 }
 

@@ -33,11 +33,13 @@ pub mod npgsql;
 mod preflight;
 mod sql;
 pub mod tls;
+mod watermark;
 
 pub use self::conn::STALLED_SESSION_TIMEOUT;
 pub use self::errors::classify_code;
 pub use self::leader::{advisory_key, PgLeaderSession};
 pub use self::sql::setup_sql;
+pub use self::watermark::watermark_sql;
 
 use self::conn::{Manager, Target};
 use self::errors::{db_error, get};
@@ -74,6 +76,8 @@ pub struct PostgresEngine {
     schema: String,
     tombstone_stream: String,
     tombstone_type: String,
+    /// `schema.table` of the published watermark, when configured.
+    watermark_table: Option<String>,
     /// Name of the primary key of messages: a 23505 on it means "committed";
     /// on any other constraint it means the tombstone stream is inconsistent.
     messages_pkey: OnceLock<String>,
@@ -111,6 +115,7 @@ impl PostgresEngine {
             schema,
             tombstone_stream: settings.tombstone_stream.clone(),
             tombstone_type: settings.tombstone_type.clone(),
+            watermark_table: settings.watermark_table.clone(),
             messages_pkey: OnceLock::new(),
         })
     }
@@ -244,14 +249,24 @@ impl Engine for PostgresEngine {
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
         let facts = self.preflight_facts().await?;
-        Ok(preflight::findings(
+        let mut findings = preflight::findings(
             &facts,
             &preflight::Expected {
                 schema: &self.schema,
                 tombstone_stream: &self.tombstone_stream,
                 tls: &self.target.mode,
             },
-        ))
+        );
+        findings.extend(self.watermark_finding().await);
+        Ok(findings)
+    }
+
+    async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
+        self.read_watermark_row(store).await
+    }
+
+    async fn publish_watermark(&self, store: &str, position: i64) -> DbResult<()> {
+        self.publish_watermark_row(store, position).await
     }
 }
 
@@ -269,6 +284,7 @@ mod tests {
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(1),
+            watermark_table: None,
         };
         let err = PostgresEngine::new(&settings)
             .err()

@@ -22,6 +22,7 @@ pub fn settings(connection_string: &str, schema: &str, connect_timeout: Duration
         tombstone_stream: TOMBSTONE_STREAM.into(),
         tombstone_type: TOMBSTONE_TYPE.into(),
         connect_timeout,
+        watermark_table: None,
     }
 }
 

@@ -1,0 +1,15 @@
+
+-- The contiguous watermark (watermark_table = "__watermark__"): one row per
+-- store, kept by gap-healer. Every position at or below `position` is a
+-- committed event or a tombstone, and `position` never decreases, so a
+-- reader that adds `AND global_position <= position` to its
+-- `global_position > last` query never skips an event that commits late.
+CREATE TABLE IF NOT EXISTS __watermark__ (
+    store      text        PRIMARY KEY,
+    position   bigint      NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+GRANT USAGE ON SCHEMA __watermark_schema__ TO gap_healer;
+GRANT SELECT, INSERT, UPDATE ON __watermark__ TO gap_healer;
+-- And for each reader's role:
+-- GRANT SELECT ON __watermark__ TO app_reader;

@@ -1,0 +1,169 @@
+//! The published contiguous watermark: one row per store in the table
+//! `watermark_table` names (`sql/postgres/watermark_*.sql`), and what
+//! `check` says about that table.
+//!
+//! Invariant: the row's position never decreases (the upsert only raises
+//! it), so a reader that bounds its `global_position > last` query by it
+//! never skips an event that commits late.
+
+use super::errors::get;
+use super::PostgresEngine;
+use crate::engine::{Check, DbResult, Finding};
+
+const READ: &str = include_str!("../../../sql/postgres/watermark_read.sql");
+const PUBLISH: &str = include_str!("../../../sql/postgres/watermark_publish.sql");
+const CHECK: &str = include_str!("../../../sql/postgres/watermark_check.sql");
+const TABLE: &str = include_str!("../../../sql/postgres/watermark_table.sql");
+
+/// The columns gap-healer writes, as `format_type` names them.
+const COLUMNS: [&str; 3] = [
+    "store text",
+    "position bigint",
+    "updated_at timestamp with time zone",
+];
+
+/// The table's DDL and grants for `gap-healer sql`; `table` is a validated
+/// `schema.table`.
+pub fn watermark_sql(table: &str) -> String {
+    let schema = table.split('.').next().unwrap_or(table);
+    TABLE
+        .replace("__watermark_schema__", schema)
+        .replace("__watermark__", table)
+}
+
+impl PostgresEngine {
+    fn watermark_statement(&self, sql: &str) -> DbResult<String> {
+        let table = self
+            .watermark_table
+            .as_deref()
+            .ok_or_else(|| crate::engine::DbError::permanent("no watermark_table is configured"))?;
+        Ok(sql.replace("__watermark__", table))
+    }
+
+    pub(super) async fn read_watermark_row(&self, store: &str) -> DbResult<Option<i64>> {
+        let sql = self.watermark_statement(READ)?;
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_opt(&sql, &[&store])
+            .await
+            .map_err(|e| self.error(&e, "read the watermark"))?;
+        row.map(|r| get(&r, "position")).transpose()
+    }
+
+    pub(super) async fn publish_watermark_row(&self, store: &str, position: i64) -> DbResult<()> {
+        let sql = self.watermark_statement(PUBLISH)?;
+        let conn = self.pool.checkout().await?;
+        conn.execute(&sql, &[&store, &position])
+            .await
+            .map_err(|e| self.error(&e, "publish the watermark"))?;
+        Ok(())
+    }
+
+    /// The watermark finding of `check`; `None` without a watermark table.
+    pub(super) async fn watermark_finding(&self) -> Option<Finding> {
+        let table = self.watermark_table.as_deref()?;
+        let fix = "create it with the statements `gap-healer sql` prints";
+        let conn = match self.pool.checkout().await {
+            Ok(conn) => conn,
+            Err(e) => return Some(Finding::fail(Check::Watermark, e.message)),
+        };
+        let row = match conn.query_one(CHECK, &[&table]).await {
+            Ok(row) => row,
+            Err(e) => {
+                let e = self.error(&e, "check the watermark table");
+                return Some(Finding::fail(Check::Watermark, e.message));
+            }
+        };
+        let facts = (
+            get::<bool>(&row, "table_exists"),
+            get::<Vec<String>>(&row, "columns"),
+            get::<bool>(&row, "store_is_unique"),
+            get::<bool>(&row, "writable"),
+        );
+        let (Ok(exists), Ok(columns), Ok(unique), Ok(writable)) = facts else {
+            return Some(Finding::fail(
+                Check::Watermark,
+                "unexpected answer from the watermark table check",
+            ));
+        };
+        Some(verdict(table, exists, &columns, unique, writable, fix))
+    }
+}
+
+/// The watermark table's finding, from the facts.
+fn verdict(
+    table: &str,
+    exists: bool,
+    columns: &[String],
+    store_is_unique: bool,
+    writable: bool,
+    fix: &str,
+) -> Finding {
+    if !exists {
+        return Finding::fail(Check::Watermark, format!("{table} does not exist: {fix}"));
+    }
+    let missing: Vec<&str> = COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| !columns.iter().any(|have| have == c))
+        .collect();
+    if !missing.is_empty() {
+        return Finding::fail(
+            Check::Watermark,
+            format!(
+                "{table} lacks the column(s) {} (it has {}): {fix}",
+                missing.join(", "),
+                columns.join(", ")
+            ),
+        );
+    }
+    if !store_is_unique {
+        return Finding::fail(
+            Check::Watermark,
+            format!("{table} has no unique key on store alone (the upsert needs it): {fix}"),
+        );
+    }
+    if !writable {
+        return Finding::fail(
+            Check::Watermark,
+            format!("this login may not SELECT, INSERT and UPDATE {table}: run the GRANT `gap-healer sql` prints"),
+        );
+    }
+    Finding::pass(
+        Check::Watermark,
+        format!("{table}: published here, one row per store"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols() -> Vec<String> {
+        COLUMNS.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn verdicts() {
+        let ok = verdict("g.w", true, &cols(), true, true, "fix");
+        assert!(ok.ok, "{ok:?}");
+        let absent = verdict("g.w", false, &[], false, false, "fix");
+        assert!(!absent.ok && absent.detail.contains("does not exist"));
+        let short = verdict("g.w", true, &cols()[..2], true, true, "fix");
+        assert!(
+            short.detail.contains("updated_at timestamp with time zone"),
+            "{short:?}"
+        );
+        assert!(!verdict("g.w", true, &cols(), false, true, "fix").ok);
+        let ro = verdict("g.w", true, &cols(), true, false, "fix");
+        assert!(!ro.ok && ro.detail.contains("GRANT"), "{ro:?}");
+    }
+
+    #[test]
+    fn the_sql_names_the_table_and_its_schema() {
+        let sql = watermark_sql("gap_healer.watermarks");
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS gap_healer.watermarks ("));
+        assert!(sql.contains("GRANT USAGE ON SCHEMA gap_healer TO gap_healer;"));
+        assert!(!sql.contains("__watermark"), "{sql}");
+    }
+}

@@ -1,0 +1,229 @@
+//! The published contiguous watermark: a reader that bounds its naive
+//! `global_position > last` query by it never skips an event that commits
+//! late, while appends run in parallel; it never decreases; a restart
+//! resumes the proof from it; `check` and `sql` know its table.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gap_healer_testkit::bin::{cli, timing, Daemon};
+use gap_healer_testkit::pg::{connect, Ending, Store};
+use gap_healer_testkit::wait::until as wait_for;
+
+/// Creates the watermark table from what `gap-healer sql` prints (its
+/// GRANTs name a role the test server lacks; the test is superuser).
+async fn create_watermark_table(store: &Store, table: &str) {
+    let out = store.cli(&["sql", "--watermark-table", table]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let ddl: String = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let start = ddl.find("CREATE TABLE").expect("the watermark table's DDL");
+    store.client.batch_execute(&ddl[start..]).await.unwrap();
+}
+
+async fn watermark(store: &Store, table: &str) -> Option<i64> {
+    store
+        .client
+        .query_opt(
+            &format!("SELECT position FROM {table} WHERE store = 'default'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_bounded_by_the_watermark_never_skips_a_late_commit() {
+    let store = Arc::new(Store::new("watermark").await);
+    let table = format!("{}.watermarks", store.schema);
+    create_watermark_table(&store, &table).await;
+    let out = store.cli(&["check", "--watermark-table", &table]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.contains("watermark table"), "{}", out.stdout);
+
+    let d = Daemon::start(
+        &store,
+        &timing(
+            "300ms",
+            "50ms",
+            &["--watermark-table", &table, "--lock-timeout", "200ms"],
+        ),
+    );
+    // Writers: quick commits, slow appends (open 100-700 ms) that commit or
+    // roll back, each on a stream of its own.
+    let writing = Arc::new(AtomicBool::new(true));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (store, writing) = (store.clone(), writing.clone());
+        writers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while writing.load(Ordering::Relaxed) {
+                n += 1;
+                let stream = format!("w{w}-{n}");
+                match (w + n) % 4 {
+                    0 | 1 => {
+                        store.append(&stream, 1, Ending::Commit).await;
+                    }
+                    2 => {
+                        let open = store.append_open(&stream, 2).await;
+                        tokio::time::sleep(Duration::from_millis(100 + 150 * (n % 5))).await;
+                        open.commit().await.unwrap();
+                    }
+                    _ => {
+                        let open = store.append_open(&stream, 1).await;
+                        tokio::time::sleep(Duration::from_millis(100 + 100 * (n % 4))).await;
+                        open.rollback().await;
+                    }
+                }
+            }
+        }));
+    }
+    // Two readers at once: one bounded by the watermark, one naive.
+    let reader = connect().await;
+    let (bounded_sql, naive_sql) = (
+        format!(
+            "SELECT global_position FROM {s}.messages WHERE global_position > $1 AND global_position <= (SELECT position FROM {table} WHERE store = 'default') ORDER BY global_position",
+            s = store.schema
+        ),
+        format!(
+            "SELECT global_position FROM {}.messages WHERE global_position > $1 ORDER BY global_position",
+            store.schema
+        ),
+    );
+    let (mut bounded, mut naive) = (Vec::<i64>::new(), Vec::<i64>::new());
+    let mut marks = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(6) {
+        for (sql, seen) in [(&bounded_sql, &mut bounded), (&naive_sql, &mut naive)] {
+            let last = seen.last().copied().unwrap_or(0);
+            for row in reader.query(sql.as_str(), &[&last]).await.unwrap() {
+                seen.push(row.get(0));
+            }
+        }
+        marks.extend(watermark(&store, &table).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    writing.store(false, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let stopped = Instant::now();
+    let head = store.head().await;
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            watermark(&store, &table).await == Some(head)
+        })
+        .await,
+        "the watermark did not reach the head {head}: {:?}\n{}",
+        watermark(&store, &table).await,
+        d.log()
+    );
+    let caught_up = stopped.elapsed();
+    // Read what is left, bounded.
+    let last = bounded.last().copied().unwrap_or(0);
+    for row in reader.query(bounded_sql.as_str(), &[&last]).await.unwrap() {
+        bounded.push(row.get(0));
+    }
+    // Every position is an event or a tombstone now, and the bounded reader
+    // saw each one, in order: nothing skipped.
+    assert!(store.missing().await.is_empty());
+    assert_eq!(
+        bounded,
+        (1..=head).collect::<Vec<_>>(),
+        "the bounded reader skipped"
+    );
+    // The naive reader saw positions past a slow append and skipped its
+    // events when they committed later.
+    let naive_seen: std::collections::BTreeSet<i64> = naive.iter().copied().collect();
+    let tombstones = store.tombstone_positions().await;
+    let skipped = (1..=*naive.last().unwrap_or(&0))
+        .filter(|p| !naive_seen.contains(p) && !tombstones.contains(p))
+        .count();
+    assert!(
+        marks.windows(2).all(|w| w[0] <= w[1]),
+        "the watermark went down: {marks:?}"
+    );
+    println!(
+        "watermark: {} positions ({} tombstones), {} watermark readings never decreasing; the bounded reader skipped 0 events, the naive one {skipped} (slow appends' events it had passed before they committed); at the head {caught_up:?} after the writers stopped",
+        head,
+        tombstones.len(),
+        marks.len()
+    );
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+
+    // A restart resumes from the published watermark, not from the start.
+    let d = Daemon::start(
+        &store,
+        &[
+            "--watermark-table",
+            &table,
+            "--gap-timeout",
+            "300ms",
+            "--poll-interval",
+            "50ms",
+        ],
+    );
+    let from = format!("\"from\":{}", head + 1);
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            d.log().contains(&from)
+        })
+        .await,
+        "not resumed at {}: {}",
+        head + 1,
+        d.log()
+    );
+    d.terminate();
+    Arc::try_unwrap(store).ok().unwrap().drop_schema().await;
+}
+
+#[tokio::test]
+async fn check_names_a_missing_or_unwritable_watermark_table() {
+    let store = Store::new("watermark_check").await;
+    let table = format!("{}.watermarks", store.schema);
+    let out = store.cli(&["check", "--watermark-table", &table]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stdout.contains(&format!(
+            "{table} does not exist: create it with the statements `gap-healer sql` prints"
+        )),
+        "{}",
+        out.stdout
+    );
+    store
+        .client
+        .batch_execute(&format!("CREATE TABLE {table} (store text, position int)"))
+        .await
+        .unwrap();
+    let out = store.cli(&["check", "--watermark-table", &table]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("lacks the column(s) position bigint, updated_at"),
+        "{}",
+        out.stdout
+    );
+    // SQL Server: refused before anything connects.
+    let out = cli(
+        &[
+            "check",
+            "--engine",
+            "mssql",
+            "--connection-string",
+            "Server=tcp:db,1433;User Id=sa;Password=x",
+            "--watermark-table",
+            "dbo.w",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 2, "{}", out.all());
+    assert!(out.stderr.contains("watermark_table"), "{}", out.all());
+    store.drop_schema().await;
+}
