@@ -119,7 +119,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     };
     let mut settings = config::load(&cli.config, std::env::vars(), need)?;
     settings.select(&cli.stores)?;
-    let many = settings.stores.len() > 1;
+    let many = settings.stores.len() + settings.sets.len() > 1;
     match cli.command {
         Command::Config => {
             print!("{}", settings.to_toml());
@@ -131,6 +131,16 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                     println!("-- store {}", store.name);
                 }
                 print!("{}", engine::setup_sql(store.engine, &store.store));
+            }
+            for set in &settings.sets {
+                println!(
+                    "-- store set {}: in every database LIKE '{}'",
+                    set.name, set.databases
+                );
+                print!(
+                    "{}",
+                    engine::setup_sql(set.template.engine, &set.template.store)
+                );
             }
             return Ok(EXIT_OK);
         }
@@ -147,8 +157,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return run_daemon(&settings).await;
         }
         let pools = Pools::default();
+        let stores = crate::fleet::expand(&settings).await?;
+        let many = many || stores.len() > 1;
         let mut worst = EXIT_OK;
-        for store in &settings.stores {
+        for store in &stores {
             if many {
                 eprintln!("== store {}", store.name);
             }
@@ -208,7 +220,7 @@ async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     let names: Vec<&str> = settings.stores.iter().map(|s| s.name.as_str()).collect();
     info!(addr = %addr, stores = %names.join(","), "gap-healer listening on {addr}");
     let server = tokio::spawn(server);
-    let ended = crate::fleet::run(&settings.stores, board, stop.clone()).await;
+    let ended = crate::fleet::run(settings, board, stop.clone()).await;
     stop.cancel();
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),

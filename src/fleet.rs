@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, Instrument};
+use tracing::{error, info, warn, Instrument};
 
-use crate::config::Store;
+use crate::config::{Settings, Store, StoreSet};
+use crate::engine;
 use crate::engine::mssql::MssqlEngine;
 use crate::engine::postgres::PostgresEngine;
 use crate::engine::{DbResult, Engine, EngineKind, LeaderLock, Pools};
@@ -33,57 +34,180 @@ use crate::telemetry::{self, Board, Health};
 
 type StoreTask = Pin<Box<dyn Future<Output = Ended> + Send>>;
 
-/// Heals every store until `stop`, reporting each into `board`. Returns
-/// [`Ended::GaveUp`] only when every store gave up (`give_up_after`).
-pub async fn run(stores: &[Store], board: Arc<Board>, stop: CancellationToken) -> Ended {
-    let pools = Pools::default();
-    let mut locks = HashMap::new();
-    let mut tasks = JoinSet::new();
-    // Every engine is made before any task runs, so a shared pool knows how
-    // many stores share it before it first connects.
-    let mut ready = Vec::new();
-    for store in stores {
+/// The stores being healed, by name, and their tasks.
+struct Running {
+    pools: Pools,
+    locks: PgLocks,
+    board: Arc<Board>,
+    /// Each store's own stop, to stop a store whose database vanished.
+    stops: HashMap<String, CancellationToken>,
+    tasks: JoinSet<(String, Ended)>,
+}
+
+impl Running {
+    /// Starts healing `store` (once).
+    fn start(&mut self, store: &Store, stop: &CancellationToken) {
+        if self.stops.contains_key(&store.name) {
+            return;
+        }
         let health = Health::for_store(&store.name, store.poll_interval, store.lock_timeout);
         telemetry::register_store(&store.name);
-        board.add(health.clone());
-        match start(store, &pools, &mut locks, health.clone(), stop.clone()) {
-            Ok(task) => ready.push((store.name.clone(), task)),
+        self.board.add(health.clone());
+        let own = stop.child_token();
+        match start(
+            store,
+            &self.pools,
+            &mut self.locks,
+            health.clone(),
+            own.clone(),
+        ) {
+            Ok(task) => {
+                let name = store.name.clone();
+                let span = tracing::info_span!("store", store = %name);
+                self.tasks
+                    .spawn(async move { (name, task.await) }.instrument(span));
+                self.stops.insert(store.name.clone(), own);
+            }
             Err(e) => {
                 error!(store = %store.name, error = %e, "cannot heal this store");
                 health.scan_failed(&e.message);
             }
         }
     }
-    info!(
-        stores = stores.len(),
-        pools = pools.postgres.len() + pools.mssql.len(),
-        "healing {} store(s)",
-        stores.len()
-    );
-    for (name, task) in ready {
-        tasks.spawn(task.instrument(tracing::info_span!("store", store = %name)));
+
+    /// Stops healing `name` and forgets its health.
+    fn stop(&mut self, name: &str) {
+        if let Some(own) = self.stops.remove(name) {
+            own.cancel();
+        }
+        self.board.remove(name);
     }
-    let mut gave_up = Vec::new();
-    let mut stopped = 0;
-    while let Some(done) = tasks.join_next().await {
-        match done {
-            Ok(Ended::GaveUp { failing_for }) => gave_up.push(failing_for),
-            Ok(Ended::Stopped) => stopped += 1,
+
+    /// Lists `set`'s databases and starts or stops its stores to match.
+    async fn discover(&mut self, settings: &Settings, set: &StoreSet, stop: &CancellationToken) {
+        let kind = set.template.engine;
+        let catalog = set.store(engine::catalog_database(kind));
+        let found = match engine::list_databases(kind, &catalog.store, &set.databases).await {
+            Ok(found) => found,
             Err(e) => {
-                error!(error = %e, "a store's task failed");
-                stopped += 1;
+                metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone())
+                    .increment(1);
+                warn!(set = %set.name, error = %e, "cannot list the databases of this store set; keeping its stores as they are");
+                return;
+            }
+        };
+        let mut wanted = Vec::new();
+        for database in found {
+            if !StoreSet::accepts(&database) {
+                warn!(set = %set.name, database = %database, "skipping a database whose name is not [A-Za-z0-9_.-]{{1,63}}");
+                continue;
+            }
+            let store = set.store(&database);
+            if settings.selects(&store.name) {
+                wanted.push(store);
+            }
+        }
+        let prefix = format!("{}/", set.name);
+        let gone: Vec<String> = self
+            .stops
+            .keys()
+            .filter(|n| n.starts_with(&prefix) && !wanted.iter().any(|w| &w.name == *n))
+            .cloned()
+            .collect();
+        for name in gone {
+            info!(store = %name, "its database is gone: no longer healed");
+            self.stop(&name);
+        }
+        for store in &wanted {
+            if !self.stops.contains_key(&store.name) {
+                info!(store = %store.name, "database found: healing it");
+                self.start(store, stop);
             }
         }
     }
+}
+
+/// Heals every store and every store set's databases until `stop`,
+/// reporting each into `board`; store sets are listed again every
+/// `discover_interval`. Returns [`Ended::GaveUp`] only when every store gave
+/// up (`give_up_after`) and there is no store set to find more.
+pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken) -> Ended {
+    let mut running = Running {
+        pools: Pools::default(),
+        locks: HashMap::new(),
+        board,
+        stops: HashMap::new(),
+        tasks: JoinSet::new(),
+    };
+    // Every static store's engine is made before any task runs, so a shared
+    // pool knows how many stores share it before it first connects.
+    for store in &settings.stores {
+        running.start(store, &stop);
+    }
+    info!(
+        stores = settings.stores.len(),
+        store_sets = settings.sets.len(),
+        pools = running.pools.postgres.len() + running.pools.mssql.len(),
+        "healing {} store(s) and {} store set(s)",
+        settings.stores.len(),
+        settings.sets.len()
+    );
+    let mut gave_up = Vec::new();
+    let mut next_discovery = tokio::time::Instant::now();
+    loop {
+        if running.tasks.is_empty() && settings.sets.is_empty() {
+            break;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep_until(next_discovery), if !settings.sets.is_empty() => {
+                for set in &settings.sets {
+                    running.discover(settings, set, &stop).await;
+                }
+                next_discovery = tokio::time::Instant::now() + settings.daemon.discover_interval;
+            }
+            Some(done) = running.tasks.join_next() => match done {
+                Ok((name, Ended::GaveUp { failing_for })) => {
+                    // It stays on the board, failing, and is not restarted.
+                    error!(store = %name, "this store gave up; the others go on");
+                    gave_up.push(failing_for);
+                }
+                Ok((name, Ended::Stopped)) => {
+                    running.stops.remove(&name);
+                }
+                Err(e) => error!(error = %e, "a store's task failed"),
+            },
+        }
+    }
+    let stopped = stop.is_cancelled();
+    while running.tasks.join_next().await.is_some() {}
     match gave_up.iter().max() {
-        Some(longest) if stopped == 0 => Ended::GaveUp {
+        Some(longest) if !stopped && settings.sets.is_empty() => Ended::GaveUp {
             failing_for: *longest,
         },
         _ => Ended::Stopped,
     }
 }
 
-/// The task that heals `store`, on an engine of its kind.
+/// The stores a one-shot command works on: the static ones and, listed
+/// once, every store set's databases (as `--store` selects them).
+pub async fn expand(settings: &Settings) -> DbResult<Vec<Store>> {
+    let mut stores = settings.stores.clone();
+    for set in &settings.sets {
+        let kind = set.template.engine;
+        let catalog = set.store(engine::catalog_database(kind));
+        let found = engine::list_databases(kind, &catalog.store, &set.databases).await?;
+        stores.extend(
+            found
+                .iter()
+                .filter(|d| StoreSet::accepts(d))
+                .map(|d| set.store(d))
+                .filter(|s| settings.selects(&s.name)),
+        );
+    }
+    Ok(stores)
+}
+
 /// The PostgreSQL leader lock sessions, by connection string.
 type PgLocks = HashMap<String, Arc<SharedLock<PostgresEngine>>>;
 

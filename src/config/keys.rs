@@ -214,6 +214,16 @@ pub const KEYS: &[Key] = &[
         ),
     },
     Key {
+        name: "discover_interval",
+        help: "How often each [[store_sets]] entry's databases are listed again (stores appear and vanish without a restart)",
+        flag: Flag::Value("DURATION"),
+        unset: Unset::Default("5m"),
+        scope: Scope::daemon(
+            |v, d| parse_duration(v, Duration::from_secs(1)).map(|t| d.discover_interval = t),
+            |d| quote(&plain_duration(d.discover_interval)),
+        ),
+    },
+    Key {
         name: "start_from",
         help: "Where the first scan starts: checkpoints, head, or a position",
         flag: Flag::Value("FROM"),
@@ -613,7 +623,15 @@ mod tests {
             .filter(|k| !k.is_store())
             .map(|k| k.name)
             .collect();
-        assert_eq!(daemon, ["metrics_addr", "log_format", "log_level"]);
+        assert_eq!(
+            daemon,
+            [
+                "metrics_addr",
+                "discover_interval",
+                "log_format",
+                "log_level"
+            ]
+        );
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub enum LogFormat {
 #[derive(Clone, Debug)]
 pub struct DaemonSettings {
     pub metrics_addr: SocketAddr,
+    /// How often [`StoreSet`]s are listed again.
+    pub discover_interval: Duration,
     pub log_format: LogFormat,
     pub log_level: String,
 }
@@ -105,6 +107,7 @@ impl DaemonSettings {
     fn unset() -> Self {
         DaemonSettings {
             metrics_addr: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            discover_interval: Duration::ZERO,
             log_format: LogFormat::Text,
             log_level: String::new(),
         }
@@ -162,15 +165,60 @@ impl Deref for Store {
     }
 }
 
+/// A `[[store_sets]]` entry: every database of one server whose name is
+/// `LIKE` the pattern is a store `<set>/<database>`, configured as the
+/// template with `{database}` in its connection string replaced.
+#[derive(Clone, Debug)]
+pub struct StoreSet {
+    pub name: String,
+    /// A `LIKE` pattern over `pg_database` / `sys.databases`.
+    pub databases: String,
+    /// The stores' keys; its connection string holds `{database}`.
+    pub template: Store,
+}
+
+/// The placeholder of a [`StoreSet`]'s connection string.
+pub const DATABASE_PLACEHOLDER: &str = "{database}";
+
+impl StoreSet {
+    /// The store for `database` (a name [`StoreSet::accepts`]).
+    pub fn store(&self, database: &str) -> Store {
+        let mut store = self.template.clone();
+        store.name = format!("{}/{database}", self.name);
+        let cs = store
+            .config
+            .store
+            .connection_string
+            .expose()
+            .replace(DATABASE_PLACEHOLDER, database);
+        store.config.store.connection_string = ConnectionString::new(cs);
+        store
+    }
+
+    /// Whether a database's name can go into a connection string and a
+    /// store name as it is: `[A-Za-z0-9_.-]`, at most 63 characters.
+    pub fn accepts(database: &str) -> bool {
+        (1..=63).contains(&database.len())
+            && database
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    }
+}
+
 /// The validated configuration: the daemon's keys and the stores it heals.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub daemon: DaemonSettings,
     /// Where each daemon key's value came from.
     pub daemon_origins: Vec<(&'static str, String)>,
-    /// At least one; in the file's order.
+    /// In the file's order; at least one unless there are store sets.
     pub stores: Vec<Store>,
-    /// The stores came from `[[stores]]` entries (else one [`DEFAULT_STORE`]).
+    /// The `[[store_sets]]` entries, each discovered at run time.
+    pub sets: Vec<StoreSet>,
+    /// The `--store` names ([`Settings::select`]); empty: every store.
+    pub selected: Vec<String>,
+    /// The stores came from `[[stores]]` or `[[store_sets]]` entries (else
+    /// one [`DEFAULT_STORE`]).
     pub fleet: bool,
 }
 
@@ -269,6 +317,10 @@ pub fn load(
         .as_mut()
         .map(|f| std::mem::take(&mut f.stores))
         .unwrap_or_default();
+    let set_entries = file
+        .as_mut()
+        .map(|f| std::mem::take(&mut f.sets))
+        .unwrap_or_default();
     let env = Layer::env(env);
     let flags = Layer::flags(args);
     let layered = |entry: Option<&Layer>| {
@@ -287,8 +339,9 @@ pub fn load(
     v.read_keys(|k| !k.is_store(), &mut daemon, &mut StoreConfig::unset());
     problems.append(&mut v.problems);
     let daemon_origins = v.origins;
-    let fleet = !entries.is_empty();
+    let fleet = !entries.is_empty() || !set_entries.is_empty();
     let mut stores = Vec::new();
+    let mut sets = Vec::new();
     if !fleet {
         let (store, mut found) = read_store(DEFAULT_STORE, &top, None, need);
         problems.append(&mut found);
@@ -312,14 +365,16 @@ pub fn load(
             }
         }
         let mut seen = std::collections::BTreeSet::new();
-        for (i, entry) in entries.iter().enumerate() {
+        for (i, entry) in entries.iter().chain(&set_entries).enumerate() {
+            let is_set = i >= entries.len();
             let label = entry.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
             let origin = format!(
-                "config file {}, [[stores]] {label}",
+                "config file {}, [[{}]] {label}",
                 args.config
                     .as_deref()
                     .unwrap_or(std::path::Path::new("?"))
-                    .display()
+                    .display(),
+                if is_set { "store_sets" } else { "stores" }
             );
             let name = match &entry.name {
                 None => {
@@ -359,7 +414,36 @@ pub fn load(
             let figment = layered(Some(&entry.layer));
             let (store, mut found) = read_store(&name, &figment, Some(&name), need);
             problems.append(&mut found);
-            stores.push(store);
+            if !is_set {
+                stores.push(store);
+                continue;
+            }
+            let cs = store.store.connection_string.expose();
+            if !cs.is_empty() && !cs.contains(DATABASE_PLACEHOLDER) {
+                problems.push(Problem {
+                    key: "connection_string".into(),
+                    value: None,
+                    origin: origin.clone(),
+                    message: format!(
+                        "a [[store_sets]] entry's connection string names each database as {DATABASE_PLACEHOLDER}"
+                    ),
+                    store: Some(name.clone()),
+                });
+            }
+            match &entry.databases {
+                Some(pattern) if !pattern.is_empty() => sets.push(StoreSet {
+                    name,
+                    databases: pattern.clone(),
+                    template: store,
+                }),
+                _ => problems.push(Problem {
+                    key: "databases".into(),
+                    value: None,
+                    origin,
+                    message: "required: a LIKE pattern over the server's database names, e.g. \"tenant_%\"".into(),
+                    store: Some(name),
+                }),
+            }
         }
     }
     // Stores of one database each need their own leader lock: with one name
@@ -403,6 +487,8 @@ pub fn load(
             daemon,
             daemon_origins,
             stores,
+            sets,
+            selected: Vec::new(),
             fleet,
         })
     } else {
@@ -444,15 +530,27 @@ pub fn parse_store_name(name: &str) -> Result<String, String> {
 }
 
 impl Settings {
-    /// Keeps only the stores named (`--store`); every name must be one of them.
+    /// Keeps only the stores named (`--store`): a store, a store set (all of
+    /// its databases) or one database of a set (`<set>/<database>`, kept
+    /// for [`Settings::selects`] once discovered).
     pub fn select(&mut self, names: &[String]) -> Result<(), ConfigError> {
         if names.is_empty() {
             return Ok(());
         }
-        let known: Vec<&str> = self.stores.iter().map(|s| s.name.as_str()).collect();
+        let known: Vec<&str> = self
+            .stores
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain(self.sets.iter().map(|s| s.name.as_str()))
+            .collect();
+        let is_known = |n: &str| {
+            known.contains(&n)
+                || n.split_once('/')
+                    .is_some_and(|(set, _)| self.sets.iter().any(|s| s.name == set))
+        };
         let problems: Vec<Problem> = names
             .iter()
-            .filter(|n| !known.contains(&n.as_str()))
+            .filter(|n| !is_known(n))
             .map(|n| Problem {
                 key: "store".into(),
                 value: Some(n.clone()),
@@ -471,7 +569,22 @@ impl Settings {
             return Err(ConfigError { problems });
         }
         self.stores.retain(|s| names.contains(&s.name));
+        self.sets.retain(|set| {
+            names
+                .iter()
+                .any(|n| *n == set.name || n.starts_with(&format!("{}/", set.name)))
+        });
+        self.selected = names.to_vec();
         Ok(())
+    }
+
+    /// Whether a discovered store `<set>/<database>` is selected.
+    pub fn selects(&self, store: &str) -> bool {
+        self.selected.is_empty()
+            || self
+                .selected
+                .iter()
+                .any(|n| n == store || store.split_once('/').is_some_and(|(set, _)| set == n))
     }
 }
 
@@ -740,6 +853,13 @@ impl Settings {
                     out += &format!("\n[[stores]]\nname = {name}\n");
                     let keys = KEYS.iter().filter(|k| k.is_store());
                     out += &self.rows(keys, store, &store.origins);
+                }
+                for set in &self.sets {
+                    let name = toml::Value::String(set.name.clone());
+                    let databases = toml::Value::String(set.databases.clone());
+                    out += &format!("\n[[store_sets]]\nname = {name}\ndatabases = {databases}\n");
+                    let keys = KEYS.iter().filter(|k| k.is_store());
+                    out += &self.rows(keys, &set.template, &set.template.origins);
                 }
             }
         }

@@ -17,17 +17,21 @@ use super::{ConfigArgs, Problem, ENV_PREFIX};
 pub(super) struct FileLayers {
     pub(super) top: Figment,
     pub(super) stores: Vec<StoreEntry>,
+    pub(super) sets: Vec<StoreEntry>,
     pub(super) problems: Vec<Problem>,
 }
 
 /// One `[[stores]]` entry: its name (unvalidated) and its keys as a layer.
 pub(super) struct StoreEntry {
     pub(super) name: Option<String>,
+    /// A `[[store_sets]]` entry's `LIKE` pattern.
+    pub(super) databases: Option<String>,
     pub(super) layer: Layer,
 }
 
-/// The keys a file may hold besides the table's.
+/// The lists a file may hold besides the table's keys.
 const STORES: &str = "stores";
+const STORE_SETS: &str = "store_sets";
 
 /// The config file, its `[[stores]]`, and a problem for each key in it the
 /// table does not know.
@@ -59,44 +63,42 @@ pub(super) fn file(path: &Path) -> Result<FileLayers, Problem> {
     let origin = format!("config file {}", path.display());
     let mut problems: Vec<Problem> = table
         .keys()
-        .filter(|k| Key::find(k).is_none() && k.as_str() != STORES)
+        .filter(|k| Key::find(k).is_none() && ![STORES, STORE_SETS].contains(&k.as_str()))
         .map(|key| unknown(key, &origin, None))
         .collect();
-    let mut stores = Vec::new();
-    match table.remove(STORES) {
-        None => {}
-        Some(toml::Value::Array(entries)) => {
-            for (i, entry) in entries.into_iter().enumerate() {
-                match entry {
-                    toml::Value::Table(entry) => {
-                        let (entry, more) = store_entry(entry, path, i);
-                        problems.extend(more);
-                        stores.push(entry);
-                    }
-                    _ => problems.push(Problem {
-                        key: format!("{STORES}[{i}]"),
-                        value: None,
-                        origin: origin.clone(),
-                        message: "expected a table: write each store as a [[stores]] section"
-                            .into(),
-                        store: None,
-                    }),
-                }
-            }
-        }
-        Some(_) => problems.push(Problem {
-            key: STORES.into(),
+    let mut lists = [Vec::new(), Vec::new()];
+    for (list, found) in [STORES, STORE_SETS].into_iter().zip(&mut lists) {
+        let wrong = |key: String| Problem {
+            key,
             value: None,
             origin: origin.clone(),
-            message: "expected a list of tables: write each store as a [[stores]] section".into(),
+            message: format!("expected a table: write each entry as a [[{list}]] section"),
             store: None,
-        }),
+        };
+        match table.remove(list) {
+            None => {}
+            Some(toml::Value::Array(entries)) => {
+                for (i, entry) in entries.into_iter().enumerate() {
+                    match entry {
+                        toml::Value::Table(entry) => {
+                            let (entry, more) = store_entry(entry, path, list, i);
+                            problems.extend(more);
+                            found.push(entry);
+                        }
+                        _ => problems.push(wrong(format!("{list}[{i}]"))),
+                    }
+                }
+            }
+            Some(_) => problems.push(wrong(list.to_string())),
+        }
     }
+    let [stores, sets] = lists;
     // The top level still holds `stores`: nothing reads it from there.
     let top = Figment::from(Toml::file(path));
     Ok(FileLayers {
         top,
         stores,
+        sets,
         problems,
     })
 }
@@ -116,14 +118,23 @@ fn unknown(key: &str, origin: &str, store: Option<&str>) -> Problem {
 
 /// One `[[stores]]` entry as a layer, and its problems: keys the table does
 /// not know, and daemon-wide keys (they belong at the top level).
-fn store_entry(mut entry: toml::Table, path: &Path, index: usize) -> (StoreEntry, Vec<Problem>) {
-    let name = match entry.remove("name") {
-        Some(toml::Value::String(name)) => Some(name),
-        Some(other) => Some(other.to_string()),
-        None => None,
+fn store_entry(
+    mut entry: toml::Table,
+    path: &Path,
+    list: &str,
+    index: usize,
+) -> (StoreEntry, Vec<Problem>) {
+    let text = |v: toml::Value| match v {
+        toml::Value::String(s) => s,
+        other => other.to_string(),
+    };
+    let name = entry.remove("name").map(text);
+    let databases = match list {
+        STORE_SETS => entry.remove("databases").map(text),
+        _ => None,
     };
     let label = name.clone().unwrap_or_else(|| format!("#{}", index + 1));
-    let origin = format!("config file {}, [[stores]] {label}", path.display());
+    let origin = format!("config file {}, [[{list}]] {label}", path.display());
     let mut problems = Vec::new();
     let mut values = Dict::new();
     for (key, value) in entry {
@@ -156,7 +167,14 @@ fn store_entry(mut entry: toml::Table, path: &Path, index: usize) -> (StoreEntry
         values,
         origin: Arc::new(move |_: &str| origin.clone()),
     };
-    (StoreEntry { name, layer }, problems)
+    (
+        StoreEntry {
+            name,
+            databases,
+            layer,
+        },
+        problems,
+    )
 }
 
 /// A figment provider of raw string values that can name the exact

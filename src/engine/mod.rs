@@ -399,6 +399,35 @@ pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
     }
 }
 
+/// The databases of a server whose names are `LIKE` `pattern`, asked on
+/// the database `settings` connects to.
+pub async fn list_databases(
+    kind: EngineKind,
+    settings: &StoreSettings,
+    pattern: &str,
+) -> DbResult<Vec<String>> {
+    match kind {
+        EngineKind::Postgres => {
+            postgres::PostgresEngine::new(settings)?
+                .list_databases(pattern)
+                .await
+        }
+        EngineKind::Mssql => {
+            mssql::MssqlEngine::new(settings)?
+                .list_databases(pattern)
+                .await
+        }
+    }
+}
+
+/// The database a server always has, to list the others from.
+pub fn catalog_database(kind: EngineKind) -> &'static str {
+    match kind {
+        EngineKind::Postgres => "postgres",
+        EngineKind::Mssql => "master",
+    }
+}
+
 /// Which engine a configuration names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

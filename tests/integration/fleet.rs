@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use gap_healer_testkit::bin::{cli, Daemon};
-use gap_healer_testkit::pg::{connect, named, pg_url, Store};
+use gap_healer_testkit::pg::{connect, named, pg_url, with_param, Store};
 use gap_healer_testkit::wait::until as wait_for;
 
 /// A fleet file: the top-level keys, then one `[[stores]]` entry per
@@ -276,4 +276,139 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
         store.drop_schema().await;
     }
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
+}
+
+/// A database `name` with the Eventuous tables in schema `eventuous` and
+/// holes of the given widths.
+async fn tenant(name: &str, widths: &[usize]) -> Store {
+    let admin = connect().await;
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        admin.batch_execute(&sql).await.unwrap();
+    }
+    let url = with_param(&pg_url().replace("dbname=test", ""), "dbname", name);
+    let client = gap_healer_testkit::pg::connect_to(&url).await;
+    let store = Store::create(client, &url, "eventuous").await.unwrap();
+    store.append_holes(widths).await;
+    store
+}
+
+async fn drop_database(name: &str) {
+    connect()
+        .await
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_ones() {
+    let prefix = format!("ghts_{}", std::process::id());
+    let (a, b) = (format!("{prefix}_a"), format!("{prefix}_b"));
+    let ta = tenant(&a, &[1]).await;
+    let tb = tenant(&b, &[2]).await;
+    let template = with_param(&pg_url().replace("dbname=test", ""), "dbname", "{database}");
+    let dir = std::env::temp_dir().join(format!("gh-fleet-sets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fleet.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "engine = \"postgres\"\ngap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\ndiscover_interval = \"1s\"\n\n[[store_sets]]\nname = \"tenants\"\ndatabases = \"{prefix}_%\"\nconnection_string = {}\n",
+            toml::Value::String(template)
+        ),
+    )
+    .unwrap();
+    let config = file.display().to_string();
+
+    // One-shot: the set's databases are listed once; --store picks one.
+    let out = cli(&["scan", "--config", &config], &[]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(
+        out.stderr.contains(&format!("== store tenants/{a}"))
+            && out.stderr.contains(&format!("== store tenants/{b}")),
+        "{}",
+        out.all()
+    );
+    let out = cli(
+        &[
+            "scan",
+            "--config",
+            &config,
+            "--store",
+            &format!("tenants/{b}"),
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(
+        out.stdout.contains("1 hole (2 missing positions)"),
+        "{}",
+        out.stdout
+    );
+
+    let d = Daemon::spawn(
+        &[
+            "run".into(),
+            "--config".into(),
+            config.clone(),
+            "--log-format".into(),
+            "json".into(),
+        ],
+        &[],
+    );
+    for store in [&ta, &tb] {
+        assert!(
+            store.wait_until_healed(Duration::from_secs(10)).await,
+            "{}",
+            d.log()
+        );
+    }
+    // A new tenant is found and healed, without a restart.
+    let c = format!("{prefix}_c");
+    let created = Instant::now();
+    let tc = tenant(&c, &[3]).await;
+    assert!(
+        tc.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        d.log()
+    );
+    println!(
+        "store set: a new tenant database healed {:?} after it was created (discover_interval 1s)",
+        created.elapsed()
+    );
+    // A dropped one is no longer healed, and leaves /status.
+    drop(tb);
+    drop_database(&b).await;
+    let gone = format!("tenants/{b}");
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            !d.get("/status").await.1.contains(&gone)
+        })
+        .await,
+        "{}",
+        d.get("/status").await.1
+    );
+    let status = d.get("/status").await.1;
+    assert!(
+        status.contains(&format!("tenants/{a}")) && status.contains(&format!("tenants/{c}")),
+        "{status}"
+    );
+    assert_eq!(
+        d.get("/readyz").await.0,
+        200,
+        "{}",
+        d.get("/readyz").await.1
+    );
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("its database is gone"), "{log}");
+    drop(ta);
+    drop(tc);
+    for db in [a, c] {
+        drop_database(&db).await;
+    }
+    std::fs::remove_dir_all(dir).ok();
 }

@@ -230,6 +230,14 @@ impl MssqlEngine {
         })
     }
 
+    /// The names of the server's user databases `LIKE` `pattern`.
+    pub async fn list_databases(&self, pattern: &str) -> DbResult<Vec<String>> {
+        let rows = self.read_first(sql::DATABASES, &[&pattern]).await?;
+        rows.iter()
+            .map(|row| Ok(get::<&str>(row, "name")?.unwrap_or_default().to_string()))
+            .collect()
+    }
+
     /// Which server this is (asked once: `sql/mssql/server.sql`).
     pub async fn server(&self) -> DbResult<Server> {
         if let Some(server) = self.server.get() {

@@ -32,6 +32,7 @@ pub(crate) const FILL_MODE: &str = include_str!("../../../sql/mssql/fill_mode.sq
 pub(crate) const GRANTS: &str = include_str!("../../../sql/mssql/grants.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/mssql/preflight.sql");
 pub(crate) const SERVER: &str = include_str!("../../../sql/mssql/server.sql");
+pub(crate) const DATABASES: &str = include_str!("../../../sql/mssql/databases.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
 /// Takes the leader lock on a dedicated session. Names no schema: an
 /// application lock belongs to the database, and its name is `@P1`.
@@ -469,7 +470,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 14] = [
+    const ALL: [(&str, &str); 15] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
@@ -484,11 +485,19 @@ mod tests {
         ("leader_lock", LEADER_LOCK),
         ("leader_check", LEADER_CHECK),
         ("server", SERVER),
+        ("databases", DATABASES),
     ];
 
-    /// Files that name no schema: the session's own state, and the leader
-    /// lock (an application lock of the database, named by `@P1`).
-    const SCHEMALESS: [&str; 4] = ["session_state", "leader_lock", "leader_check", "server"];
+    /// Files that name no schema: the session's own state, the leader
+    /// lock (an application lock of the database, named by `@P1`), the
+    /// server and its databases.
+    const SCHEMALESS: [&str; 5] = [
+        "session_state",
+        "leader_lock",
+        "leader_check",
+        "server",
+        "databases",
+    ];
 
     #[test]
     fn every_sql_file_is_listed() {

@@ -125,6 +125,17 @@ impl PostgresEngine {
         db_error(&self.target.cs, e, during)
     }
 
+    /// The names of the server's databases `LIKE` `pattern` that accept
+    /// connections.
+    pub async fn list_databases(&self, pattern: &str) -> DbResult<Vec<String>> {
+        let conn = self.pool.checkout().await?;
+        let rows = conn
+            .query(sql::DATABASES, &[&pattern])
+            .await
+            .map_err(|e| self.error(&e, "list databases"))?;
+        rows.iter().map(|r| get(r, "name")).collect()
+    }
+
     fn messages_table(&self) -> String {
         format!("{}.messages", self.schema)
     }

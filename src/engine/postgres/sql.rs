@@ -21,6 +21,7 @@ pub(crate) const TABLE_EXISTS: &str = include_str!("../../../sql/postgres/table_
 pub(crate) const PRIMARY_KEY: &str = include_str!("../../../sql/postgres/primary_key.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/postgres/preflight.sql");
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/postgres/leader_lock.sql");
+pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases.sql");
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
 const GRANTS: &str = include_str!("../../../sql/postgres/grants.sql");
 
