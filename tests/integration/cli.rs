@@ -97,6 +97,60 @@ async fn heal_once_backfills_a_large_table_in_chunks() {
     store.drop_schema().await;
 }
 
+/// Logs carry no colour (no ESC byte) when stderr is a file, as under
+/// journald or `kubectl logs`; on a terminal they do, unless NO_COLOR.
+#[tokio::test]
+async fn logs_are_plain_text_unless_stderr_is_a_terminal() {
+    let store = store_with_holes("colour").await;
+    let file = std::env::temp_dir().join(format!("gh-colour-{}.log", std::process::id()));
+    let status = gap_healer_testkit::bin::command(
+        [
+            &["scan", "--start-from", "0"][..],
+            &store.args().iter().map(String::as_str).collect::<Vec<_>>(),
+        ]
+        .concat(),
+        [("RUST_LOG", "debug")],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&file).unwrap())
+    .status()
+    .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read(&file).unwrap();
+    std::fs::remove_file(&file).ok();
+    assert!(
+        !log.contains(&0x1b),
+        "ESC in a log file:\n{}",
+        String::from_utf8_lossy(&log)
+    );
+    assert!(
+        log.windows(6).any(|w| w == b" INFO "),
+        "{}",
+        String::from_utf8_lossy(&log)
+    );
+
+    let args: Vec<String> = ["scan", "--start-from", "0"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(store.args())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let on_terminal = gap_healer_testkit::bin::cli_on_terminal(&args, &[]);
+    assert!(
+        on_terminal.stderr.contains("\u{1b}[32m INFO"),
+        "{:?}",
+        on_terminal.stderr
+    );
+    let no_color = gap_healer_testkit::bin::cli_on_terminal(&args, &[("NO_COLOR", "1")]);
+    assert!(no_color.stderr.contains(" INFO "), "{:?}", no_color.stderr);
+    assert!(
+        !no_color.stderr.contains("\u{1b}[32m"),
+        "{:?}",
+        no_color.stderr
+    );
+    store.drop_schema().await;
+}
+
 #[tokio::test]
 async fn check_passes_on_a_good_store_and_fails_with_exit_3_on_a_wrong_one() {
     let store = Store::new("check").await;
