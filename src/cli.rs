@@ -214,7 +214,32 @@ async fn run_daemon<E: Engine + LeaderLock>(
     Ok(match ended {
         Ended::Stopped => EXIT_OK,
         Ended::GaveUp { .. } => EXIT_INCOMPLETE,
+        Ended::StartAboveHead { from, head } => {
+            return Err(start_above_head(settings, from, head).into());
+        }
     })
+}
+
+/// `run` refuses a `start_from` above the head of a table with events, as a
+/// configuration problem (exit 2) naming the key, its value and origin.
+fn start_above_head(settings: &Settings, from: i64, head: i64) -> config::ConfigError {
+    let origin = settings
+        .origins
+        .iter()
+        .find(|(key, _)| *key == "start_from")
+        .map_or("default", |(_, origin)| origin.as_str());
+    config::ConfigError {
+        problems: vec![config::Problem {
+            key: "start_from".into(),
+            value: Some(settings.start_from.to_string()),
+            origin: origin.into(),
+            message: format!(
+                "the scan would start at {from}, above the head {head} of {}.messages (a table with events): no hole at or below {head} would ever be examined; give a position of at most {}, or head, or checkpoints",
+                settings.store.schema,
+                head + 1
+            ),
+        }],
+    }
 }
 
 /// A progress bar on stderr when it is a terminal, hidden otherwise.
@@ -262,27 +287,49 @@ async fn scan<E: Engine>(
     let start = scan_all(&mut healer, &stop).await?;
     let holes: Vec<_> = healer.tracker().ranges();
     let positions: u64 = holes.iter().map(|r| r.width()).sum();
-    let head = healer.examined().unwrap_or(start.head);
+    // The head is the table's: a start above it examined nothing up there.
+    let head = if start.above_head() {
+        start.head
+    } else {
+        healer.examined().unwrap_or(start.head)
+    };
+    let above_head = start.above_head().then(|| {
+        format!(
+            "the scan started at {}, above the head {}: positions at or below {} were not examined, so holes among them are not reported (--start-from 0 examines the whole table)",
+            start.after + 1,
+            start.head,
+            start.after
+        )
+    });
     match format {
         Format::Json => {
-            let report = serde_json::json!({
+            let mut report = serde_json::json!({
                 "from": start.after + 1,
                 "head": head,
                 "holes": holes.iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
                 "hole_count": holes.len(),
                 "positions": positions,
             });
+            if let Some(warning) = &above_head {
+                report["warning"] = serde_json::json!(warning);
+            }
             println!("{report}");
         }
         Format::Text => {
+            if let Some(warning) = &above_head {
+                println!("WARNING: {warning}");
+            }
+            let span = if above_head.is_some() {
+                format!("from {} on, above the head {head}", start.after + 1)
+            } else {
+                format!("between {} and the head {head}", start.after + 1)
+            };
             println!(
-                "{} hole{} ({} missing position{}) between {} and the head {}",
+                "{} hole{} ({} missing position{}) {span}",
                 holes.len(),
                 if holes.len() == 1 { "" } else { "s" },
                 positions,
                 if positions == 1 { "" } else { "s" },
-                start.after + 1,
-                head
             );
             for r in &holes {
                 println!(

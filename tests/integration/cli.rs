@@ -97,6 +97,96 @@ async fn heal_once_backfills_a_large_table_in_chunks() {
     store.drop_schema().await;
 }
 
+/// `--start-from` above the head: `scan` shows the real head and warns that
+/// nothing below was examined; `heal --once` warns; `run` refuses with exit
+/// 2 naming start_from, unless the table is empty.
+#[tokio::test]
+async fn start_from_above_the_head_is_reported_honestly_and_refused_by_run() {
+    let store = store_with_holes("above").await;
+    let out = store.cli(&["scan", "--start-from", "999999"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "WARNING: the scan started at 999999, above the head 7: positions at or below 999998 were not examined, so holes among them are not reported (--start-from 0 examines the whole table)\n\
+         0 holes (0 missing positions) from 999999 on, above the head 7\n"
+    );
+    assert!(out.stderr.contains(" WARN "), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(
+        store
+            .cli(&["scan", "--start-from", "999999", "--format", "json"])
+            .stdout
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(v["head"], 7);
+    assert!(
+        v["warning"].as_str().unwrap().contains("above the head 7"),
+        "{v}"
+    );
+
+    let out = store.cli(&[
+        "heal",
+        "--once",
+        "--start-from",
+        "999999",
+        "--gap-timeout",
+        "0s",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.contains(" WARN ") && l.contains("above the head")),
+        "{}",
+        out.stderr
+    );
+
+    let out = store.cli(&[
+        "run",
+        "--start-from",
+        "999999",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.code, 2, "{}", out.all());
+    assert!(
+        out.stderr.contains("start_from = \"999999\" (from flag --start-from): the scan would start at 999999, above the head 7"),
+        "{}",
+        out.stderr
+    );
+    assert!(store.tombstone_positions().await.is_empty());
+    // One above the head is where start_from = head starts: accepted.
+    let mut daemon = Daemon::start(&store, &["--start-from", "8"]);
+    assert!(
+        runs_past_its_first_scan(&mut daemon).await,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(daemon.terminate().0, Some(0));
+    store.drop_schema().await;
+
+    // An empty table may start anywhere: the rows will come.
+    let empty = Store::new("above_empty").await;
+    let mut daemon = Daemon::start(&empty, &["--start-from", "999999"]);
+    assert!(
+        runs_past_its_first_scan(&mut daemon).await,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(daemon.terminate().0, Some(0));
+    empty.drop_schema().await;
+}
+
+/// The daemon has resolved its start and still runs half a second later.
+async fn runs_past_its_first_scan(daemon: &mut Daemon) -> bool {
+    let started = gap_healer_testkit::wait::until(Duration::from_secs(10), || async {
+        !daemon.lines_with("scan starts").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    started && daemon.alive()
+}
+
 /// Logs carry no colour (no ESC byte) when stderr is a file, as under
 /// journald or `kubectl logs`; on a terminal they do, unless NO_COLOR.
 #[tokio::test]
