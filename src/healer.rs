@@ -288,7 +288,18 @@ impl<E: Engine> Healer<E> {
 
     /// Tries every hole that is due, unless in dry-run mode or not the leader.
     pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
-        self.fill_due_after(stop, None).await
+        self.fill_due_after(stop, None, None).await
+    }
+
+    /// [`Healer::fill_due`] for a one-shot backfill: `progress` gets the
+    /// report so far after every statement, and each statement is logged at
+    /// DEBUG rather than INFO (the caller reports the progress instead).
+    pub async fn fill_due_with_progress(
+        &mut self,
+        stop: &CancellationToken,
+        progress: &mut (dyn FnMut(&FillReport) + Send),
+    ) -> FillReport {
+        self.fill_due_after(stop, None, Some(progress)).await
     }
 
     /// [`Healer::fill_due`] right after a scan step: due holes that step
@@ -297,6 +308,7 @@ impl<E: Engine> Healer<E> {
         &mut self,
         stop: &CancellationToken,
         rechecked: Option<Rechecked>,
+        mut progress: Option<&mut (dyn FnMut(&FillReport) + Send)>,
     ) -> FillReport {
         let mut report = FillReport::default();
         let now = Instant::now();
@@ -385,8 +397,11 @@ impl<E: Engine> Healer<E> {
             let Some(fence) = self.leader.fence() else {
                 break;
             };
-            self.fill_batch(batch, &fence, &mut queue, &mut report)
+            self.fill_batch(batch, &fence, &mut queue, &mut report, progress.is_none())
                 .await;
+            if let Some(progress) = progress.as_deref_mut() {
+                progress(&report);
+            }
         }
         report
     }
@@ -399,6 +414,7 @@ impl<E: Engine> Healer<E> {
         fence: &Fence,
         queue: &mut Vec<plan::Batch>,
         report: &mut FillReport,
+        log_each: bool,
     ) {
         let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
         let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
@@ -409,7 +425,11 @@ impl<E: Engine> Healer<E> {
         report.statements += 1;
         match outcome {
             Ok(FillOutcome::Filled { rows }) => {
-                info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                if log_each {
+                    info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                } else {
+                    debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                }
                 metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled").increment(1);
                 metrics::counter!(t::TOMBSTONES_INSERTED).increment(rows);
                 report.tombstones += rows;
@@ -650,7 +670,7 @@ impl<E: Engine> Healer<E> {
                 }
             }
             let drained = {
-                let fill = self.fill_due_after(&stop, rechecked);
+                let fill = self.fill_due_after(&stop, rechecked, None);
                 tokio::pin!(fill);
                 tokio::select! {
                     _ = &mut fill => true,

@@ -66,22 +66,13 @@ async fn scan_reports_holes_in_text_and_json_and_exits_1() {
 #[tokio::test]
 async fn heal_once_backfills_a_large_table_in_chunks() {
     let store = Store::new("backfill").await;
-    let s = &store.schema;
-    // 50,000 rows at g + g/9: one position missing after every 9th row, made set-based.
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 49999);
-             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, g + g / 9, '{{}}', now() FROM generate_series(1, 50000) g;
-             SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), (SELECT MAX(global_position) FROM {s}.messages));"
-        ))
-        .await
-        .unwrap();
+    // 50,000 rows at g + g/9: one position missing after every 9th row.
+    store.insert_bulk(50_000, "g + g / 9").await;
     let missing = store.missing().await.len();
     assert!(missing > 5_000, "{missing}");
+    let started = std::time::Instant::now();
     let out = store.heal_once("0s", &["--scan-page-size", "5000"]);
+    let took = started.elapsed();
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(
         out.stdout
@@ -89,10 +80,187 @@ async fn heal_once_backfills_a_large_table_in_chunks() {
         "{}",
         out.stdout
     );
+    // Without a terminal: progress lines at most every 5 s, not one INFO
+    // line per fill statement, with whole rates.
+    assert!(
+        !out.stderr.contains("filled hole with tombstones"),
+        "one log line per statement:\n{}",
+        out.stderr
+    );
+    let progress: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" INFO ") && l.contains("filling: "))
+        .collect();
+    assert!(!progress.is_empty(), "no progress line:\n{}", out.stderr);
+    assert!(
+        progress.len() as u64 <= 1 + took.as_secs() / 5,
+        "{} progress lines in {took:?}:\n{}",
+        progress.len(),
+        out.stderr
+    );
+    for line in &progress {
+        assert_whole_rate(line);
+    }
     assert!(store.missing().await.is_empty());
     assert_eq!(
         store.assert_tombstone_stream_consistent().await as usize,
         missing
+    );
+    store.drop_schema().await;
+}
+
+/// A rate as `heal --once` and `scan` show it: a whole number of positions
+/// per second (thousands separated), never `320,142.9452/s`.
+fn assert_whole_rate(line: &str) {
+    let at = line
+        .find(" positions/s")
+        .unwrap_or_else(|| panic!("no rate in {line:?}"));
+    let figure = line[..at].rsplit(['(', ' ']).next().unwrap_or_default();
+    assert!(
+        !figure.is_empty() && figure.chars().all(|c| c.is_ascii_digit() || c == ','),
+        "rate {figure:?} in {line:?}"
+    );
+}
+
+/// The frames of the bar `what` drawn on a terminal: (position, length).
+fn bar_frames(terminal: &str, what: &str) -> Vec<(u64, u64)> {
+    let number = |s: &str| s.trim().replace(',', "").parse::<u64>().ok();
+    terminal
+        .split(&format!("{what} ["))
+        .skip(1)
+        .filter_map(|frame| {
+            let counts = frame.split("] ").nth(1)?.split(" positions").next()?;
+            let (pos, len) = counts.split_once('/')?;
+            assert_whole_rate(frame.split(['\r', '\n']).next()?);
+            Some((number(pos)?, number(len)?))
+        })
+        .collect()
+}
+
+/// On a terminal, the fill's bar advances with the tombstones written (it
+/// stayed at 0 until the end), and rates are whole positions per second.
+#[tokio::test]
+async fn heal_once_on_a_terminal_shows_the_fill_advancing() {
+    let store = Store::new("bar").await;
+    // One position missing after every 9th row: about 5,555 holes, which
+    // take 6 statements of at most 1,000 ranges.
+    store.insert_bulk(50_000, "g + g / 9").await;
+    let missing = store.missing().await.len() as u64;
+    let args: Vec<String> = ["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(store.args())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = gap_healer_testkit::bin::cli_on_terminal(&args, &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let frames = bar_frames(&out.stderr, "filling");
+    println!("the fill's bar on a terminal, (position, length) per frame: {frames:?}");
+    assert!(frames.iter().all(|(_, len)| *len == missing), "{frames:?}");
+    assert!(
+        frames.iter().any(|(pos, len)| 0 < *pos && pos < len),
+        "the fill's bar never showed a position between 0 and {missing}: {frames:?}\n{}",
+        out.stderr
+    );
+    let positions: Vec<u64> = frames.iter().map(|(pos, _)| *pos).collect();
+    assert!(positions.windows(2).all(|w| w[0] <= w[1]), "{positions:?}");
+    assert!(
+        !bar_frames(&out.stderr, "scanning").is_empty(),
+        "{}",
+        out.stderr
+    );
+    store.drop_schema().await;
+}
+
+/// `scan` lists 20 holes in text unless told otherwise, then says how many
+/// it left out; JSON lists every hole unless given --limit.
+#[tokio::test]
+async fn scan_lists_at_most_a_limit_of_holes_and_counts_the_rest() {
+    let store = Store::new("limit").await;
+    // Rows at 1, 3, ..., 51: 25 one-position holes at 2, 4, ..., 50.
+    store.insert_bulk(26, "g * 2 - 1").await;
+    let listed = |stdout: &str| stdout.lines().filter(|l| l.ends_with(" position")).count();
+    let out = store.cli(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(
+        out.stdout
+            .starts_with("25 holes (25 missing positions) between 1 and the head 51\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(listed(&out.stdout), 20, "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with("... and 5 more holes (use --all)\n"),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli(&["scan", "--start-from", "0", "--limit", "1"]);
+    assert_eq!(listed(&out.stdout), 1, "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with(
+            "  2                                 1 position\n... and 24 more holes (use --all)\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli(&["scan", "--start-from", "0", "--all"]);
+    assert_eq!(listed(&out.stdout), 25, "{}", out.stdout);
+    assert!(!out.stdout.contains("more hole"), "{}", out.stdout);
+
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = store.cli(&[&["scan", "--start-from", "0", "--format", "json"], args].concat());
+        assert_eq!(out.code, 1, "{}", out.all());
+        serde_json::from_str(out.stdout.trim()).expect("json")
+    };
+    let all = json(&[]);
+    assert_eq!(all["holes"].as_array().unwrap().len(), 25);
+    assert_eq!(
+        (all["hole_count"].as_u64(), all["holes_not_listed"].as_u64()),
+        (Some(25), Some(0))
+    );
+    let two = json(&["--limit", "2"]);
+    assert_eq!(two["holes"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        (two["hole_count"].as_u64(), two["holes_not_listed"].as_u64()),
+        (Some(25), Some(23))
+    );
+
+    for bad in [
+        &["--limit", "x"][..],
+        &["--limit", "3", "--all"],
+        &["--limit", "-1"],
+    ] {
+        let out = store.cli(&[&["scan", "--start-from", "0"], bad].concat());
+        assert_eq!(out.code, 2, "{bad:?}: {}", out.all());
+    }
+    store.drop_schema().await;
+}
+
+/// The `heal --once` summary: positions filled, statements (and what each
+/// met), and what is left, exactly. A held position costs several
+/// statements (probes) but is one position left, never counted as filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heal_once_summary_counts_positions_statements_and_what_is_left() {
+    // Holes at 2 and 4..=6; then 9, taken by an append left open.
+    let store = Store::with_holes("summary", &[1, 3]).await;
+    let open = store.open_append_between(1).await;
+    assert_eq!(open.positions, vec![9]);
+    let out = store.heal_once("0s", &["--lock-timeout", "300ms"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "filled 4 position(s) with 5 statement(s) (2 wrote tombstones, 0 refused by a committed append, 3 by a held position, 0 failed); 1 position(s) in 1 hole(s) left\n",
+        "{}",
+        out.stderr
+    );
+    assert_eq!(store.tombstone_positions().await, vec![2, 4, 5, 6]);
+    open.rollback().await;
+    let out = store.heal_once("0s", &["--dry-run"]);
+    assert_eq!(
+        out.stdout, "dry run: would have filled 1 position(s) in 1 hole(s); nothing written\n",
+        "{}",
+        out.stderr
     );
     store.drop_schema().await;
 }

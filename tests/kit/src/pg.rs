@@ -387,6 +387,25 @@ impl Store {
         open
     }
 
+    /// `rows` events of one stream `bulk`, inserted in one statement at the
+    /// positions the SQL expression `position` gives for `g` = 1..=`rows`
+    /// (`g * 2` leaves a hole before every row), the identity moved past the
+    /// highest. For tables too large to append event by event.
+    pub async fn insert_bulk(&self, rows: i64, position: &str) {
+        let s = &self.schema;
+        self.client
+            .batch_execute(&format!(
+                "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', {rows} - 1);
+                 INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+                 OVERRIDING SYSTEM VALUE
+                 SELECT gen_random_uuid(), '{EVENT_TYPE}', (SELECT stream_id FROM {s}.streams WHERE stream_name = 'bulk'), g - 1, {position}, '{{}}', now()
+                 FROM generate_series(1, {rows}) g;
+                 SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), (SELECT MAX(global_position) FROM {s}.messages));"
+            ))
+            .await
+            .expect("insert the bulk rows");
+    }
+
     /// Moves the identity so the next append lands `gap` positions further on
     /// (what SQL Server's identity cache does after a failover).
     pub async fn try_jump_identity(&self, gap: i64) -> Result<(), tokio_postgres::Error> {
