@@ -457,6 +457,115 @@ async fn check_passes_on_a_good_store_and_fails_with_exit_3_on_a_wrong_one() {
     assert!(out.stdout.contains("password=***"), "{}", out.all());
 }
 
+/// A login without rights: `check` names every missing right and the GRANT
+/// that gives it, and goes on with the other findings; the GRANTs it prints
+/// work as they are. `scan` (read-only) says a right is missing, never
+/// "tombstone stream".
+#[tokio::test]
+async fn check_names_each_missing_right_with_the_grant_to_run() {
+    let store = Store::with_holes("rights", &[1]).await;
+    let s = store.schema.clone();
+    let role = format!("{s}_login");
+    let cs = store.create_login(&role).await;
+    // The GRANTs of a `rights` finding, as printed.
+    let grants = |stdout: &str| -> String {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL rights"))
+            .unwrap_or_else(|| panic!("no failed rights finding:\n{stdout}"));
+        let run = line.split("run: ").nth(1).expect("the GRANTs to run");
+        run.split(" (every grant").next().unwrap().to_string()
+    };
+
+    let out = store.cli_at(&cs, &["check"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    for other in [
+        "ok   schema",
+        "ok   global position",
+        "ok   messages columns",
+        "ok   streams columns",
+        "ok   checkpoints table",
+    ] {
+        assert!(out.stdout.contains(other), "{other}:\n{}", out.stdout);
+    }
+    assert!(
+        out.stdout.ends_with("1 check(s) failed\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        grants(&out.stdout),
+        format!(
+            "GRANT USAGE ON SCHEMA {s} TO {role}; GRANT SELECT, INSERT ON {s}.messages TO {role}; \
+             GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role}; \
+             GRANT SELECT ON {s}.checkpoints TO {role};"
+        )
+    );
+    let out = store.cli_at(&cs, &["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stderr.contains("42501") && out.stderr.contains("`gap-healer check` names it"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.all().contains("tombstone stream"), "{}", out.all());
+
+    // SELECT revoked on the store's tables, every other right there.
+    store
+        .client
+        .batch_execute(&grants(&store.cli_at(&cs, &["check"]).stdout))
+        .await
+        .expect("the printed GRANTs run");
+    store
+        .client
+        .batch_execute(&format!(
+            "REVOKE SELECT ON {s}.messages, {s}.streams FROM {role}"
+        ))
+        .await
+        .unwrap();
+    let out = store.cli_at(&cs, &["check"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert_eq!(
+        grants(&out.stdout),
+        format!("GRANT SELECT ON {s}.messages TO {role}; GRANT SELECT ON {s}.streams TO {role};")
+    );
+    assert!(
+        out.stdout.contains(
+            "missing SELECT on {s}.messages, SELECT on {s}.streams;"
+                .replace("{s}", &s)
+                .as_str()
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.ends_with("1 check(s) failed\n"),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli_at(&cs, &["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stderr.contains("permission denied for table messages"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.all().contains("tombstone stream"), "{}", out.all());
+
+    // With what check printed, the login checks clean and heals.
+    let printed = grants(&store.cli_at(&cs, &["check"]).stdout);
+    store.client.batch_execute(&printed).await.unwrap();
+    let out = store.cli_at(&cs, &["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let out = store.cli_at(
+        &cs,
+        &["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(store.tombstone_positions().await, vec![2]);
+    store.drop_with_login(&role).await;
+}
+
 #[test]
 fn sql_prints_the_grants_without_a_connection() {
     let out = cli(&["sql", "--engine", "postgres", "--schema", "shop"], &[]);

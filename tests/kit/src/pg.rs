@@ -59,6 +59,12 @@ pub async fn try_connect(url: &str) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
+/// `url` connecting as `user` instead (the last `user` given wins, in
+/// key=value strings and URLs alike).
+pub fn as_user(url: &str, user: &str) -> String {
+    with_param(url, "user", user)
+}
+
 /// A session to `url`; panics when there is none.
 pub async fn connect_to(url: &str) -> Client {
     try_connect(url)
@@ -197,6 +203,27 @@ impl Store {
 
     pub async fn drop_schema(self) {
         self.try_drop_schema().await.expect("drop schema");
+    }
+
+    /// Creates the login role `role`, with no right at all, and returns the
+    /// connection string that logs in as it (trust authentication).
+    pub async fn create_login(&self, role: &str) -> String {
+        self.client
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+            .await
+            .expect("create the login role");
+        as_user(&self.url, role)
+    }
+
+    /// Drops the schema, then the login role `role` and what it was granted.
+    pub async fn drop_with_login(self, role: &str) {
+        let url = self.url.clone();
+        self.drop_schema().await;
+        connect_to(&url)
+            .await
+            .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+            .await
+            .expect("drop the login role");
     }
 
     /// The connection string the healer gets.
