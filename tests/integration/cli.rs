@@ -566,6 +566,56 @@ async fn check_names_each_missing_right_with_the_grant_to_run() {
     store.drop_with_login(&role).await;
 }
 
+/// A tombstone stream whose version ran ahead of its rows (what Eventuous's
+/// own gap tombstones do): `check` says how to repair it, and the statement
+/// it prints, run as printed, does.
+#[tokio::test]
+async fn check_prints_the_repair_of_an_inconsistent_tombstone_stream() {
+    let store = Store::with_holes("repair", &[1]).await;
+    assert_eq!(store.heal_once("0s", &[]).code, 0);
+    store
+        .client
+        .execute(
+            &format!(
+                "UPDATE {}.streams SET version = version + 3 WHERE stream_name = '__tombstones__'",
+                store.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let out = store.cli(&["check"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    let finding = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("FAIL tombstone stream"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(
+        finding.contains("inconsistent: 1 rows, positions 0..0, version 3: the positions are 0..0 but the version is 3"),
+        "{finding}"
+    );
+    let repair = finding
+        .split("run: ")
+        .nth(1)
+        .and_then(|r| r.split_inclusive(';').next())
+        .expect("a statement to run");
+    store
+        .client
+        .batch_execute(repair)
+        .await
+        .expect("the printed repair runs");
+    let out = store.cli(&["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("ok   tombstone stream           1 tombstones, version 0"),
+        "{}",
+        out.stdout
+    );
+    store.drop_schema().await;
+}
+
 #[test]
 fn sql_prints_the_grants_without_a_connection() {
     let out = cli(&["sql", "--engine", "postgres", "--schema", "shop"], &[]);

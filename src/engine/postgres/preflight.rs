@@ -272,7 +272,7 @@ pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
         )
     });
     out.push(rights(f, schema));
-    if let Some(finding) = tombstone_stream(&f.tombstones, want.tombstone_stream) {
+    if let Some(finding) = tombstone_stream(&f.tombstones, schema, want.tombstone_stream) {
         out.push(finding);
     }
     out
@@ -396,8 +396,9 @@ fn quote_role(role: &str) -> String {
     }
 }
 
-/// The tombstone stream, if it exists, must be consistent: positions 0..n-1, version n-1.
-fn tombstone_stream(t: &Tombstones, stream: &str) -> Option<Finding> {
+/// The tombstone stream, if it exists, must be consistent: positions
+/// 0..n-1, version n-1. When it is not, the finding says how to repair it.
+fn tombstone_stream(t: &Tombstones, schema: &str, stream: &str) -> Option<Finding> {
     Some(match t {
         Tombstones::Unread => return None,
         Tombstones::Absent => Finding::pass(
@@ -406,16 +407,32 @@ fn tombstone_stream(t: &Tombstones, stream: &str) -> Option<Finding> {
         ),
         Tombstones::Failed(why) => Finding::fail(Check::TombstoneStream, why.clone()),
         Tombstones::Present(s) => {
-            if s.version == s.rows - 1 && s.max_position == s.rows - 1 && s.min_position == 0 {
+            let contiguous = s.max_position == s.rows - 1 && s.min_position == 0;
+            if s.version == s.rows - 1 && contiguous {
                 Finding::pass(
                     Check::TombstoneStream,
                     format!("{} tombstones, version {}", s.rows, s.version),
                 )
             } else {
+                let literal = format!("'{}'", stream.replace('\'', "''"));
+                let repair = if contiguous {
+                    // Only the Version is off (Eventuous's own gap tombstones
+                    // bump it without a row): set it to the last position.
+                    format!(
+                        "the positions are 0..{} but the version is {}; with the healers stopped, run: UPDATE {schema}.streams AS s SET version = (SELECT MAX(m.stream_position) FROM {schema}.messages AS m WHERE m.stream_id = s.stream_id) WHERE s.stream_name = {literal}; (and turn off Eventuous's GapHandlingTimeoutMs tombstones, which bump the version without a row)",
+                        s.max_position, s.version
+                    )
+                } else {
+                    // Positions with gaps: something else writes this stream.
+                    format!(
+                        "the positions are not 0..{}: something other than gap-healer writes this stream; stop the healers and give them a new tombstone_stream (for example {stream}_2; the old stream stays as it is), or, if the version alone is ahead of the last position, run: UPDATE {schema}.streams AS s SET version = (SELECT MAX(m.stream_position) FROM {schema}.messages AS m WHERE m.stream_id = s.stream_id) WHERE s.stream_name = {literal};",
+                        s.rows - 1
+                    )
+                };
                 Finding::fail(
                     Check::TombstoneStream,
                     format!(
-                        "inconsistent: {} rows, positions {}..{}, version {}",
+                        "inconsistent: {} rows, positions {}..{}, version {}: {repair}",
                         s.rows, s.min_position, s.max_position, s.version
                     ),
                 )
@@ -631,7 +648,24 @@ mod tests {
         let out = judge(&f);
         let t = find(&out, Check::TombstoneStream);
         assert!(!t.ok);
-        assert_eq!(t.detail, "inconsistent: 3 rows, positions 0..2, version 5");
+        assert!(
+            t.detail.starts_with(
+                "inconsistent: 3 rows, positions 0..2, version 5: the positions are 0..2 but the version is 5; \
+                 with the healers stopped, run: UPDATE eventuous.streams AS s SET version = \
+                 (SELECT MAX(m.stream_position) FROM eventuous.messages AS m WHERE m.stream_id = s.stream_id) \
+                 WHERE s.stream_name = '__tombstones__';"
+            ),
+            "{}",
+            t.detail
+        );
+        f.tombstones = Tombstones::Present(TombstoneStats {
+            version: 3,
+            rows: 3,
+            min_position: 0,
+            max_position: 3,
+        });
+        let t = find(&judge(&f), Check::TombstoneStream).detail.clone();
+        assert!(t.contains("new tombstone_stream"), "{t}");
         f.tombstones = Tombstones::Unread;
         assert!(judge(&f).iter().all(|x| x.check != Check::TombstoneStream));
     }
