@@ -635,6 +635,15 @@ fn sql_prints_the_grants_without_a_connection() {
         .unwrap()
         .replace("__schema__", "shop")
     );
+    // The README and SECURITY.md show the very same grants.
+    for doc in ["README.md", "SECURITY.md"] {
+        let text =
+            std::fs::read_to_string(format!("{}/{doc}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        for grant in out.stdout.lines().filter(|l| l.starts_with("GRANT ")) {
+            let shown = grant.replace("shop", "<schema>");
+            assert!(text.contains(&shown), "{doc} lacks {shown:?}");
+        }
+    }
 }
 
 #[test]
