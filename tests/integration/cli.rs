@@ -147,13 +147,10 @@ async fn heal_once_on_a_terminal_shows_the_fill_advancing() {
     // take 6 statements of at most 1,000 ranges.
     store.insert_bulk(50_000, "g + g / 9").await;
     let missing = store.missing().await.len() as u64;
-    let args: Vec<String> = ["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(store.args())
-        .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = gap_healer_testkit::bin::cli_on_terminal(&args, &[]);
+    let out = store.cli_on_terminal(
+        &["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"],
+        &[],
+    );
     assert_eq!(out.code, 0, "{}", out.all());
     let frames = bar_frames(&out.stderr, "filling");
     println!("the fill's bar on a terminal, (position, length) per frame: {frames:?}");
@@ -361,18 +358,12 @@ async fn runs_past_its_first_scan(daemon: &mut Daemon) -> bool {
 async fn logs_are_plain_text_unless_stderr_is_a_terminal() {
     let store = store_with_holes("colour").await;
     let file = std::env::temp_dir().join(format!("gh-colour-{}.log", std::process::id()));
-    let status = gap_healer_testkit::bin::command(
-        [
-            &["scan", "--start-from", "0"][..],
-            &store.args().iter().map(String::as_str).collect::<Vec<_>>(),
-        ]
-        .concat(),
-        [("RUST_LOG", "debug")],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::fs::File::create(&file).unwrap())
-    .status()
-    .unwrap();
+    let args = ["scan", "--start-from", "0"];
+    let status = gap_healer_testkit::bin::command(store.argv(&args), [("RUST_LOG", "debug")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&file).unwrap())
+        .status()
+        .unwrap();
     assert_eq!(status.code(), Some(1));
     let log = std::fs::read(&file).unwrap();
     std::fs::remove_file(&file).ok();
@@ -387,19 +378,13 @@ async fn logs_are_plain_text_unless_stderr_is_a_terminal() {
         String::from_utf8_lossy(&log)
     );
 
-    let args: Vec<String> = ["scan", "--start-from", "0"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(store.args())
-        .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let on_terminal = gap_healer_testkit::bin::cli_on_terminal(&args, &[]);
+    let on_terminal = store.cli_on_terminal(&args, &[]);
     assert!(
         on_terminal.stderr.contains("\u{1b}[32m INFO"),
         "{:?}",
         on_terminal.stderr
     );
-    let no_color = gap_healer_testkit::bin::cli_on_terminal(&args, &[("NO_COLOR", "1")]);
+    let no_color = store.cli_on_terminal(&args, &[("NO_COLOR", "1")]);
     assert!(no_color.stderr.contains(" INFO "), "{:?}", no_color.stderr);
     assert!(
         !no_color.stderr.contains("\u{1b}[32m"),

@@ -268,13 +268,28 @@ impl Store {
 
     /// [`Store::cli`] with another connection string to the same server.
     pub fn cli_at(&self, url: &str, args: &[&str]) -> Output {
-        let store = self.args_at(url);
-        let all: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(store.iter().map(String::as_str))
-            .collect();
-        bin::cli(&all, &[])
+        let all = self.argv_at(url, args);
+        bin::cli(&all.iter().map(String::as_str).collect::<Vec<_>>(), &[])
+    }
+
+    /// [`Store::cli`] with stderr on a pseudo-terminal and the variables
+    /// `env` ([`bin::cli_on_terminal`]).
+    pub fn cli_on_terminal(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let all = self.argv(args);
+        bin::cli_on_terminal(&all.iter().map(String::as_str).collect::<Vec<_>>(), env)
+    }
+
+    /// `args`, then this store's flags.
+    pub fn argv(&self, args: &[&str]) -> Vec<String> {
+        self.argv_at(&self.url, args)
+    }
+
+    /// [`Store::argv`] with another connection string to the same server.
+    fn argv_at(&self, url: &str, args: &[&str]) -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string())
+            .chain(self.args_at(url))
+            .collect()
     }
 
     /// `gap-healer heal --once` from the first position, filling holes
