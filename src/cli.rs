@@ -47,6 +47,12 @@ pub enum Command {
     Scan {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// List at most N holes (text: 20 unless given; JSON: every hole unless given).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// List every hole, however many.
+        #[arg(long, conflicts_with = "limit")]
+        all: bool,
     },
     /// One detect-and-fill pass, then exit (for Jobs and cron).
     Heal {
@@ -195,7 +201,7 @@ async fn dispatch<E: Engine>(
     command: Command,
 ) -> Result<u8, Failure> {
     match command {
-        Command::Scan { format } => scan(engine, store, format).await,
+        Command::Scan { format, limit, all } => scan(engine, store, format, limit, all).await,
         Command::Heal { .. } => heal_once(engine, store).await,
         Command::Check { format } => check(engine, store, format).await,
         Command::Install => install(engine, store).await,
@@ -220,7 +226,7 @@ async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     let names: Vec<&str> = settings.stores.iter().map(|s| s.name.as_str()).collect();
     info!(addr = %addr, stores = %names.join(","), "gap-healer listening on {addr}");
     let server = tokio::spawn(server);
-    let ended = crate::fleet::run(settings, board, stop.clone()).await;
+    let (ended, culprit) = crate::fleet::run(settings, board, stop.clone()).await;
     stop.cancel();
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),
@@ -230,22 +236,134 @@ async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     Ok(match ended {
         Ended::Stopped => EXIT_OK,
         Ended::GaveUp { .. } => EXIT_INCOMPLETE,
+        Ended::StartAboveHead { from, head } => {
+            let store = settings
+                .stores
+                .iter()
+                .find(|s| Some(&s.name) == culprit.as_ref())
+                .unwrap_or(&settings.stores[0]);
+            return Err(start_above_head(store, settings.fleet, from, head).into());
+        }
     })
 }
 
-/// A progress bar on stderr when it is a terminal, hidden otherwise.
-fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
+/// `run` refuses a `start_from` above the head of a table with events, as a
+/// configuration problem (exit 2) naming the key, its value and origin.
+fn start_above_head(settings: &Store, fleet: bool, from: i64, head: i64) -> config::ConfigError {
+    let origin = settings
+        .origins
+        .iter()
+        .find(|(key, _)| *key == "start_from")
+        .map_or("default", |(_, origin)| origin.as_str());
+    config::ConfigError {
+        problems: vec![config::Problem {
+            key: "start_from".into(),
+            value: Some(settings.start_from.to_string()),
+            origin: origin.into(),
+            message: format!(
+                "the scan would start at {from}, above the head {head} of {}.messages (a table with events): no hole at or below {head} would ever be examined; give a position of at most {}, or head, or checkpoints",
+                settings.store.schema,
+                head + 1
+            ),
+            store: fleet.then(|| settings.name.clone()),
+        }],
     }
-    let bar = indicatif::ProgressBar::new(len);
-    let style = indicatif::ProgressStyle::with_template(
-        "{msg} [{bar:40}] {pos}/{len} positions ({per_sec}, eta {eta})",
-    )
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+}
+
+/// How often a progress line is logged when stderr is not a terminal.
+const PROGRESS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// Holes `scan` lists in its text output unless told otherwise.
+const SCAN_LIST_DEFAULT: usize = 20;
+
+/// Progress on stderr: a bar when stderr is a terminal; otherwise the same
+/// figures as an INFO log line at most every [`PROGRESS_LOG_EVERY`].
+fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+    let (bar, template) = if std::io::stderr().is_terminal() {
+        (
+            ProgressBar::new(len),
+            "{msg} [{bar:40}] {human_pos}/{human_len} positions ({rate}, eta {eta})",
+        )
+    } else {
+        let log = ProgressDrawTarget::term_like_with_hz(Box::new(ProgressLog::default()), 1);
+        (
+            ProgressBar::with_draw_target(Some(len), log),
+            "{msg}: {human_pos} of {human_len} positions ({rate}, eta {eta})",
+        )
+    };
+    // indicatif's {per_sec} prints four decimals ("320,142.9452/s").
+    let rate = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+        let per_sec = state.per_sec();
+        let per_sec = if per_sec.is_finite() {
+            per_sec.round()
+        } else {
+            0.0
+        };
+        let _ = write!(w, "{} positions/s", HumanCount(per_sec as u64));
+    };
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("rate", rate);
     bar.set_style(style.progress_chars("=> "));
     bar.set_message(what.to_string());
     bar
+}
+
+/// The draw target of [`progress`] without a terminal: each frame indicatif
+/// draws becomes an INFO line, at most one every [`PROGRESS_LOG_EVERY`].
+#[derive(Debug, Default)]
+struct ProgressLog {
+    frame: std::sync::Mutex<String>,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl indicatif::TermLike for ProgressLog {
+    fn width(&self) -> u16 {
+        200
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write_str(s)?;
+        self.flush()
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        if let Ok(mut frame) = self.frame.lock() {
+            frame.push_str(s);
+        }
+        Ok(())
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        let frame = match self.frame.lock() {
+            Ok(mut frame) => std::mem::take(&mut *frame),
+            Err(_) => return Ok(()),
+        };
+        let line = frame.trim_matches(|c: char| c == '\r' || c.is_whitespace());
+        if line.is_empty() {
+            return Ok(());
+        }
+        if let Ok(mut last) = self.last.lock() {
+            let now = std::time::Instant::now();
+            if last.is_none_or(|t| now.duration_since(t) >= PROGRESS_LOG_EVERY) {
+                *last = Some(now);
+                info!("{line}");
+            }
+        }
+        Ok(())
+    }
 }
 
 async fn scan_all<E: Engine>(
@@ -272,40 +390,86 @@ fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
     Healer::new(engine, Options::from(settings), Leader::always(), health)
 }
 
-async fn scan<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> Result<u8, Failure> {
+async fn scan<E: Engine>(
+    engine: Arc<E>,
+    settings: &Store,
+    format: Format,
+    limit: Option<usize>,
+    all: bool,
+) -> Result<u8, Failure> {
     let stop = CancellationToken::new();
     let mut healer = one_shot_healer(engine, settings);
     let start = scan_all(&mut healer, &stop).await?;
     let holes: Vec<_> = healer.tracker().ranges();
     let positions: u64 = holes.iter().map(|r| r.width()).sum();
-    let head = healer.examined().unwrap_or(start.head);
+    // The head is the table's: a start above it examined nothing up there.
+    let head = if start.above_head() {
+        start.head
+    } else {
+        healer.examined().unwrap_or(start.head)
+    };
+    let above_head = start.above_head().then(|| {
+        format!(
+            "the scan started at {}, above the head {}: positions at or below {} were not examined, so holes among them are not reported (--start-from 0 examines the whole table)",
+            start.after + 1,
+            start.head,
+            start.after
+        )
+    });
+    let shown = if all {
+        holes.len()
+    } else {
+        match format {
+            Format::Text => limit.unwrap_or(SCAN_LIST_DEFAULT),
+            Format::Json => limit.unwrap_or(holes.len()),
+        }
+        .min(holes.len())
+    };
     match format {
         Format::Json => {
-            let report = serde_json::json!({
+            let mut report = serde_json::json!({
                 "store": settings.name,
                 "from": start.after + 1,
                 "head": head,
-                "holes": holes.iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
+                "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
                 "hole_count": holes.len(),
+                "holes_not_listed": holes.len() - shown,
                 "positions": positions,
             });
+            if let Some(warning) = &above_head {
+                report["warning"] = serde_json::json!(warning);
+            }
             println!("{report}");
         }
         Format::Text => {
+            if let Some(warning) = &above_head {
+                println!("WARNING: {warning}");
+            }
+            let span = if above_head.is_some() {
+                format!("from {} on, above the head {head}", start.after + 1)
+            } else {
+                format!("between {} and the head {head}", start.after + 1)
+            };
             println!(
-                "{} hole{} ({} missing position{}) between {} and the head {}",
+                "{} hole{} ({} missing position{}) {span}",
                 holes.len(),
                 if holes.len() == 1 { "" } else { "s" },
                 positions,
                 if positions == 1 { "" } else { "s" },
-                start.after + 1,
-                head
             );
-            for r in &holes {
+            for r in &holes[..shown] {
+                let range = r.to_string();
                 println!(
-                    "  {r:<24} {:>10} position{}",
+                    "  {range:<24} {:>10} position{}",
                     r.width(),
                     if r.width() == 1 { "" } else { "s" }
+                );
+            }
+            let more = holes.len() - shown;
+            if more > 0 {
+                println!(
+                    "... and {more} more hole{} (use --all)",
+                    if more == 1 { "" } else { "s" }
                 );
             }
         }
@@ -341,23 +505,31 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Fa
         }
     }
     let bar = progress(stats.positions, "filling");
-    let report = healer.fill_due(&stop).await;
+    let report = healer
+        .fill_due_with_progress(&stop, &mut |so_far| bar.set_position(so_far.tombstones))
+        .await;
     healer.publish_watermark().await;
     bar.finish_and_clear();
     let left = healer.tracker().stats();
-    let verb = if settings.dry_run {
-        "dry run: would have filled"
-    } else {
-        "filled"
-    };
-    let filled = if settings.dry_run {
-        stats.positions
-    } else {
-        report.tombstones
-    };
+    if settings.dry_run {
+        println!(
+            "dry run: would have filled {} position(s) in {} hole(s); nothing written",
+            stats.positions, stats.holes
+        );
+        return Ok(EXIT_OK);
+    }
+    let filling = report
+        .statements
+        .saturating_sub(report.committed + report.held + report.errors);
     println!(
-        "{verb} {filled} position(s) in {} statement(s); {} refused because an append committed, {} because an open transaction holds a position, {} error(s); {} position(s) in {} hole(s) left",
-        report.statements, report.committed, report.held, report.errors, left.positions, left.holes
+        "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left",
+        report.tombstones,
+        report.statements,
+        report.committed,
+        report.held,
+        report.errors,
+        left.positions,
+        left.holes
     );
     Ok(if report.errors > 0 {
         EXIT_INCOMPLETE

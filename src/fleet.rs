@@ -129,9 +129,15 @@ impl Running {
 
 /// Heals every store and every store set's databases until `stop`,
 /// reporting each into `board`; store sets are listed again every
-/// `discover_interval`. Returns [`Ended::GaveUp`] only when every store gave
-/// up (`give_up_after`) and there is no store set to find more.
-pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken) -> Ended {
+/// `discover_interval`. Ends otherwise only when every store has ended and
+/// there is no store set to find more: then with the first store that
+/// refused its start ([`Ended::StartAboveHead`], and its name), else
+/// [`Ended::GaveUp`].
+pub async fn run(
+    settings: &Settings,
+    board: Arc<Board>,
+    stop: CancellationToken,
+) -> (Ended, Option<String>) {
     let mut running = Running {
         pools: Pools::default(),
         locks: HashMap::new(),
@@ -153,6 +159,7 @@ pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken
         settings.sets.len()
     );
     let mut gave_up = Vec::new();
+    let mut refused = None;
     let mut next_discovery = tokio::time::Instant::now();
     loop {
         if running.tasks.is_empty() && settings.sets.is_empty() {
@@ -167,10 +174,14 @@ pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken
                 next_discovery = tokio::time::Instant::now() + settings.daemon.discover_interval;
             }
             Some(done) = running.tasks.join_next() => match done {
+                // Either stays on the board, failing, and is not restarted.
                 Ok((name, Ended::GaveUp { failing_for })) => {
-                    // It stays on the board, failing, and is not restarted.
                     error!(store = %name, "this store gave up; the others go on");
                     gave_up.push(failing_for);
+                }
+                Ok((name, ended @ Ended::StartAboveHead { .. })) => {
+                    error!(store = %name, "this store refused its start_from; the others go on");
+                    refused.get_or_insert((ended, name));
                 }
                 Ok((name, Ended::Stopped)) => {
                     running.stops.remove(&name);
@@ -181,11 +192,18 @@ pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken
     }
     let stopped = stop.is_cancelled();
     while running.tasks.join_next().await.is_some() {}
-    match gave_up.iter().max() {
-        Some(longest) if !stopped && settings.sets.is_empty() => Ended::GaveUp {
-            failing_for: *longest,
-        },
-        _ => Ended::Stopped,
+    if stopped || !settings.sets.is_empty() {
+        return (Ended::Stopped, None);
+    }
+    match (refused, gave_up.iter().max()) {
+        (Some((ended, name)), _) => (ended, Some(name)),
+        (None, Some(longest)) => (
+            Ended::GaveUp {
+                failing_for: *longest,
+            },
+            None,
+        ),
+        (None, None) => (Ended::Stopped, None),
     }
 }
 

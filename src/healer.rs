@@ -76,6 +76,10 @@ pub enum Ended {
     Stopped,
     /// Every scan failed for `give_up_after` (the last one at `failing_for`).
     GaveUp { failing_for: Duration },
+    /// `start_from` lies above the head of a table that has events: the
+    /// daemon would never examine a hole at or below the head, so it refuses
+    /// to run (an empty table may start anywhere).
+    StartAboveHead { from: i64, head: i64 },
 }
 
 impl From<&Store> for Options {
@@ -99,8 +103,19 @@ impl From<&Store> for Options {
 pub struct Start {
     /// The first position examined is `after + 1`.
     pub after: i64,
-    /// The head when the scan started (`after` for an empty table).
+    /// The table's highest committed position when the scan started (the
+    /// identity's seed minus one for an empty table).
     pub head: i64,
+    /// The table had no rows.
+    pub empty: bool,
+}
+
+impl Start {
+    /// The scan starts above the head: every position at or below `after`,
+    /// the existing holes included, is never examined.
+    pub fn above_head(&self) -> bool {
+        self.after > self.head
+    }
 }
 
 /// What one scan step read.
@@ -147,6 +162,8 @@ pub struct Healer<E: Engine> {
     tracker: Tracker,
     /// Highest committed position read so far; `None` before [`Healer::begin`].
     examined: Option<i64>,
+    /// What the first successful [`Healer::begin`] resolved.
+    start: Option<Start>,
     last_checkpoints: Option<Instant>,
     /// The watermark last published (or read back at the start).
     published: Option<i64>,
@@ -161,6 +178,7 @@ impl<E: Engine> Healer<E> {
             health,
             tracker: Tracker::new(),
             examined: None,
+            start: None,
             last_checkpoints: None,
             published: None,
         }
@@ -210,19 +228,30 @@ impl<E: Engine> Healer<E> {
             self.published = proven;
             after = proven.unwrap_or(floor - 1).max(floor - 1);
         }
+        let start = Start {
+            after: self.examined.unwrap_or(after),
+            head: head_or_floor,
+            empty: head.is_none(),
+        };
         if self.examined.is_none() {
             self.examined = Some(after);
+            self.start = Some(start);
             info!(
                 from = after + 1,
                 head = head_or_floor,
                 start_from = %self.opts.start_from,
                 "scan starts"
             );
+            if start.above_head() {
+                warn!(
+                    from = after + 1,
+                    head = head_or_floor,
+                    start_from = %self.opts.start_from,
+                    "the scan starts above the head: positions {floor}..={after}, and every hole among them, are never examined (start_from = 0 or checkpoints examines them)"
+                );
+            }
         }
-        Ok(Start {
-            after: self.examined.unwrap_or(after),
-            head: head_or_floor.max(after),
-        })
+        Ok(start)
     }
 
     /// Re-checks tracked holes (committed since?) and reads up to
@@ -278,7 +307,18 @@ impl<E: Engine> Healer<E> {
 
     /// Tries every hole that is due, unless in dry-run mode or not the leader.
     pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
-        self.fill_due_after(stop, None).await
+        self.fill_due_after(stop, None, None).await
+    }
+
+    /// [`Healer::fill_due`] for a one-shot backfill: `progress` gets the
+    /// report so far after every statement, and each statement is logged at
+    /// DEBUG rather than INFO (the caller reports the progress instead).
+    pub async fn fill_due_with_progress(
+        &mut self,
+        stop: &CancellationToken,
+        progress: &mut (dyn FnMut(&FillReport) + Send),
+    ) -> FillReport {
+        self.fill_due_after(stop, None, Some(progress)).await
     }
 
     /// [`Healer::fill_due`] right after a scan step: due holes that step
@@ -287,6 +327,7 @@ impl<E: Engine> Healer<E> {
         &mut self,
         stop: &CancellationToken,
         rechecked: Option<Rechecked>,
+        mut progress: Option<&mut (dyn FnMut(&FillReport) + Send)>,
     ) -> FillReport {
         let mut report = FillReport::default();
         let now = Instant::now();
@@ -375,8 +416,11 @@ impl<E: Engine> Healer<E> {
             let Some(fence) = self.leader.fence() else {
                 break;
             };
-            self.fill_batch(batch, &fence, &mut queue, &mut report)
+            self.fill_batch(batch, &fence, &mut queue, &mut report, progress.is_none())
                 .await;
+            if let Some(progress) = progress.as_deref_mut() {
+                progress(&report);
+            }
         }
         report
     }
@@ -389,6 +433,7 @@ impl<E: Engine> Healer<E> {
         fence: &Fence,
         queue: &mut Vec<plan::Batch>,
         report: &mut FillReport,
+        log_each: bool,
     ) {
         let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
         let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
@@ -399,7 +444,11 @@ impl<E: Engine> Healer<E> {
         report.statements += 1;
         match outcome {
             Ok(FillOutcome::Filled { rows }) => {
-                info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                if log_each {
+                    info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                } else {
+                    debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                }
                 metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled", t::STORE_LABEL => self.store()).increment(1);
                 metrics::counter!(t::TOMBSTONES_INSERTED, t::STORE_LABEL => self.store())
                     .increment(rows);
@@ -626,6 +675,19 @@ impl<E: Engine> Healer<E> {
                     _ = stop.cancelled() => break,
                     r = self.scan_step() => r,
                 };
+                if let Some(start) = self.start.filter(|s| s.above_head() && !s.empty) {
+                    error!(
+                        from = start.after + 1,
+                        head = start.head,
+                        start_from = %self.opts.start_from,
+                        "start_from is above the head of a table with events: not running, since no hole at or below the head would ever be examined"
+                    );
+                    ended = Ended::StartAboveHead {
+                        from: start.after + 1,
+                        head: start.head,
+                    };
+                    break;
+                }
                 match result {
                     Ok(step) => {
                         if backoff.attempts() > 0 {
@@ -681,7 +743,7 @@ impl<E: Engine> Healer<E> {
                 }
             }
             let drained = {
-                let fill = self.fill_due_after(&stop, rechecked);
+                let fill = self.fill_due_after(&stop, rechecked, None);
                 tokio::pin!(fill);
                 tokio::select! {
                     _ = &mut fill => true,
@@ -899,6 +961,38 @@ mod tests {
             assert_eq!(checked.covers(range), covered, "{range}");
         }
         assert!(!Rechecked::default().covers(r(1, 1)));
+    }
+
+    /// `run` refuses a start above the head of a table with events (it would
+    /// never examine the holes below), and starts anywhere on an empty one.
+    #[tokio::test(start_paused = true)]
+    async fn run_refuses_a_start_above_the_head_unless_the_table_is_empty() {
+        let mut o = opts();
+        o.start_from = StartFrom::Position(1_000);
+        let (fake, h) = healer([1, 2, 4], o.clone());
+        let ended = h.run(CancellationToken::new()).await;
+        assert_eq!(
+            ended,
+            Ended::StartAboveHead {
+                from: 1_000,
+                head: 4
+            }
+        );
+        assert!(fake.0.lock().unwrap().filled.is_empty());
+
+        let (_, h) = healer([], o.clone());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.cancel();
+        assert_eq!(task.await.unwrap(), Ended::Stopped);
+
+        // The head itself, or one above it, is not above the head.
+        o.start_from = StartFrom::Position(5);
+        let (_, mut h) = healer([1, 2, 4], o);
+        let start = h.begin().await.unwrap();
+        assert_eq!((start.after, start.head, start.empty), (4, 4, false));
+        assert!(!start.above_head());
     }
 
     #[tokio::test(start_paused = true)]

@@ -109,6 +109,10 @@ pub fn after_committed(
     AfterRefusal::Retry(batches(&rest, max_rows, max_ranges))
 }
 
+/// The lock timeout of a probe: every fill statement but a cycle's last
+/// single position waits at most this long on a held key.
+pub const PROBE: Duration = Duration::from_millis(25);
+
 /// Lock timeout for one attempt: a short probe, so that finding the held keys
 /// among thousands stays cheap, except for a single position that is the
 /// cycle's last statement: the append there gets the configured wait to
@@ -123,7 +127,6 @@ pub fn after_committed(
 /// costs this long, and finding k held keys among n costs about
 /// k x log2(n/k) of them.
 pub fn lock_timeout_for(batch: &[PosRange], configured: Duration, last: bool) -> Duration {
-    const PROBE: Duration = Duration::from_millis(25);
     if width(batch) == 1 && last {
         configured
     } else {
@@ -205,6 +208,17 @@ mod tests {
             b,
             vec![vec![r(1, 3_000)], vec![r(5_000, 7_000)]],
             "rows bound the batch too"
+        );
+    }
+
+    /// The commented example configuration states the probe's figure.
+    #[test]
+    fn the_example_configuration_states_the_probe() {
+        let example = include_str!("../config/gap-healer.toml");
+        let probe = format!("at most {}ms", PROBE.as_millis());
+        assert!(
+            example.contains(&probe),
+            "config/gap-healer.toml lacks {probe:?}"
         );
     }
 

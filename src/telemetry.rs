@@ -152,8 +152,13 @@ pub fn init_logging(format: LogFormat, level: &str) {
     // real failure itself, with context. RUST_LOG=tiberius=debug brings it back.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("tiberius=off,{level}")));
+    let colour = use_colour(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder
@@ -163,6 +168,13 @@ pub fn init_logging(format: LogFormat, level: &str) {
             .try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// Colour in text logs only on a terminal, and not when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>): journald,
+/// `kubectl logs` and files get plain text.
+fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// What one store reports: written by its healer loop, read by the
@@ -480,6 +492,16 @@ async fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some(OsStr::new(""))));
+        assert!(!use_colour(true, Some(OsStr::new("1"))));
+        assert!(!use_colour(false, None));
+        assert!(!use_colour(false, Some(OsStr::new(""))));
+    }
 
     #[test]
     fn readiness_needs_a_scan_and_the_database() {

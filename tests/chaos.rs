@@ -7,9 +7,12 @@
 //! issue 5 is checked against the database, the writers' journal, the
 //! subscriber's log and the healers' own JSON logs, and the figures printed.
 //!
-//! This binary holds only the chaos runs, because restarting PostgreSQL ends
-//! every connection on the machine: cargo runs test binaries one after
-//! another, so nothing else of this crate's tests runs meanwhile.
+//! The PostgreSQL run starts a throwaway cluster of its own (the test kit's
+//! `pg::Throwaway`: initdb on a free port) and restarts that one, never the
+//! machine's server, so it needs PostgreSQL's binaries
+//! (`/usr/lib/postgresql/<v>/bin`) and no environment variable. This binary
+//! holds only the chaos runs all the same: they load the machine for a
+//! while, and cargo runs test binaries one after another.
 //!
 //! The SQL Server run is `#[ignore]`d like every SQL Server test (reported as
 //! ignored, never as passed): `cargo test --test chaos -- --ignored sql_server`
@@ -40,7 +43,15 @@ mod mssql;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_run_keeps_every_invariant() {
+    // The machine's server (when there is one) must come out of the run
+    // without a restart: the run restarts only its own cluster.
+    let machine = postgres::machine_server_started().await;
     run::run(postgres::Postgres::create().await).await;
+    assert_eq!(
+        postgres::machine_server_started().await,
+        machine,
+        "the machine's PostgreSQL was restarted during the chaos run"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

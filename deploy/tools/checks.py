@@ -418,6 +418,19 @@ def check_gap_healer_pod(owner, tmpl, docs, errs):
         errs.append("%s: GAP_HEALER_CONNECTION_STRING must come from a secretKeyRef" % name)
     if "value" in cs:
         errs.append("%s: GAP_HEALER_CONNECTION_STRING must not be a literal value" % name)
+    # The healer logs in as a login of its own with only the grants of
+    # `gap-healer sql` (SECURITY.md), never with the application's: a
+    # sidecar must not read a Secret another container of the pod reads.
+    ref = cs.get("valueFrom", {}).get("secretKeyRef", {})
+    others = {(e.get("valueFrom", {}).get("secretKeyRef") or {}).get("name")
+              for o in spec.get("containers", []) + spec.get("initContainers", []) if o is not c
+              for e in o.get("env", [])} - {None}
+    others |= {(f.get("secretRef") or {}).get("name")
+               for o in spec.get("containers", []) + spec.get("initContainers", []) if o is not c
+               for f in o.get("envFrom", [])} - {None}
+    if ref.get("name") in others:
+        errs.append("%s: the gap-healer container reads Secret %s, which another container of the pod reads too: "
+                    "give the healer a login and a Secret of its own (SECURITY.md)" % (name, ref.get("name")))
     args = c.get("args", [])
     if not args or args[0] != "run":
         errs.append("%s: container gap-healer must run the `run` subcommand" % name)

@@ -1,16 +1,30 @@
 -- `gap-healer check`: the catalog facts about the store in one row. Every
--- expression reads catalogs only, so it answers whether or not the tables
--- exist and whatever the login may read. $1 is the schema.
-WITH cols AS (
+-- expression reads pg_catalog only (never information_schema, which hides
+-- what the login has no right on, nor TO_REGCLASS, which needs USAGE on the
+-- schema), so it answers whether or not the tables exist and whatever the
+-- login may read: a table without rights is a missing right, not a missing
+-- table. $1 is the schema.
+WITH tables AS (
     SELECT
-        c.table_name::text AS table_name,
-        c.column_name::text AS column_name,
-        c.data_type::text AS data_type,
-        c.is_identity = 'YES' AS is_identity
-    FROM information_schema.columns AS c
+        c.oid,
+        c.relname::text AS table_name
+    FROM pg_class AS c
+    INNER JOIN pg_namespace AS n ON c.relnamespace = n.oid
     WHERE
-        c.table_schema = $1::text
-        AND c.table_name IN ('messages', 'streams', 'checkpoints')
+        n.nspname = $1::text
+        AND c.relname IN ('messages', 'streams', 'checkpoints')
+        AND c.relkind IN ('r', 'p')
+),
+
+cols AS (
+    SELECT
+        t.table_name,
+        a.attname::text AS column_name,
+        FORMAT_TYPE(a.atttypid, NULL) AS data_type,
+        a.attidentity <> '' AS is_identity
+    FROM tables AS t
+    INNER JOIN pg_attribute AS a ON t.oid = a.attrelid
+    WHERE a.attnum > 0 AND NOT a.attisdropped
 ),
 
 pk AS (
@@ -20,28 +34,41 @@ pk AS (
             SELECT a.attname::text
             FROM UNNEST(k.conkey) AS key (attnum)
             INNER JOIN pg_attribute AS a
-                ON a.attrelid = k.conrelid AND a.attnum = key.attnum
+                ON k.conrelid = a.attrelid AND key.attnum = a.attnum
         ) AS columns
     FROM pg_constraint AS k
     WHERE
-        k.conrelid = TO_REGCLASS($1::text || '.messages')
+        k.conrelid = (SELECT t.oid FROM tables AS t WHERE t.table_name = 'messages')
         AND k.contype = 'p'
+),
+
+oids AS (
+    SELECT
+        (SELECT t.oid FROM tables AS t WHERE t.table_name = 'messages') AS messages,
+        (SELECT t.oid FROM tables AS t WHERE t.table_name = 'streams') AS streams,
+        (SELECT t.oid FROM tables AS t WHERE t.table_name = 'checkpoints') AS checkpoints
 )
 
 SELECT
     CURRENT_SETTING('server_version') AS server_version,
     CURRENT_SETTING('server_version_num')::int AS server_version_num,
     (SELECT s.ssl FROM pg_stat_ssl AS s WHERE s.pid = PG_BACKEND_PID()) AS encrypted,
+    CURRENT_USER::text AS login,
     EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text) AS schema_exists,
+    (
+        SELECT HAS_SCHEMA_PRIVILEGE(n.oid, 'USAGE')
+        FROM pg_namespace AS n WHERE n.nspname = $1::text
+    ) AS schema_usage,
     ARRAY(SELECT table_name FROM cols ORDER BY table_name, column_name) AS column_tables,
     ARRAY(SELECT column_name FROM cols ORDER BY table_name, column_name) AS column_names,
     ARRAY(SELECT data_type FROM cols ORDER BY table_name, column_name) AS column_types,
     ARRAY(SELECT is_identity FROM cols ORDER BY table_name, column_name) AS column_identity,
     (SELECT name FROM pk) AS pkey_name,
     COALESCE((SELECT columns FROM pk), '{}'::text []) AS pkey_columns,
-    HAS_TABLE_PRIVILEGE(TO_REGCLASS($1::text || '.messages'), 'SELECT') AS messages_select,
-    HAS_TABLE_PRIVILEGE(TO_REGCLASS($1::text || '.messages'), 'INSERT') AS messages_insert,
-    HAS_TABLE_PRIVILEGE(TO_REGCLASS($1::text || '.streams'), 'SELECT') AS streams_select,
-    HAS_ANY_COLUMN_PRIVILEGE(TO_REGCLASS($1::text || '.streams'), 'INSERT') AS streams_insert,
-    HAS_ANY_COLUMN_PRIVILEGE(TO_REGCLASS($1::text || '.streams'), 'UPDATE') AS streams_update,
-    HAS_TABLE_PRIVILEGE(TO_REGCLASS($1::text || '.checkpoints'), 'SELECT') AS checkpoints_select;
+    HAS_TABLE_PRIVILEGE(o.messages, 'SELECT') AS messages_select,
+    HAS_TABLE_PRIVILEGE(o.messages, 'INSERT') AS messages_insert,
+    HAS_TABLE_PRIVILEGE(o.streams, 'SELECT') AS streams_select,
+    HAS_ANY_COLUMN_PRIVILEGE(o.streams, 'INSERT') AS streams_insert,
+    HAS_ANY_COLUMN_PRIVILEGE(o.streams, 'UPDATE') AS streams_update,
+    HAS_TABLE_PRIVILEGE(o.checkpoints, 'SELECT') AS checkpoints_select
+FROM oids AS o;

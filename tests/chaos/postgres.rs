@@ -1,11 +1,15 @@
-//! The chaos run on PostgreSQL: the local server (or GAP_HEALER_TEST_PG),
-//! one schema per run, restarted with pg_ctlcluster (or
-//! GAP_HEALER_CHAOS_RESTART).
+//! The chaos run on PostgreSQL: a throwaway cluster of the run's own
+//! (initdb on a free port of 127.0.0.1, as the postgres user when run as
+//! root; removed afterwards), one schema in it, and that cluster restarted
+//! once. The machine's PostgreSQL (127.0.0.1:5432, or GAP_HEALER_TEST_PG) is
+//! never touched, so the README's test command is safe on a workstation or a
+//! shared CI database.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gap_healer_testkit::eventuous::pg::{self as eventuous, Duplicate};
-use gap_healer_testkit::pg::{self, pg_url};
+use gap_healer_testkit::pg::{self, Throwaway};
 use gap_healer_testkit::subscriber::PageRow;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
@@ -17,12 +21,23 @@ pub struct Postgres {
     pub schema: String,
     /// Name of the messages table's primary key constraint.
     pub pkey: String,
+    /// The run's own server: the only one it restarts.
+    cluster: Throwaway,
+    /// Its database `chaos` over TCP, as the healers connect.
+    url: String,
+    /// The run passed and [`Backend::remove`] dropped the schema; otherwise
+    /// the cluster's files stay for inspection.
+    removed: AtomicBool,
 }
 
 impl Postgres {
-    /// A fresh schema with the Eventuous tables.
+    /// A throwaway cluster with a database `chaos` and a fresh schema with
+    /// the Eventuous tables in it.
     pub async fn create() -> Postgres {
-        let admin = connect_within(Duration::from_secs(10)).await;
+        let cluster = Throwaway::started("chaos", "trust");
+        cluster.create_database("chaos").await;
+        let url = cluster.url("chaos");
+        let admin = connect_within(&url, Duration::from_secs(10)).await;
         let schema = pg::schema_name("chaos");
         pg::create_schema(&admin, &schema)
             .await
@@ -35,11 +50,25 @@ impl Postgres {
             .await
             .unwrap()
             .get(0);
-        Postgres { schema, pkey }
+        Postgres {
+            schema,
+            pkey,
+            cluster,
+            url,
+            removed: AtomicBool::new(false),
+        }
     }
 
     async fn check(&self) -> Client {
-        connect_within(Duration::from_secs(30)).await
+        connect_within(&self.url, Duration::from_secs(30)).await
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if !self.removed.load(Ordering::SeqCst) {
+            self.cluster.keep_files();
+        }
     }
 }
 
@@ -50,7 +79,7 @@ impl Backend for Postgres {
     const DUPLICATES_IGNORED: bool = true;
 
     async fn connect(&self) -> Result<Client, String> {
-        try_connect().await.map_err(|e| e.to_string())
+        try_connect(&self.url).await.map_err(|e| e.to_string())
     }
 
     async fn append(&self, c: &mut Client, append: &Append<'_>) -> Attempt {
@@ -164,7 +193,7 @@ impl Backend for Postgres {
     }
 
     async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
-        resolve(&self.schema, journal, events).await
+        resolve(&self.url, &self.schema, journal, events).await
     }
 
     async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {
@@ -174,7 +203,7 @@ impl Backend for Postgres {
     }
 
     fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>) {
-        let cs = pg::named(&pg_url(), &format!("gh-chaos-healer-{slot}"));
+        let cs = pg::named(&self.url, &format!("gh-chaos-healer-{slot}"));
         let args = ["--engine", "postgres", "--schema", &self.schema];
         (
             args.iter().map(|s| s.to_string()).collect(),
@@ -183,7 +212,21 @@ impl Backend for Postgres {
     }
 
     async fn restart(&self) -> (Duration, String) {
-        (restart_postgres().await, "PostgreSQL server restart".into())
+        // A fast shutdown (every session ends, as when a server goes down),
+        // then a start, as `pg_ctl restart` does.
+        let started = Instant::now();
+        tokio::task::block_in_place(|| {
+            self.cluster.stop();
+            self.cluster.start();
+        });
+        connect_within(&self.url, Duration::from_secs(60)).await;
+        (
+            started.elapsed(),
+            format!(
+                "restart of the run's own PostgreSQL cluster (port {})",
+                self.cluster.port
+            ),
+        )
     }
 
     async fn count_and_head(&self) -> (i64, i64) {
@@ -264,49 +307,34 @@ impl Backend for Postgres {
             .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
             .await
             .unwrap();
+        self.removed.store(true, Ordering::SeqCst);
     }
 }
 
-/// One connection attempt, bounded by 2 s.
-async fn try_connect() -> Result<Client, tokio_postgres::Error> {
-    let url = pg::with_param(
-        &pg::named(&pg_url(), "gh-chaos-test"),
-        "connect_timeout",
-        "2",
-    );
+/// When the machine's PostgreSQL (127.0.0.1:5432 or GAP_HEALER_TEST_PG)
+/// started, `None` when it does not answer: a restart changes it.
+pub async fn machine_server_started() -> Option<String> {
+    let client = try_connect(&pg::pg_url()).await.ok()?;
+    let row = client
+        .query_one("SELECT pg_postmaster_start_time()::text", &[])
+        .await
+        .ok()?;
+    row.try_get(0).ok()
+}
+
+/// One connection attempt to `url`, bounded by 2 s.
+async fn try_connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+    let url = pg::with_param(&pg::named(url, "gh-chaos-test"), "connect_timeout", "2");
     pg::try_connect(&url).await
 }
 
-/// Connects, retrying every 100 ms (the server may be restarting) for up to `limit`.
-pub async fn connect_within(limit: Duration) -> Client {
-    connect_retrying(&format!("PostgreSQL at {}", pg_url()), limit, || async {
-        try_connect().await.map_err(|e| e.to_string())
+/// Connects to `url`, retrying every 100 ms (the server may be restarting)
+/// for up to `limit`.
+async fn connect_within(url: &str, limit: Duration) -> Client {
+    connect_retrying(&format!("PostgreSQL at {url}"), limit, || async {
+        try_connect(url).await.map_err(|e| e.to_string())
     })
     .await
-}
-
-/// Restarts the local cluster the way an operator would, and returns how long
-/// it took until a new connection succeeded.
-async fn restart_postgres() -> Duration {
-    let started = Instant::now();
-    // GAP_HEALER_CHAOS_RESTART, when set, is a shell command that restarts the
-    // server (CI with a PostgreSQL container: `docker restart <id>`); else the
-    // local Debian cluster is restarted with pg_ctlcluster.
-    let command = match std::env::var("GAP_HEALER_CHAOS_RESTART") {
-        Ok(command) => command,
-        Err(_) => {
-            let version = std::fs::read_dir("/etc/postgresql")
-                .expect("/etc/postgresql: the chaos test restarts the local cluster (or set GAP_HEALER_CHAOS_RESTART)")
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .max()
-                .expect("a cluster version under /etc/postgresql");
-            format!("pg_ctlcluster --skip-systemctl-redirect {version} main restart")
-        }
-    };
-    run_restart_command(command).await;
-    connect_within(Duration::from_secs(60)).await;
-    started.elapsed()
 }
 
 fn is_connection_error(e: &tokio_postgres::Error) -> bool {
@@ -322,11 +350,11 @@ fn is_connection_error(e: &tokio_postgres::Error) -> bool {
 /// Reads back the message ids of an append whose COMMIT got no answer: all
 /// there (at the positions the inserts returned) means committed, none means
 /// not; anything else is a half-committed append, a violation.
-async fn resolve(s: &str, journal: &Journal, events: &[Event]) -> bool {
+async fn resolve(url: &str, s: &str, journal: &Journal, events: &[Event]) -> bool {
     if events.is_empty() {
         return false;
     }
-    let c = connect_within(Duration::from_secs(60)).await;
+    let c = connect_within(url, Duration::from_secs(60)).await;
     let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
     let positions: Vec<i64> = events.iter().map(|e| e.global).collect();
     let found: Vec<(Uuid, i64)> = c

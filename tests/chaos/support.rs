@@ -623,6 +623,11 @@ impl Instance {
     /// SIGTERM and wait (10 s at most, then SIGKILL).
     pub fn terminate(&mut self) {
         if self.ended_us.is_none() {
+            // One started moments ago (the end restarts the killed ones, and
+            // the holes may all be filled 25 ms later) may not have installed
+            // its signal handlers yet, and would die of the SIGTERM itself:
+            // wait until it listens (handlers come first), up to 20 s.
+            tokio::task::block_in_place(|| self.process.listening(Duration::from_secs(20)));
             let (status, _) = self.process.terminate();
             self.ended_us = Some(now_us());
             self.exit = Some(status);

@@ -66,22 +66,13 @@ async fn scan_reports_holes_in_text_and_json_and_exits_1() {
 #[tokio::test]
 async fn heal_once_backfills_a_large_table_in_chunks() {
     let store = Store::new("backfill").await;
-    let s = &store.schema;
-    // 50,000 rows at g + g/9: one position missing after every 9th row, made set-based.
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', 49999);
-             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, g + g / 9, '{{}}', now() FROM generate_series(1, 50000) g;
-             SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), (SELECT MAX(global_position) FROM {s}.messages));"
-        ))
-        .await
-        .unwrap();
+    // 50,000 rows at g + g/9: one position missing after every 9th row.
+    store.insert_bulk(50_000, "g + g / 9").await;
     let missing = store.missing().await.len();
     assert!(missing > 5_000, "{missing}");
+    let started = std::time::Instant::now();
     let out = store.heal_once("0s", &["--scan-page-size", "5000"]);
+    let took = started.elapsed();
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(
         out.stdout
@@ -89,10 +80,316 @@ async fn heal_once_backfills_a_large_table_in_chunks() {
         "{}",
         out.stdout
     );
+    // Without a terminal: progress lines at most every 5 s, not one INFO
+    // line per fill statement, with whole rates.
+    assert!(
+        !out.stderr.contains("filled hole with tombstones"),
+        "one log line per statement:\n{}",
+        out.stderr
+    );
+    let progress: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" INFO ") && l.contains("filling: "))
+        .collect();
+    assert!(!progress.is_empty(), "no progress line:\n{}", out.stderr);
+    assert!(
+        progress.len() as u64 <= 1 + took.as_secs() / 5,
+        "{} progress lines in {took:?}:\n{}",
+        progress.len(),
+        out.stderr
+    );
+    for line in &progress {
+        assert_whole_rate(line);
+    }
     assert!(store.missing().await.is_empty());
     assert_eq!(
         store.assert_tombstone_stream_consistent().await as usize,
         missing
+    );
+    store.drop_schema().await;
+}
+
+/// A rate as `heal --once` and `scan` show it: a whole number of positions
+/// per second (thousands separated), never `320,142.9452/s`.
+fn assert_whole_rate(line: &str) {
+    let at = line
+        .find(" positions/s")
+        .unwrap_or_else(|| panic!("no rate in {line:?}"));
+    let figure = line[..at].rsplit(['(', ' ']).next().unwrap_or_default();
+    assert!(
+        !figure.is_empty() && figure.chars().all(|c| c.is_ascii_digit() || c == ','),
+        "rate {figure:?} in {line:?}"
+    );
+}
+
+/// The frames of the bar `what` drawn on a terminal: (position, length).
+fn bar_frames(terminal: &str, what: &str) -> Vec<(u64, u64)> {
+    let number = |s: &str| s.trim().replace(',', "").parse::<u64>().ok();
+    terminal
+        .split(&format!("{what} ["))
+        .skip(1)
+        .filter_map(|frame| {
+            let counts = frame.split("] ").nth(1)?.split(" positions").next()?;
+            let (pos, len) = counts.split_once('/')?;
+            assert_whole_rate(frame.split(['\r', '\n']).next()?);
+            Some((number(pos)?, number(len)?))
+        })
+        .collect()
+}
+
+/// On a terminal, the fill's bar advances with the tombstones written (it
+/// stayed at 0 until the end), and rates are whole positions per second.
+#[tokio::test]
+async fn heal_once_on_a_terminal_shows_the_fill_advancing() {
+    let store = Store::new("bar").await;
+    // One position missing after every 9th row: about 5,555 holes, which
+    // take 6 statements of at most 1,000 ranges.
+    store.insert_bulk(50_000, "g + g / 9").await;
+    let missing = store.missing().await.len() as u64;
+    let out = store.cli_on_terminal(
+        &["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    let frames = bar_frames(&out.stderr, "filling");
+    println!("the fill's bar on a terminal, (position, length) per frame: {frames:?}");
+    assert!(frames.iter().all(|(_, len)| *len == missing), "{frames:?}");
+    assert!(
+        frames.iter().any(|(pos, len)| 0 < *pos && pos < len),
+        "the fill's bar never showed a position between 0 and {missing}: {frames:?}\n{}",
+        out.stderr
+    );
+    let positions: Vec<u64> = frames.iter().map(|(pos, _)| *pos).collect();
+    assert!(positions.windows(2).all(|w| w[0] <= w[1]), "{positions:?}");
+    assert!(
+        !bar_frames(&out.stderr, "scanning").is_empty(),
+        "{}",
+        out.stderr
+    );
+    store.drop_schema().await;
+}
+
+/// `scan` lists 20 holes in text unless told otherwise, then says how many
+/// it left out; JSON lists every hole unless given --limit.
+#[tokio::test]
+async fn scan_lists_at_most_a_limit_of_holes_and_counts_the_rest() {
+    let store = Store::new("limit").await;
+    // Rows at 1, 3, ..., 51: 25 one-position holes at 2, 4, ..., 50.
+    store.insert_bulk(26, "g * 2 - 1").await;
+    let listed = |stdout: &str| stdout.lines().filter(|l| l.ends_with(" position")).count();
+    let out = store.cli(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(
+        out.stdout
+            .starts_with("25 holes (25 missing positions) between 1 and the head 51\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(listed(&out.stdout), 20, "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with("... and 5 more holes (use --all)\n"),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli(&["scan", "--start-from", "0", "--limit", "1"]);
+    assert_eq!(listed(&out.stdout), 1, "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with(
+            "  2                                 1 position\n... and 24 more holes (use --all)\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli(&["scan", "--start-from", "0", "--all"]);
+    assert_eq!(listed(&out.stdout), 25, "{}", out.stdout);
+    assert!(!out.stdout.contains("more hole"), "{}", out.stdout);
+
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = store.cli(&[&["scan", "--start-from", "0", "--format", "json"], args].concat());
+        assert_eq!(out.code, 1, "{}", out.all());
+        serde_json::from_str(out.stdout.trim()).expect("json")
+    };
+    let all = json(&[]);
+    assert_eq!(all["holes"].as_array().unwrap().len(), 25);
+    assert_eq!(
+        (all["hole_count"].as_u64(), all["holes_not_listed"].as_u64()),
+        (Some(25), Some(0))
+    );
+    let two = json(&["--limit", "2"]);
+    assert_eq!(two["holes"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        (two["hole_count"].as_u64(), two["holes_not_listed"].as_u64()),
+        (Some(25), Some(23))
+    );
+
+    for bad in [
+        &["--limit", "x"][..],
+        &["--limit", "3", "--all"],
+        &["--limit", "-1"],
+    ] {
+        let out = store.cli(&[&["scan", "--start-from", "0"], bad].concat());
+        assert_eq!(out.code, 2, "{bad:?}: {}", out.all());
+    }
+    store.drop_schema().await;
+}
+
+/// The `heal --once` summary: positions filled, statements (and what each
+/// met), and what is left, exactly. A held position costs several
+/// statements (probes) but is one position left, never counted as filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heal_once_summary_counts_positions_statements_and_what_is_left() {
+    // Holes at 2 and 4..=6; then 9, taken by an append left open.
+    let store = Store::with_holes("summary", &[1, 3]).await;
+    let open = store.open_append_between(1).await;
+    assert_eq!(open.positions, vec![9]);
+    let out = store.heal_once("0s", &["--lock-timeout", "300ms"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "filled 4 position(s) with 5 statement(s) (2 wrote tombstones, 0 refused by a committed append, 3 by a held position, 0 failed); 1 position(s) in 1 hole(s) left\n",
+        "{}",
+        out.stderr
+    );
+    assert_eq!(store.tombstone_positions().await, vec![2, 4, 5, 6]);
+    open.rollback().await;
+    let out = store.heal_once("0s", &["--dry-run"]);
+    assert_eq!(
+        out.stdout, "dry run: would have filled 1 position(s) in 1 hole(s); nothing written\n",
+        "{}",
+        out.stderr
+    );
+    store.drop_schema().await;
+}
+
+/// `--start-from` above the head: `scan` shows the real head and warns that
+/// nothing below was examined; `heal --once` warns; `run` refuses with exit
+/// 2 naming start_from, unless the table is empty.
+#[tokio::test]
+async fn start_from_above_the_head_is_reported_honestly_and_refused_by_run() {
+    let store = store_with_holes("above").await;
+    let out = store.cli(&["scan", "--start-from", "999999"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "WARNING: the scan started at 999999, above the head 7: positions at or below 999998 were not examined, so holes among them are not reported (--start-from 0 examines the whole table)\n\
+         0 holes (0 missing positions) from 999999 on, above the head 7\n"
+    );
+    assert!(out.stderr.contains(" WARN "), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(
+        store
+            .cli(&["scan", "--start-from", "999999", "--format", "json"])
+            .stdout
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(v["head"], 7);
+    assert!(
+        v["warning"].as_str().unwrap().contains("above the head 7"),
+        "{v}"
+    );
+
+    let out = store.cli(&[
+        "heal",
+        "--once",
+        "--start-from",
+        "999999",
+        "--gap-timeout",
+        "0s",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.contains(" WARN ") && l.contains("above the head")),
+        "{}",
+        out.stderr
+    );
+
+    let out = store.cli(&[
+        "run",
+        "--start-from",
+        "999999",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.code, 2, "{}", out.all());
+    assert!(
+        out.stderr.contains("start_from = \"999999\" (from flag --start-from): the scan would start at 999999, above the head 7"),
+        "{}",
+        out.stderr
+    );
+    assert!(store.tombstone_positions().await.is_empty());
+    // One above the head is where start_from = head starts: accepted.
+    let mut daemon = Daemon::start(&store, &["--start-from", "8"]);
+    assert!(
+        runs_past_its_first_scan(&mut daemon).await,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(daemon.terminate().0, Some(0));
+    store.drop_schema().await;
+
+    // An empty table may start anywhere: the rows will come.
+    let empty = Store::new("above_empty").await;
+    let mut daemon = Daemon::start(&empty, &["--start-from", "999999"]);
+    assert!(
+        runs_past_its_first_scan(&mut daemon).await,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(daemon.terminate().0, Some(0));
+    empty.drop_schema().await;
+}
+
+/// The daemon has resolved its start and still runs half a second later.
+async fn runs_past_its_first_scan(daemon: &mut Daemon) -> bool {
+    let started = gap_healer_testkit::wait::until(Duration::from_secs(10), || async {
+        !daemon.lines_with("scan starts").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    started && daemon.alive()
+}
+
+/// Logs carry no colour (no ESC byte) when stderr is a file, as under
+/// journald or `kubectl logs`; on a terminal they do, unless NO_COLOR.
+#[tokio::test]
+async fn logs_are_plain_text_unless_stderr_is_a_terminal() {
+    let store = store_with_holes("colour").await;
+    let file = std::env::temp_dir().join(format!("gh-colour-{}.log", std::process::id()));
+    let args = ["scan", "--start-from", "0"];
+    let status = gap_healer_testkit::bin::command(store.argv(&args), [("RUST_LOG", "debug")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&file).unwrap())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read(&file).unwrap();
+    std::fs::remove_file(&file).ok();
+    assert!(
+        !log.contains(&0x1b),
+        "ESC in a log file:\n{}",
+        String::from_utf8_lossy(&log)
+    );
+    assert!(
+        log.windows(6).any(|w| w == b" INFO "),
+        "{}",
+        String::from_utf8_lossy(&log)
+    );
+
+    let on_terminal = store.cli_on_terminal(&args, &[]);
+    assert!(
+        on_terminal.stderr.contains("\u{1b}[32m INFO"),
+        "{:?}",
+        on_terminal.stderr
+    );
+    let no_color = store.cli_on_terminal(&args, &[("NO_COLOR", "1")]);
+    assert!(no_color.stderr.contains(" INFO "), "{:?}", no_color.stderr);
+    assert!(
+        !no_color.stderr.contains("\u{1b}[32m"),
+        "{:?}",
+        no_color.stderr
     );
     store.drop_schema().await;
 }
@@ -145,6 +442,165 @@ async fn check_passes_on_a_good_store_and_fails_with_exit_3_on_a_wrong_one() {
     assert!(out.stdout.contains("password=***"), "{}", out.all());
 }
 
+/// A login without rights: `check` names every missing right and the GRANT
+/// that gives it, and goes on with the other findings; the GRANTs it prints
+/// work as they are. `scan` (read-only) says a right is missing, never
+/// "tombstone stream".
+#[tokio::test]
+async fn check_names_each_missing_right_with_the_grant_to_run() {
+    let store = Store::with_holes("rights", &[1]).await;
+    let s = store.schema.clone();
+    let role = format!("{s}_login");
+    let cs = store.create_login(&role).await;
+    // The GRANTs of a `rights` finding, as printed.
+    let grants = |stdout: &str| -> String {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL rights"))
+            .unwrap_or_else(|| panic!("no failed rights finding:\n{stdout}"));
+        let run = line.split("run: ").nth(1).expect("the GRANTs to run");
+        run.split(" (every grant").next().unwrap().to_string()
+    };
+
+    let out = store.cli_at(&cs, &["check"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    for other in [
+        "ok   schema",
+        "ok   global position",
+        "ok   messages columns",
+        "ok   streams columns",
+        "ok   checkpoints table",
+    ] {
+        assert!(out.stdout.contains(other), "{other}:\n{}", out.stdout);
+    }
+    assert!(
+        out.stdout.ends_with("1 check(s) failed\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        grants(&out.stdout),
+        format!(
+            "GRANT USAGE ON SCHEMA {s} TO {role}; GRANT SELECT, INSERT ON {s}.messages TO {role}; \
+             GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role}; \
+             GRANT SELECT ON {s}.checkpoints TO {role};"
+        )
+    );
+    let out = store.cli_at(&cs, &["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stderr.contains("42501") && out.stderr.contains("`gap-healer check` names it"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.all().contains("tombstone stream"), "{}", out.all());
+
+    // SELECT revoked on the store's tables, every other right there.
+    store
+        .client
+        .batch_execute(&grants(&store.cli_at(&cs, &["check"]).stdout))
+        .await
+        .expect("the printed GRANTs run");
+    store
+        .client
+        .batch_execute(&format!(
+            "REVOKE SELECT ON {s}.messages, {s}.streams FROM {role}"
+        ))
+        .await
+        .unwrap();
+    let out = store.cli_at(&cs, &["check"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert_eq!(
+        grants(&out.stdout),
+        format!("GRANT SELECT ON {s}.messages TO {role}; GRANT SELECT ON {s}.streams TO {role};")
+    );
+    assert!(
+        out.stdout.contains(
+            "missing SELECT on {s}.messages, SELECT on {s}.streams;"
+                .replace("{s}", &s)
+                .as_str()
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.ends_with("1 check(s) failed\n"),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli_at(&cs, &["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    assert!(
+        out.stderr.contains("permission denied for table messages"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.all().contains("tombstone stream"), "{}", out.all());
+
+    // With what check printed, the login checks clean and heals.
+    let printed = grants(&store.cli_at(&cs, &["check"]).stdout);
+    store.client.batch_execute(&printed).await.unwrap();
+    let out = store.cli_at(&cs, &["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let out = store.cli_at(
+        &cs,
+        &["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"],
+    );
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(store.tombstone_positions().await, vec![2]);
+    store.drop_with_login(&role).await;
+}
+
+/// A tombstone stream whose version ran ahead of its rows (what Eventuous's
+/// own gap tombstones do): `check` says how to repair it, and the statement
+/// it prints, run as printed, does.
+#[tokio::test]
+async fn check_prints_the_repair_of_an_inconsistent_tombstone_stream() {
+    let store = Store::with_holes("repair", &[1]).await;
+    assert_eq!(store.heal_once("0s", &[]).code, 0);
+    store
+        .client
+        .execute(
+            &format!(
+                "UPDATE {}.streams SET version = version + 3 WHERE stream_name = '__tombstones__'",
+                store.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let out = store.cli(&["check"]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    let finding = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("FAIL tombstone stream"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(
+        finding.contains("inconsistent: 1 rows, positions 0..0, version 3: the positions are 0..0 but the version is 3"),
+        "{finding}"
+    );
+    let repair = finding
+        .split("run: ")
+        .nth(1)
+        .and_then(|r| r.split_inclusive(';').next())
+        .expect("a statement to run");
+    store
+        .client
+        .batch_execute(repair)
+        .await
+        .expect("the printed repair runs");
+    let out = store.cli(&["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("ok   tombstone stream           1 tombstones, version 0"),
+        "{}",
+        out.stdout
+    );
+    store.drop_schema().await;
+}
+
 #[test]
 fn sql_prints_the_grants_without_a_connection() {
     let out = cli(&["sql", "--engine", "postgres", "--schema", "shop"], &[]);
@@ -164,6 +620,15 @@ fn sql_prints_the_grants_without_a_connection() {
         .unwrap()
         .replace("__schema__", "shop")
     );
+    // The README and SECURITY.md show the very same grants.
+    for doc in ["README.md", "SECURITY.md"] {
+        let text =
+            std::fs::read_to_string(format!("{}/{doc}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        for grant in out.stdout.lines().filter(|l| l.starts_with("GRANT ")) {
+            let shown = grant.replace("shop", "<schema>");
+            assert!(text.contains(&shown), "{doc} lacks {shown:?}");
+        }
+    }
 }
 
 #[test]

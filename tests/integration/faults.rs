@@ -299,38 +299,28 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     store.drop_schema().await;
 }
 
-/// A login role with exactly the rights `gap-healer sql` prints.
-async fn healer_role(store: &Store, role: &str) {
+/// A login role with exactly the rights `gap-healer sql` prints; the
+/// connection string as it.
+async fn healer_role(store: &Store, role: &str) -> String {
     let out = cli(
         &["sql", "--engine", "postgres", "--schema", &store.schema],
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.all());
-    store
-        .client
-        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
-        .await
-        .unwrap();
+    let cs = store.create_login(role).await;
     store
         .client
         .batch_execute(&out.stdout.replace("gap_healer", role))
         .await
         .expect("apply the printed grants");
-}
-
-async fn drop_role(store: Store, role: &str) {
-    store.drop_schema().await;
-    let c = connect().await;
-    c.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
-        .await
-        .unwrap();
+    cs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statement_timeout_is_reported_and_retried() {
     let store = Store::new("fault_stmt").await;
     let role = format!("{}_role", store.schema);
-    healer_role(&store, &role).await;
+    let cs = healer_role(&store, &role).await;
     // Shorter than the healer's lock_timeout: a fill waiting on a held key is
     // cancelled by the server (57014) before the healer gives up on the lock.
     store
@@ -340,12 +330,6 @@ async fn statement_timeout_is_reported_and_retried() {
         ))
         .await
         .unwrap();
-    let cs = pg_url()
-        .split_whitespace()
-        .filter(|kv| !kv.starts_with("user="))
-        .chain([format!("user={role}").as_str()])
-        .collect::<Vec<_>>()
-        .join(" ");
     let open = store.open_append_between(1).await;
     let mut d = Daemon::with_connection_string(
         &cs,
@@ -384,7 +368,7 @@ async fn statement_timeout_is_reported_and_retried() {
     assert!(errors >= Some(2.0), "{errors:?}");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    drop_role(store, &role).await;
+    store.drop_with_login(&role).await;
 }
 
 /// A throwaway cluster with a database `ro` whose `store` schema has the

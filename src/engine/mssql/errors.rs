@@ -111,6 +111,8 @@ pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
 
 /// Lock request time out period exceeded.
 pub(crate) const LOCK_TIMEOUT: u32 = 1222;
+/// Login failed: a wrong user or password, or a login not allowed in.
+pub(crate) const LOGIN_FAILED: u32 = 18456;
 /// Babelfish's generic error number: what it means is in the message.
 pub(crate) const BABELFISH_GENERIC: u32 = 33_557_097;
 
@@ -185,10 +187,16 @@ pub(crate) fn server_error(
         _ if restarting => DbErrorKind::Transient,
         Class::Permanent | Class::Outcome(_) => DbErrorKind::Permanent,
     };
+    let text = format!("SQL Server error {code}: {}", message.trim());
+    let message = if code == LOGIN_FAILED {
+        format!("login refused: check the user and password ({text})")
+    } else {
+        text
+    };
     DbError {
         kind,
         code: Some(code.to_string()),
-        message: secret.scrub(&format!("SQL Server error {code}: {}", message.trim())),
+        message: secret.scrub(&message),
     }
 }
 
@@ -456,6 +464,12 @@ mod tests {
         assert_eq!(e.kind, DbErrorKind::Permanent);
         assert_eq!(e.code.as_deref(), Some("18456"));
         assert!(!e.message.contains("hunter2"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("login refused: check the user and password (SQL Server error 18456: Login failed for user 'sa'"),
+            "{}",
+            e.message
+        );
 
         let io = tiberius::error::Error::Io {
             kind: std::io::ErrorKind::ConnectionRefused,

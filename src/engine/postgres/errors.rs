@@ -56,12 +56,24 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Classifies a driver error and scrubs its text of the connection string's secrets.
+/// Classifies a driver error and scrubs its text of the connection string's
+/// secrets. A refused login (28P01, 28000) says so first; a missing right
+/// (42501) says where to find which.
 pub(crate) fn db_error(cs: &ConnectionString, e: &tokio_postgres::Error, during: &str) -> DbError {
+    let text = describe(e);
+    let message = match e.code().map(SqlState::code) {
+        Some("28P01" | "28000") => {
+            format!("{during}: login refused: check the user and password ({text})")
+        }
+        Some("42501") => format!(
+            "{during}: {text} (a right is missing: `gap-healer check` names it and the GRANT to run)"
+        ),
+        _ => format!("{during}: {text}"),
+    };
     DbError {
         kind: classify(e),
         code: e.code().map(|c| c.code().to_string()),
-        message: cs.scrub(&format!("{during}: {}", describe(e))),
+        message: cs.scrub(&message),
     }
 }
 

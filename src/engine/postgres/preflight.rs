@@ -5,7 +5,7 @@
 
 use tokio_postgres::Row;
 
-use super::errors::get;
+use super::errors::{describe, get};
 use super::tls::TlsMode;
 use super::PostgresEngine;
 use crate::engine::{Check, DbResult, Finding};
@@ -31,9 +31,10 @@ pub(crate) struct Column {
     pub identity: bool,
 }
 
-/// The login's rights; `None` when the table does not exist.
+/// The login's rights; `None` when the schema or table does not exist.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Rights {
+    pub schema_usage: Option<bool>,
     pub messages_select: Option<bool>,
     pub messages_insert: Option<bool>,
     pub streams_select: Option<bool>,
@@ -69,6 +70,8 @@ pub(crate) struct Facts {
     pub version_num: i32,
     /// Whether this session is encrypted (`pg_stat_ssl`); `None` if unknown.
     pub encrypted: Option<bool>,
+    /// The role the session runs as (`CURRENT_USER`): whom a GRANT names.
+    pub login: String,
     pub schema_exists: bool,
     pub columns: Vec<Column>,
     pub pkey_name: Option<String>,
@@ -99,11 +102,13 @@ impl Facts {
             version: get(row, "server_version")?,
             version_num: get(row, "server_version_num")?,
             encrypted: get(row, "encrypted")?,
+            login: get(row, "login")?,
             schema_exists: get(row, "schema_exists")?,
             columns,
             pkey_name: get(row, "pkey_name")?,
             pkey_columns: get(row, "pkey_columns")?,
             rights: Rights {
+                schema_usage: get(row, "schema_usage")?,
                 messages_select: get(row, "messages_select")?,
                 messages_insert: get(row, "messages_insert")?,
                 streams_select: get(row, "streams_select")?,
@@ -135,8 +140,10 @@ impl PostgresEngine {
             .await
             .map_err(|e| self.error(&e, "preflight"))?;
         let mut facts = Facts::from_row(&row)?;
-        let readable =
-            facts.rights.messages_select == Some(true) && facts.rights.streams_select == Some(true);
+        let r = &facts.rights;
+        let readable = r.schema_usage == Some(true)
+            && r.messages_select == Some(true)
+            && r.streams_select == Some(true);
         if readable && facts.has_table("messages") && facts.has_table("streams") {
             facts.tombstones = match conn
                 .query_opt(&self.sql.tombstone_stream, &[&self.tombstone_stream])
@@ -149,7 +156,11 @@ impl PostgresEngine {
                     min_position: get(&r, "min_position")?,
                     max_position: get(&r, "max_position")?,
                 }),
-                Err(e) => Tombstones::Failed(self.error(&e, "tombstone stream").message),
+                Err(e) => Tombstones::Failed(
+                    self.target
+                        .cs
+                        .scrub(&format!("cannot read it: {}", describe(&e))),
+                ),
             };
         }
         Ok(facts)
@@ -261,7 +272,7 @@ pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
         )
     });
     out.push(rights(f, schema));
-    if let Some(finding) = tombstone_stream(&f.tombstones, want.tombstone_stream) {
+    if let Some(finding) = tombstone_stream(&f.tombstones, schema, want.tombstone_stream) {
         out.push(finding);
     }
     out
@@ -306,39 +317,88 @@ fn position(f: &Facts) -> Finding {
     }
 }
 
-/// The rights the fill needs, with the GRANT to run when one is missing.
+/// The rights the fill needs (those of `sql/postgres/grants.sql`), and the
+/// GRANT statements that give the missing ones to this login.
 fn rights(f: &Facts, schema: &str) -> Finding {
     let r = &f.rights;
-    let wanted = [
-        (r.messages_select, "SELECT", "messages"),
-        (r.messages_insert, "INSERT", "messages"),
-        (r.streams_select, "SELECT", "streams"),
-        (r.streams_insert, "INSERT", "streams"),
-        (r.streams_update, "UPDATE", "streams"),
-    ];
-    let missing: Vec<String> = wanted
-        .iter()
-        .filter(|(granted, _, _)| *granted == Some(false))
-        .map(|(_, right, table)| format!("{right} on {schema}.{table}"))
-        .collect();
+    let to = quote_role(&f.login);
+    let mut missing = Vec::new();
+    let mut grants = Vec::new();
+    if r.schema_usage == Some(false) {
+        missing.push(format!("USAGE on schema {schema}"));
+        grants.push(format!("GRANT USAGE ON SCHEMA {schema} TO {to};"));
+    }
+    for (table, wanted) in [
+        (
+            "messages",
+            &[(r.messages_select, "SELECT"), (r.messages_insert, "INSERT")][..],
+        ),
+        (
+            "streams",
+            &[
+                (r.streams_select, "SELECT"),
+                (r.streams_insert, "INSERT (stream_name, version)"),
+                (r.streams_update, "UPDATE (version)"),
+            ],
+        ),
+        // Optional: without the table, nothing to grant (None).
+        ("checkpoints", &[(r.checkpoints_select, "SELECT")]),
+    ] {
+        let lacking: Vec<&str> = wanted
+            .iter()
+            .filter(|(granted, _)| *granted == Some(false))
+            .map(|(_, right)| *right)
+            .collect();
+        if lacking.is_empty() {
+            continue;
+        }
+        missing.extend(
+            lacking
+                .iter()
+                .map(|right| format!("{right} on {schema}.{table}")),
+        );
+        grants.push(format!(
+            "GRANT {} ON {schema}.{table} TO {to};",
+            lacking.join(", ")
+        ));
+    }
     if missing.is_empty() {
         Finding::pass(
             Check::Rights,
-            "SELECT, INSERT on messages; SELECT, INSERT, UPDATE on streams",
+            "USAGE on the schema; SELECT, INSERT on messages; SELECT, INSERT, UPDATE on streams; SELECT on checkpoints",
         )
     } else {
         Finding::fail(
             Check::Rights,
             format!(
-                "missing {} (see `gap-healer sql --engine postgres`)",
-                missing.join(", ")
+                "missing {}; as the schema's owner, run: {} (every grant the healer needs: `gap-healer sql --engine postgres --schema {schema}`)",
+                missing.join(", "),
+                grants.join(" ")
             ),
         )
     }
 }
 
-/// The tombstone stream, if it exists, must be consistent: positions 0..n-1, version n-1.
-fn tombstone_stream(t: &Tombstones, stream: &str) -> Option<Finding> {
+/// A role's name as a GRANT takes it: bare when it is a plain lower-case
+/// identifier, else double-quoted.
+fn quote_role(role: &str) -> String {
+    let plain = role
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && role
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        role.to_string()
+    } else {
+        format!("\"{}\"", role.replace('"', "\"\""))
+    }
+}
+
+/// The tombstone stream, if it exists, must be consistent: positions
+/// 0..n-1, version n-1. When it is not, the finding says how to repair it.
+fn tombstone_stream(t: &Tombstones, schema: &str, stream: &str) -> Option<Finding> {
     Some(match t {
         Tombstones::Unread => return None,
         Tombstones::Absent => Finding::pass(
@@ -347,16 +407,32 @@ fn tombstone_stream(t: &Tombstones, stream: &str) -> Option<Finding> {
         ),
         Tombstones::Failed(why) => Finding::fail(Check::TombstoneStream, why.clone()),
         Tombstones::Present(s) => {
-            if s.version == s.rows - 1 && s.max_position == s.rows - 1 && s.min_position == 0 {
+            let contiguous = s.max_position == s.rows - 1 && s.min_position == 0;
+            if s.version == s.rows - 1 && contiguous {
                 Finding::pass(
                     Check::TombstoneStream,
                     format!("{} tombstones, version {}", s.rows, s.version),
                 )
             } else {
+                let literal = format!("'{}'", stream.replace('\'', "''"));
+                let repair = if contiguous {
+                    // Only the Version is off (Eventuous's own gap tombstones
+                    // bump it without a row): set it to the last position.
+                    format!(
+                        "the positions are 0..{} but the version is {}; with the healers stopped, run: UPDATE {schema}.streams AS s SET version = (SELECT MAX(m.stream_position) FROM {schema}.messages AS m WHERE m.stream_id = s.stream_id) WHERE s.stream_name = {literal}; (and turn off Eventuous's GapHandlingTimeoutMs tombstones, which bump the version without a row)",
+                        s.max_position, s.version
+                    )
+                } else {
+                    // Positions with gaps: something else writes this stream.
+                    format!(
+                        "the positions are not 0..{}: something other than gap-healer writes this stream; stop the healers and give them a new tombstone_stream (for example {stream}_2; the old stream stays as it is), or, if the version alone is ahead of the last position, run: UPDATE {schema}.streams AS s SET version = (SELECT MAX(m.stream_position) FROM {schema}.messages AS m WHERE m.stream_id = s.stream_id) WHERE s.stream_name = {literal};",
+                        s.rows - 1
+                    )
+                };
                 Finding::fail(
                     Check::TombstoneStream,
                     format!(
-                        "inconsistent: {} rows, positions {}..{}, version {}",
+                        "inconsistent: {} rows, positions {}..{}, version {}: {repair}",
                         s.rows, s.min_position, s.max_position, s.version
                     ),
                 )
@@ -397,11 +473,13 @@ mod tests {
             version: "15.19".into(),
             version_num: 150_019,
             encrypted: Some(false),
+            login: "gap_healer".into(),
             schema_exists: true,
             columns,
             pkey_name: Some("messages_pkey".into()),
             pkey_columns: vec!["global_position".into()],
             rights: Rights {
+                schema_usage: yes,
                 messages_select: yes,
                 messages_insert: yes,
                 streams_select: yes,
@@ -506,13 +584,49 @@ mod tests {
         let rights = find(&out, Check::Rights);
         assert!(!rights.ok);
         assert!(
-            rights
-                .detail
-                .contains("SELECT on eventuous.messages, UPDATE on eventuous.streams"),
+            rights.detail.starts_with(
+                "missing SELECT on eventuous.messages, UPDATE (version) on eventuous.streams; \
+                 as the schema's owner, run: GRANT SELECT ON eventuous.messages TO gap_healer; \
+                 GRANT UPDATE (version) ON eventuous.streams TO gap_healer;"
+            ),
             "{}",
             rights.detail
         );
         assert_eq!(shape_verdict(&out), Ok(()));
+
+        // Nothing at all: every grant of grants.sql, each statement valid as it is.
+        let mut f = healthy();
+        f.login = "App User".into();
+        f.rights = Rights {
+            schema_usage: Some(false),
+            messages_select: Some(false),
+            messages_insert: Some(false),
+            streams_select: Some(false),
+            streams_insert: Some(false),
+            streams_update: Some(false),
+            checkpoints_select: Some(false),
+        };
+        let detail = find(&judge(&f), Check::Rights).detail.clone();
+        for grant in [
+            "GRANT USAGE ON SCHEMA eventuous TO \"App User\";",
+            "GRANT SELECT, INSERT ON eventuous.messages TO \"App User\";",
+            "GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON eventuous.streams TO \"App User\";",
+            "GRANT SELECT ON eventuous.checkpoints TO \"App User\";",
+        ] {
+            assert!(detail.contains(grant), "{grant} not in {detail}");
+        }
+        // No checkpoints table: nothing to grant on it.
+        f.rights.checkpoints_select = None;
+        let detail = find(&judge(&f), Check::Rights).detail.clone();
+        assert!(!detail.contains("checkpoints"), "{detail}");
+    }
+
+    #[test]
+    fn roles_are_quoted_when_they_must_be() {
+        assert_eq!(quote_role("gap_healer"), "gap_healer");
+        assert_eq!(quote_role("Healer"), "\"Healer\"");
+        assert_eq!(quote_role("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote_role("1x"), "\"1x\"");
     }
 
     #[test]
@@ -534,7 +648,24 @@ mod tests {
         let out = judge(&f);
         let t = find(&out, Check::TombstoneStream);
         assert!(!t.ok);
-        assert_eq!(t.detail, "inconsistent: 3 rows, positions 0..2, version 5");
+        assert!(
+            t.detail.starts_with(
+                "inconsistent: 3 rows, positions 0..2, version 5: the positions are 0..2 but the version is 5; \
+                 with the healers stopped, run: UPDATE eventuous.streams AS s SET version = \
+                 (SELECT MAX(m.stream_position) FROM eventuous.messages AS m WHERE m.stream_id = s.stream_id) \
+                 WHERE s.stream_name = '__tombstones__';"
+            ),
+            "{}",
+            t.detail
+        );
+        f.tombstones = Tombstones::Present(TombstoneStats {
+            version: 3,
+            rows: 3,
+            min_position: 0,
+            max_position: 3,
+        });
+        let t = find(&judge(&f), Check::TombstoneStream).detail.clone();
+        assert!(t.contains("new tombstone_stream"), "{t}");
         f.tombstones = Tombstones::Unread;
         assert!(judge(&f).iter().all(|x| x.check != Check::TombstoneStream));
     }

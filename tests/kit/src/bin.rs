@@ -45,7 +45,7 @@ pub fn path() -> &'static Path {
 }
 
 /// `gap-healer ARGS` with the variables `env` and none of this process's
-/// GAP_HEALER_* or RUST_LOG, with no stdin.
+/// GAP_HEALER_*, RUST_LOG or NO_COLOR, with no stdin.
 pub fn command<A, K, V>(
     args: impl IntoIterator<Item = A>,
     env: impl IntoIterator<Item = (K, V)>,
@@ -59,7 +59,7 @@ where
     cmd.args(args);
     for (k, _) in std::env::vars_os() {
         if k.to_str()
-            .is_some_and(|k| k.starts_with("GAP_HEALER_") || k == "RUST_LOG")
+            .is_some_and(|k| k.starts_with("GAP_HEALER_") || k == "RUST_LOG" || k == "NO_COLOR")
         {
             cmd.env_remove(k);
         }
@@ -106,6 +106,43 @@ pub fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into(),
         stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+/// [`cli`] with stderr on a pseudo-terminal, as when someone runs it at a
+/// terminal (progress bars are drawn, logs may be coloured), stdout piped.
+/// `stderr` is what the terminal received, control sequences and all.
+pub fn cli_on_terminal(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 120,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(&size, None).expect("a pseudo-terminal");
+    // The Command, and with it this process's end of the terminal, is gone
+    // once spawned: reading the other end ends when the binary exits.
+    let child = command(args, env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(pty.slave))
+        .spawn()
+        .expect("run gap-healer");
+    let mut terminal = std::fs::File::from(pty.master);
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        // EIO once no process holds the terminal any more.
+        while let Ok(n @ 1..) = terminal.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+        }
+        seen
+    });
+    let out = child.wait_with_output().expect("wait for gap-healer");
+    let seen = reader.join().expect("the terminal's reader");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&seen).into(),
     }
 }
 

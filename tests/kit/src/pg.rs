@@ -59,6 +59,12 @@ pub async fn try_connect(url: &str) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
+/// `url` connecting as `user` instead (the last `user` given wins, in
+/// key=value strings and URLs alike).
+pub fn as_user(url: &str, user: &str) -> String {
+    with_param(url, "user", user)
+}
+
 /// A session to `url`; panics when there is none.
 pub async fn connect_to(url: &str) -> Client {
     try_connect(url)
@@ -199,6 +205,27 @@ impl Store {
         self.try_drop_schema().await.expect("drop schema");
     }
 
+    /// Creates the login role `role`, with no right at all, and returns the
+    /// connection string that logs in as it (trust authentication).
+    pub async fn create_login(&self, role: &str) -> String {
+        self.client
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+            .await
+            .expect("create the login role");
+        as_user(&self.url, role)
+    }
+
+    /// Drops the schema, then the login role `role` and what it was granted.
+    pub async fn drop_with_login(self, role: &str) {
+        let url = self.url.clone();
+        self.drop_schema().await;
+        connect_to(&url)
+            .await
+            .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+            .await
+            .expect("drop the login role");
+    }
+
     /// The connection string the healer gets.
     pub fn url(&self) -> String {
         self.url.clone()
@@ -241,13 +268,28 @@ impl Store {
 
     /// [`Store::cli`] with another connection string to the same server.
     pub fn cli_at(&self, url: &str, args: &[&str]) -> Output {
-        let store = self.args_at(url);
-        let all: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(store.iter().map(String::as_str))
-            .collect();
-        bin::cli(&all, &[])
+        let all = self.argv_at(url, args);
+        bin::cli(&all.iter().map(String::as_str).collect::<Vec<_>>(), &[])
+    }
+
+    /// [`Store::cli`] with stderr on a pseudo-terminal and the variables
+    /// `env` ([`bin::cli_on_terminal`]).
+    pub fn cli_on_terminal(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let all = self.argv(args);
+        bin::cli_on_terminal(&all.iter().map(String::as_str).collect::<Vec<_>>(), env)
+    }
+
+    /// `args`, then this store's flags.
+    pub fn argv(&self, args: &[&str]) -> Vec<String> {
+        self.argv_at(&self.url, args)
+    }
+
+    /// [`Store::argv`] with another connection string to the same server.
+    fn argv_at(&self, url: &str, args: &[&str]) -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string())
+            .chain(self.args_at(url))
+            .collect()
     }
 
     /// `gap-healer heal --once` from the first position, filling holes
@@ -385,6 +427,25 @@ impl Store {
         let open = self.append_open("slow", count).await;
         self.append("B", 1, Ending::Commit).await;
         open
+    }
+
+    /// `rows` events of one stream `bulk`, inserted in one statement at the
+    /// positions the SQL expression `position` gives for `g` = 1..=`rows`
+    /// (`g * 2` leaves a hole before every row), the identity moved past the
+    /// highest. For tables too large to append event by event.
+    pub async fn insert_bulk(&self, rows: i64, position: &str) {
+        let s = &self.schema;
+        self.client
+            .batch_execute(&format!(
+                "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', {rows} - 1);
+                 INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+                 OVERRIDING SYSTEM VALUE
+                 SELECT gen_random_uuid(), '{EVENT_TYPE}', (SELECT stream_id FROM {s}.streams WHERE stream_name = 'bulk'), g - 1, {position}, '{{}}', now()
+                 FROM generate_series(1, {rows}) g;
+                 SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), (SELECT MAX(global_position) FROM {s}.messages));"
+            ))
+            .await
+            .expect("insert the bulk rows");
     }
 
     /// Moves the identity so the next append lands `gap` positions further on

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output as ProcOutput, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -40,12 +41,14 @@ pub fn free_port() -> u16 {
 
 /// A PostgreSQL cluster of one test's own, on a free port of 127.0.0.1, with
 /// its socket in its directory. initdb refuses root, so as root the tools run
-/// as the postgres user. Stopped and deleted on drop.
+/// as the postgres user. Stopped and deleted on drop (its files kept after
+/// [`Throwaway::keep_files`]).
 pub struct Throwaway {
     pub dir: PathBuf,
     pub port: u16,
     bin: PathBuf,
     root: bool,
+    keep: AtomicBool,
 }
 
 impl Throwaway {
@@ -60,6 +63,7 @@ impl Throwaway {
             port: free_port(),
             bin: pg_bin(),
             root: is_root(),
+            keep: AtomicBool::new(false),
             dir,
         };
         if t.root {
@@ -127,7 +131,7 @@ impl Throwaway {
 
     pub fn start(&self) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=40 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=100 -c fsync=off",
             self.port,
             self.dir.display()
         );
@@ -148,6 +152,12 @@ impl Throwaway {
                 "start",
             ],
         );
+    }
+
+    /// On drop, stop the server but leave its directory (data and
+    /// `server.log`) for a post-mortem, and say where it is.
+    pub fn keep_files(&self) {
+        self.keep.store(true, Ordering::SeqCst);
     }
 
     /// A fast shutdown: every session ends, as when a server goes down.
@@ -221,6 +231,13 @@ impl Drop for Throwaway {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.keep.load(Ordering::SeqCst) {
+            eprintln!(
+                "the throwaway PostgreSQL cluster's files are kept in {}",
+                self.dir.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
