@@ -285,7 +285,7 @@ def cmd_dashboard(args):
         fail("dashboard %s:\n  %s" % (path, "\n  ".join(errs)))
     # Substitute Grafana variables so promtool can parse each query.
     subst = [("$__rate_interval", "5m"), ("$__interval", "1m"), ("$__range", "1h"),
-             ('"$job"', '".*"'), ('"$instance"', '".*"'), ("${job}", ".*"), ("${instance}", ".*")]
+             ('"$job"', '".*"'), ('"$instance"', '".*"'), ("${job}", ".*"), ("${instance}", ".*"), ('"$store"', '".*"'), ("${store}", ".*")]
     rules = []
     for pid, ref, title, e in exprs:
         for a, b in subst:
