@@ -172,12 +172,11 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             let done = match store.engine {
                 EngineKind::Postgres => {
-                    let engine =
-                        engine::postgres::PostgresEngine::sharing(&store.store, &pools.postgres);
+                    let engine = engine::postgres::PostgresEngine::sharing(&store.store, &pools);
                     dispatch(Arc::new(engine?), store, cli.command.clone()).await
                 }
                 EngineKind::Mssql => {
-                    let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools.mssql);
+                    let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
                     dispatch(Arc::new(engine?), store, cli.command.clone()).await
                 }
             };

@@ -153,7 +153,7 @@ pub async fn run(
     info!(
         stores = settings.stores.len(),
         store_sets = settings.sets.len(),
-        pools = running.pools.postgres.len() + running.pools.mssql.len(),
+        pools = running.pools.len(),
         "healing {} store(s) and {} store set(s)",
         settings.stores.len(),
         settings.sets.len()
@@ -240,7 +240,7 @@ fn start(
     let store = store.clone();
     Ok(match store.engine {
         EngineKind::Postgres => {
-            let engine = Arc::new(PostgresEngine::sharing(&store.store, &pools.postgres)?);
+            let engine = Arc::new(PostgresEngine::sharing(&store.store, pools)?);
             let key = format!(
                 "{:?}\n{}",
                 store.store.connect_timeout,
@@ -255,7 +255,7 @@ fn start(
         EngineKind::Mssql => {
             // SQL Server keeps a session per store: its fence is a lock of
             // the session's own, and Babelfish refuses reuse after a refusal.
-            let engine = Arc::new(MssqlEngine::sharing(&store.store, &pools.mssql)?);
+            let engine = Arc::new(MssqlEngine::sharing(&store.store, pools)?);
             Box::pin(heal(engine.clone(), engine, store, health, stop))
         }
     })

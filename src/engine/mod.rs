@@ -55,8 +55,19 @@ pub enum Fence {
 /// database share one pool.
 #[derive(Default)]
 pub struct Pools {
-    pub postgres: postgres::SharedPools,
-    pub mssql: mssql::SharedPools,
+    pub(crate) postgres: pool::Shared<postgres::Manager>,
+    pub(crate) mssql: pool::Shared<mssql::Manager>,
+}
+
+impl Pools {
+    /// Distinct pools alive now.
+    pub fn len(&self) -> usize {
+        self.postgres.len() + self.mssql.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What an engine needs to know about the store it serves.

@@ -50,11 +50,12 @@ use tiberius::{Row, ToSql};
 pub use self::fill::{FillMode, MAX_FILL_ROWS};
 pub use self::leader::{MssqlLeaderSession, MAX_LEADER_KEY_UNITS};
 
-use self::conn::{Client, Manager};
+use self::conn::Client;
+pub(crate) use self::conn::Manager;
 use self::errors::driver_error;
 use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
-use crate::engine::pool::{Pool, Shared};
+use crate::engine::pool::Pool;
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
     ScanPage, StoreSettings,
@@ -130,21 +131,6 @@ impl Server {
     }
 }
 
-/// Pools shared by the stores of one database: see [`Shared`].
-#[derive(Default)]
-pub struct SharedPools(Shared<Manager>);
-
-impl SharedPools {
-    /// Distinct pools alive now.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 /// The SQL Server engine.
 pub struct MssqlEngine {
     settings: StoreSettings,
@@ -181,19 +167,19 @@ impl MssqlEngine {
         settings: &StoreSettings,
         max_connections: u32,
     ) -> DbResult<MssqlEngine> {
-        Self::build(settings, max_connections, &SharedPools::default())
+        Self::build(settings, max_connections, &super::Pools::default())
     }
 
     /// [`MssqlEngine::new`], sharing its pool with the other stores of
     /// `pools` that connect with the same connection string.
-    pub fn sharing(settings: &StoreSettings, pools: &SharedPools) -> DbResult<MssqlEngine> {
+    pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<MssqlEngine> {
         Self::build(settings, DEFAULT_MAX_CONNECTIONS, pools)
     }
 
     fn build(
         settings: &StoreSettings,
         max_connections: u32,
-        pools: &SharedPools,
+        pools: &super::Pools,
     ) -> DbResult<MssqlEngine> {
         let secret = &settings.connection_string;
         let config = conn::config_from_ado(secret.expose()).map_err(|e| {
@@ -211,7 +197,7 @@ impl MssqlEngine {
             settings.connect_timeout,
             secret.expose()
         );
-        let pool = pools.0.get(key, || {
+        let pool = pools.mssql.get(key, || {
             Pool::new(
                 "SQL Server",
                 Manager::new(config.clone(), settings.connection_string.clone()),

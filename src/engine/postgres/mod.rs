@@ -41,9 +41,10 @@ pub use self::leader::{advisory_key, PgLeaderSession};
 pub use self::sql::setup_sql;
 pub use self::watermark::watermark_sql;
 
-use self::conn::{Manager, Target};
+pub(crate) use self::conn::Manager;
+use self::conn::Target;
 use self::errors::{db_error, get};
-use super::pool::{Pool, Shared, MAX_POOLED_SESSIONS};
+use super::pool::{Pool, MAX_POOLED_SESSIONS};
 use super::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
     ScanPage, StoreSettings,
@@ -52,21 +53,6 @@ use crate::gaps::PosRange;
 
 /// Ranges per probe query.
 const PROBE_BATCH: usize = 1_000;
-
-/// Pools shared by the stores of one database: see [`Shared`].
-#[derive(Default)]
-pub struct SharedPools(Shared<Manager>);
-
-impl SharedPools {
-    /// Distinct pools alive now.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 pub struct PostgresEngine {
     pool: std::sync::Arc<Pool<Manager>>,
@@ -87,19 +73,19 @@ impl PostgresEngine {
     /// Parses the connection string and prepares a pool. Connects lazily, so a
     /// daemon started while the database is down comes up and retries.
     pub fn new(settings: &StoreSettings) -> DbResult<Self> {
-        Self::sharing(settings, &SharedPools::default())
+        Self::sharing(settings, &super::Pools::default())
     }
 
     /// [`PostgresEngine::new`], sharing its pool with the other stores of
     /// `pools` that connect with the same connection string.
-    pub fn sharing(settings: &StoreSettings, pools: &SharedPools) -> DbResult<Self> {
+    pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<Self> {
         let target = Target::new(&settings.connection_string, settings.connect_timeout)?;
         let key = format!(
             "{:?}\n{}",
             settings.connect_timeout,
             settings.connection_string.expose()
         );
-        let pool = pools.0.get(key, || {
+        let pool = pools.postgres.get(key, || {
             Pool::new(
                 "PostgreSQL",
                 Manager(target.clone()),
