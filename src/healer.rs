@@ -46,6 +46,13 @@ fn describe(batch: &[PosRange]) -> String {
     }
 }
 
+/// The lowest position a default start (`start_from = checkpoints`) scans
+/// from: the identity's seed, or the first row when that lies above it (the
+/// store was reseeded before its first append, which the seed does not show).
+fn start_floor(seed: i64, first_row: Option<i64>) -> i64 {
+    first_row.map_or(seed, |first| first.max(seed))
+}
+
 /// Checkpoints are re-read at most this often (for lag metrics only).
 const CHECKPOINT_REFRESH: Duration = Duration::from_secs(5);
 
@@ -172,28 +179,43 @@ impl<E: Engine> Healer<E> {
         }
         let floor = self.engine.identity_floor().await?;
         let head = self.engine.head().await?;
+        let first = self.engine.first_position().await?;
+        // A store reseeded before its first append (DBCC CHECKIDENT ...
+        // RESEED) starts above its identity's seed, which does not show the
+        // reseed: nothing below its first row was ever handed out, so by
+        // default the scan starts at that row, not up to `lookback` below it.
+        let first_floor = start_floor(floor, first);
         let head_or_floor = head.unwrap_or(floor - 1);
         let after = match self.opts.start_from {
             StartFrom::Head => head_or_floor,
             StartFrom::Position(p) => p - 1,
             StartFrom::Checkpoints => {
                 let checkpoints = self.engine.checkpoints().await?;
-                if checkpoints.is_empty() {
+                let after = if checkpoints.is_empty() {
                     head_or_floor.saturating_sub(self.opts.lookback as i64)
                 } else {
                     // A checkpoint is the last position handled: the next one may be a hole.
                     // A checkpoint without a position has handled nothing yet.
                     checkpoints
                         .iter()
-                        .map(|c| c.position.unwrap_or(floor - 1))
+                        .map(|c| c.position.unwrap_or(first_floor - 1))
                         .min()
                         .unwrap_or(head_or_floor)
-                }
+                };
+                after.max(first_floor - 1)
             }
         };
         let after = after.max(floor - 1);
         if self.examined.is_none() {
             self.examined = Some(after);
+            if first_floor > floor && after == first_floor - 1 {
+                info!(
+                    seed = floor,
+                    first_row = first_floor,
+                    "the first row lies above the identity's seed (a reseeded store): positions below it \
+                     are not scanned; --start-from {floor} would fill them"
+                );
+            }
             info!(
                 from = after + 1,
                 head = head_or_floor,
@@ -646,6 +668,11 @@ mod tests {
         probes: Vec<(Instant, Vec<PosRange>)>,
         /// The fence each fill was handed.
         fences: Vec<Fence>,
+        checkpoints: Vec<Checkpoint>,
+        /// Positions a dirty read shows in flight (whatever their key says).
+        dirty: BTreeSet<i64>,
+        /// Every fill: its ranges and lock timeout.
+        attempts: Vec<(Vec<PosRange>, Duration)>,
     }
 
     struct Fake(Mutex<Model>);
@@ -663,8 +690,11 @@ mod tests {
         async fn head(&self) -> DbResult<Option<i64>> {
             Ok(self.0.lock().unwrap().committed.last().copied())
         }
+        async fn first_position(&self) -> DbResult<Option<i64>> {
+            Ok(self.0.lock().unwrap().committed.first().copied())
+        }
         async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
-            Ok(vec![])
+            Ok(self.0.lock().unwrap().checkpoints.clone())
         }
         async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
             let mut m = self.0.lock().unwrap();
@@ -798,6 +828,55 @@ mod tests {
         assert_eq!(that_turn.len(), 1, "{:?}", m.probes);
         // Before it came due, every poll re-checked it.
         assert!(m.probes.len() >= 19, "{}", m.probes.len());
+    }
+
+    /// Review finding F5: IDENT_SEED does not show a reseed, so a store
+    /// reseeded before its first append, with no checkpoints (or one that
+    /// handled nothing yet), used to start `lookback` below the head (or at
+    /// the seed) and fill everything below its first row with tombstones.
+    #[tokio::test]
+    async fn a_reseeded_store_starts_at_its_first_row_unless_told_otherwise() {
+        // The Fake's identity seed is 1; this store's first row is 1,000,000.
+        let rows = [1_000_000, 1_000_001, 1_000_005];
+        let start = |start_from: StartFrom, checkpoint: Option<Option<i64>>| async move {
+            let mut o = opts();
+            o.start_from = start_from;
+            o.lookback = 1_000_000;
+            let (fake, mut h) = healer(rows, o);
+            fake.0.lock().unwrap().checkpoints = checkpoint
+                .map(|position| Checkpoint {
+                    id: "orders".into(),
+                    position,
+                })
+                .into_iter()
+                .collect();
+            let after = h.begin().await.unwrap().after;
+            h.scan_step().await.unwrap();
+            (after, h.tracker().ranges())
+        };
+        let r = |a, b| PosRange::new(a, b).unwrap();
+        // No checkpoints: not `lookback` below the head, but the first row.
+        assert_eq!(
+            start(StartFrom::Checkpoints, None).await,
+            (999_999, vec![r(1_000_002, 1_000_004)])
+        );
+        // A subscription that has handled nothing yet: the same.
+        assert_eq!(start(StartFrom::Checkpoints, Some(None)).await.0, 999_999);
+        // A checkpoint above the first row is where the scan starts, as before.
+        assert_eq!(
+            start(StartFrom::Checkpoints, Some(Some(1_000_001))).await.0,
+            1_000_001
+        );
+        // --start-from says otherwise: honoured below the first row.
+        assert_eq!(
+            start(StartFrom::Position(1), None).await,
+            (0, vec![r(1, 999_999), r(1_000_002, 1_000_004)])
+        );
+        // Not reseeded (the first row is the seed): unchanged.
+        assert_eq!(start_floor(1, Some(1)), 1);
+        assert_eq!(start_floor(1, None), 1);
+        assert_eq!(start_floor(1, Some(0)), 1);
+        assert_eq!(start_floor(1, Some(7)), 7);
     }
 
     #[test]

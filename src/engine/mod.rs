@@ -186,6 +186,12 @@ pub trait Engine: Send + Sync + 'static {
     /// Highest committed position, `None` for an empty table.
     fn head(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
 
+    /// Lowest committed position, `None` for an empty table. Above the
+    /// identity's seed when the store was reseeded (`DBCC CHECKIDENT ...
+    /// RESEED`, `ALTER ... RESTART`) before its first append, which the seed
+    /// does not show: the healer then starts at this row, not below it.
+    fn first_position(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
+
     /// Rows of the Checkpoints table; empty when the table does not exist.
     fn checkpoints(&self) -> impl Future<Output = DbResult<Vec<Checkpoint>>> + Send;
 

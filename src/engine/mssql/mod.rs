@@ -269,6 +269,16 @@ impl MssqlEngine {
         })
     }
 
+    /// One column of `head.sql`: the highest (`position`) or lowest
+    /// (`first_position`) committed position.
+    async fn end_of_messages(&self, column: &str) -> DbResult<Option<i64>> {
+        let rows = self.read_first(&self.sql.head, &[]).await?;
+        match rows.first() {
+            Some(row) => get::<i64>(row, column),
+            None => Ok(None),
+        }
+    }
+
     /// The identity's current value (IDENT_CURRENT), which no fill may move.
     pub async fn identity_current(&self) -> DbResult<Option<i64>> {
         let rows = self.read_first(&self.sql.identity, &[]).await?;
@@ -381,11 +391,11 @@ impl Engine for MssqlEngine {
     }
 
     async fn head(&self) -> DbResult<Option<i64>> {
-        let rows = self.read_first(&self.sql.head, &[]).await?;
-        match rows.first() {
-            Some(row) => get::<i64>(row, "position"),
-            None => Ok(None),
-        }
+        self.end_of_messages("position").await
+    }
+
+    async fn first_position(&self) -> DbResult<Option<i64>> {
+        self.end_of_messages("first_position").await
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {

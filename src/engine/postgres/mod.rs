@@ -135,6 +135,15 @@ impl Engine for PostgresEngine {
         get(&row, "head")
     }
 
+    async fn first_position(&self) -> DbResult<Option<i64>> {
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_one(&self.sql.head, &[])
+            .await
+            .map_err(|e| self.error(&e, "first position"))?;
+        get(&row, "first")
+    }
+
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
         let conn = self.pool.checkout().await?;
         let table = format!("{}.checkpoints", self.schema);
