@@ -341,13 +341,30 @@ impl<E: Engine> Healer<E> {
         let mut excluded = probe.committed.clone();
         excluded.extend_from_slice(&probe.in_flight);
         let mut pieces = Vec::new();
+        // Positions a dirty read has shown in flight too often: each tried
+        // alone, last, so that its key decides.
+        let mut advised = Vec::new();
         for hole in &due {
-            for p in probe.in_flight.iter().filter(|p| hole.range.contains(**p)) {
-                debug!(
-                    position = p,
-                    "an open append holds this position; not trying it"
-                );
-                self.defer_held(PosRange::single(*p));
+            let age = now.duration_since(hole.first_seen);
+            for &p in probe.in_flight.iter().filter(|p| hole.range.contains(**p)) {
+                let sightings = self.tracker.sightings_at(p);
+                if plan::trust_nolock(sightings, age, self.opts.gap_timeout) {
+                    debug!(
+                        position = p,
+                        sightings = sightings + 1,
+                        "an open append holds this position; not trying it"
+                    );
+                    self.defer_held(PosRange::single(p));
+                    self.tracker.add_sighting(p);
+                } else {
+                    info!(
+                        position = p,
+                        sightings,
+                        age_ms = age.as_millis() as u64,
+                        "a dirty read keeps showing an open append here; trying the position alone so its key decides"
+                    );
+                    advised.push(PosRange::single(p));
+                }
             }
             for piece in plan::pieces(hole.range, &excluded, max_rows) {
                 if piece.end >= head {
@@ -368,7 +385,9 @@ impl<E: Engine> Healer<E> {
             .collect();
         let (shared, alone) = plan::split_known_held(pieces, &retried);
         let mut queue = plan::batches(&shared, max_rows, max_ranges);
-        queue.extend(alone.into_iter().map(|p| vec![p]));
+        // The advised positions last: the cycle's last single position waits
+        // the full lock_timeout (plan::lock_timeout_for).
+        queue.extend(alone.into_iter().chain(advised).map(|p| vec![p]));
         queue.reverse();
         while let Some(batch) = queue.pop() {
             if stop.is_cancelled() {
@@ -726,19 +745,25 @@ mod tests {
                 .iter()
                 .flat_map(|r| m.committed.range(r.start..=r.end).copied())
                 .collect();
+            let in_flight = ranges
+                .iter()
+                .flat_map(|r| m.dirty.range(r.start..=r.end).copied())
+                .filter(|p| !m.committed.contains(p))
+                .collect();
             Ok(Probe {
                 committed,
-                in_flight: vec![],
+                in_flight,
             })
         }
         async fn fill_ranges(
             &self,
             ranges: &[PosRange],
-            _lock_timeout: Duration,
+            lock_timeout: Duration,
             fence: &Fence,
         ) -> DbResult<FillOutcome> {
             let mut m = self.0.lock().unwrap();
             m.fences.push(fence.clone());
+            m.attempts.push((ranges.to_vec(), lock_timeout));
             for range in ranges {
                 if m.committed.range(range.start..=range.end).next().is_some() {
                     return Ok(FillOutcome::Committed);
@@ -935,6 +960,82 @@ mod tests {
             fake.0.lock().unwrap().committed.contains(&5_000),
             "released position filled on a later cycle"
         );
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    /// Review finding F3: a position that a dirty read keeps showing in
+    /// flight while its key is free (an aborted transaction's row before
+    /// accelerated database recovery cleans it up) used to be left out of
+    /// every fill for ever. Now, after NOLOCK_SIGHTINGS sightings, it is
+    /// tried alone with the full lock_timeout and the key decides.
+    #[tokio::test(start_paused = true)]
+    async fn a_dirty_read_only_advises_and_the_key_decides() {
+        let (fake, h) = healer([1, 10], opts());
+        fake.0.lock().unwrap().dirty.insert(5);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(5_100)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            assert!(!m.committed.contains(&5), "the first sighting is trusted");
+            assert!(m.committed.contains(&4) && m.committed.contains(&6));
+            assert!(m
+                .attempts
+                .iter()
+                .all(|(r, _)| !r.iter().any(|r| r.contains(5))));
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            assert!(m.committed.contains(&5), "the key was free: filled");
+            let tries: Vec<_> = m
+                .attempts
+                .iter()
+                .filter(|(r, _)| r.iter().any(|r| r.contains(5)))
+                .collect();
+            assert_eq!(
+                tries,
+                vec![&(vec![PosRange::single(5)], Duration::from_secs(2))],
+                "alone, with the full lock_timeout"
+            );
+        }
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    /// The same for an append that really is open: tried alone, held, the
+    /// rest filled, and filled once it rolls back.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_append_seen_by_nolock_stays_held_until_it_ends() {
+        let (fake, h) = healer([1, 10], opts());
+        {
+            let mut m = fake.0.lock().unwrap();
+            m.dirty.insert(5);
+            m.held.insert(5);
+        }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            assert!(!m.committed.contains(&5));
+            let tries = m
+                .attempts
+                .iter()
+                .filter(|(r, _)| r == &vec![PosRange::single(5)])
+                .count();
+            assert!(tries >= 2, "tried with the key again and again: {tries}");
+            let filled: u64 = m.filled.iter().map(|(r, _)| r.width()).sum();
+            assert_eq!(filled, 7);
+        }
+        {
+            let mut m = fake.0.lock().unwrap();
+            m.dirty.clear();
+            m.held.clear();
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(fake.0.lock().unwrap().committed.contains(&5));
         stop.cancel();
         task.await.unwrap();
     }

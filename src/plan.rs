@@ -141,6 +141,24 @@ pub fn split_known_held(pieces: Vec<PosRange>, held: &[i64]) -> (Vec<PosRange>, 
         .partition(|p| !(p.width() == 1 && held.contains(&p.start)))
 }
 
+/// How many times a dirty read may show an open append at a due position
+/// before the position's key decides instead.
+pub const NOLOCK_SIGHTINGS: u32 = 3;
+
+/// Whether a due position that a dirty read (SQL Server's `NOLOCK`) shows
+/// in flight is left out of this cycle: yes for its first
+/// [`NOLOCK_SIGHTINGS`] sightings while it is younger than twice
+/// `gap_timeout`. After that the sighting is only advice: the position is
+/// tried alone, after the cycle's other statements, and its key decides
+/// (held, committed or filled). A row that stays visible to NOLOCK without
+/// an append that can still commit (an aborted transaction's row that
+/// accelerated database recovery has not cleaned up yet, a long rollback)
+/// would otherwise keep the hole open for ever, while the key, the real
+/// authority, was never asked.
+pub fn trust_nolock(sightings: u32, age: Duration, gap_timeout: Duration) -> bool {
+    sightings < NOLOCK_SIGHTINGS && age < gap_timeout.saturating_mul(2)
+}
+
 /// Delay before retrying a held or failed position: doubles from `base` per
 /// retry, capped at `cap`.
 pub fn retry_delay(retries: u32, base: Duration, cap: Duration) -> Duration {
@@ -224,6 +242,21 @@ mod tests {
         assert_eq!(retry_delay(0, base, two), base);
         assert_eq!(retry_delay(2, base, two), Duration::from_secs(1));
         assert_eq!(retry_delay(40, base, two), two);
+    }
+
+    #[test]
+    fn nolock_sightings_are_advice() {
+        let gap = Duration::from_secs(5);
+        let young = Duration::from_secs(6);
+        assert!(trust_nolock(0, young, gap));
+        assert!(trust_nolock(NOLOCK_SIGHTINGS - 1, young, gap));
+        assert!(!trust_nolock(NOLOCK_SIGHTINGS, young, gap), "k sightings");
+        assert!(
+            !trust_nolock(0, Duration::from_secs(10), gap),
+            "2 x gap_timeout old"
+        );
+        assert!(trust_nolock(0, Duration::from_millis(9_999), gap));
+        assert!(!trust_nolock(0, Duration::ZERO, Duration::ZERO));
     }
 
     /// A model of the database: some positions committed, some held. Running
