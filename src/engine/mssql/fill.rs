@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tiberius::{Row, ToSql};
 
 use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
+use super::preflight::CANNOT_IMPERSONATE;
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
@@ -61,6 +62,31 @@ pub(crate) const MODE_UNKNOWN: u8 = 0;
 const MODE_DIRECT: u8 = 1;
 const MODE_PROCEDURE: u8 = 2;
 
+/// The fill mode for what the engine learnt about the procedure: the
+/// procedure when it is usable, else direct mode, except when SQL Server
+/// cannot run the procedure as its owner (15517) and the login lacks the
+/// ALTER on Messages that direct mode needs: falling back would fail every
+/// fill with 1088 and choose again, for ever, without saying why. That is a
+/// permanent error with the fix instead.
+fn choose_mode(state: &ProcedureState, direct_alter: bool, procedure: &str) -> DbResult<FillMode> {
+    if state.usable() {
+        return Ok(FillMode::Procedure);
+    }
+    if let (ProcedureState::CannotImpersonate { .. }, false) = (state, direct_alter) {
+        let why = state
+            .problem(procedure, "", "")
+            .unwrap_or_else(|| format!("{procedure} cannot run as its owner"));
+        return Err(DbError {
+            kind: DbErrorKind::Permanent,
+            code: Some(CANNOT_IMPERSONATE.to_string()),
+            message: format!(
+                "neither fill mode can work: {why} (direct mode is no way out: the login has no ALTER on Messages)"
+            ),
+        });
+    }
+    Ok(FillMode::Direct)
+}
+
 /// The name of the fence lock a fill passes to the batch: `None` unfenced.
 fn fence_lock(fence: &Fence) -> Option<&str> {
     match fence {
@@ -82,17 +108,12 @@ impl MssqlEngine {
             MODE_PROCEDURE => return Ok(FillMode::Procedure),
             _ => {}
         }
-        let state = self.procedure_state().await?;
-        let use_procedure = state.usable();
-        let mode = if use_procedure {
-            FillMode::Procedure
-        } else {
-            FillMode::Direct
-        };
-        let code = if use_procedure {
-            MODE_PROCEDURE
-        } else {
-            MODE_DIRECT
+        let (state, direct_alter) = self.procedure_facts().await?;
+        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        let mode = choose_mode(&state, direct_alter, &procedure)?;
+        let code = match mode {
+            FillMode::Procedure => MODE_PROCEDURE,
+            FillMode::Direct => MODE_DIRECT,
         };
         if self.mode.swap(code, Ordering::AcqRel) != code {
             if let Some(problem) = state.problem(
@@ -119,21 +140,29 @@ impl MssqlEngine {
     /// procedure's constants. Needs no right beyond EXECUTE on it (a login
     /// with only EXECUTE cannot read the procedure's definition).
     pub(crate) async fn procedure_state(&self) -> DbResult<ProcedureState> {
-        if let Some(babelfish) = self.server().await?.babelfish {
-            return Ok(ProcedureState::Unsupported(format!(
+        Ok(self.procedure_facts().await?.0)
+    }
+
+    /// [`MssqlEngine::procedure_state`], and whether the login has ALTER on
+    /// Messages (what direct mode needs).
+    async fn procedure_facts(&self) -> DbResult<(ProcedureState, bool)> {
+        let server = self.server().await?;
+        if let Some(babelfish) = server.babelfish {
+            return Ok((ProcedureState::Unsupported(format!(
                 "{babelfish}: Babelfish cannot run a procedure WITH EXECUTE AS OWNER, so the login needs \
                  the direct-mode rights (ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams)"
-            )));
+            )), true));
         }
         let sets = self.read(&self.sql.fill_mode, &[]).await?;
         let mut sets = sets.into_iter();
         let facts = sets.next().unwrap_or_default();
-        let (exists, execute) = match facts.first() {
+        let (exists, execute, direct_alter) = match facts.first() {
             Some(row) => (
                 get::<bool>(row, "procedure_exists")?.unwrap_or(false),
                 get::<bool>(row, "procedure_execute")?.unwrap_or(false),
+                get::<bool>(row, "messages_alter")?.unwrap_or(false),
             ),
-            None => (false, false),
+            None => (false, false, false),
         };
         let parameters = sets
             .next()
@@ -145,10 +174,25 @@ impl MssqlEngine {
                     .to_string())
             })
             .collect::<DbResult<Vec<String>>>()?;
+        let state = self
+            .describe_procedure(exists, execute, &parameters, &server.database)
+            .await?;
+        Ok((state, direct_alter))
+    }
+
+    /// The procedure's state from fill_mode.sql's facts and, when its
+    /// parameters are this version's, a describing call.
+    async fn describe_procedure(
+        &self,
+        exists: bool,
+        execute: bool,
+        parameters: &[String],
+        database: &str,
+    ) -> DbResult<ProcedureState> {
         if let Some(state) = ProcedureState::from_catalog(
             exists,
             execute,
-            &parameters,
+            parameters,
             &self.sql.procedure_parameters,
         ) {
             return Ok(state);
@@ -160,6 +204,12 @@ impl MssqlEngine {
         let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
             Ok(answer) => answer,
             Err(e) if e.is_transient() => return Err(e),
+            Err(e) if e.code.as_deref() == Some(CANNOT_IMPERSONATE) => {
+                return Ok(ProcedureState::CannotImpersonate {
+                    database: database.to_string(),
+                    message: e.message,
+                })
+            }
             Err(e) => return Ok(ProcedureState::Unanswered(e.message)),
         };
         // A fill of no range: refused by the range check, nothing written.
@@ -209,11 +259,36 @@ impl MssqlEngine {
         drop(session);
         result.map_err(|e| self.driver_error(&e))?;
         self.forget_fill_mode();
+        // Run it once, with no range (refused by its range check before it
+        // writes anything): creating a procedure WITH EXECUTE AS OWNER
+        // succeeds even when SQL Server cannot run it as that owner, which
+        // only a call shows (error 15517).
+        let state = self.procedure_state().await?;
+        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        if !state.usable() {
+            let why = state
+                .problem(
+                    &procedure,
+                    &self.settings.tombstone_stream,
+                    &self.settings.tombstone_type,
+                )
+                .unwrap_or_else(|| format!("{state:?}"));
+            return Err(DbError {
+                kind: DbErrorKind::Permanent,
+                code: match state {
+                    ProcedureState::CannotImpersonate { .. } => {
+                        Some(CANNOT_IMPERSONATE.to_string())
+                    }
+                    _ => None,
+                },
+                message: format!("created {procedure}, but a call of it failed: {why}"),
+            });
+        }
         tracing::info!(
             schema = %self.settings.schema,
             tombstone_stream = %self.settings.tombstone_stream,
             tombstone_type = %self.settings.tombstone_type,
-            "installed the gap_healer_fill procedure"
+            "installed the gap_healer_fill procedure and ran it once"
         );
         Ok(())
     }
@@ -519,6 +594,35 @@ mod tests {
             ..row(None, "commit")
         };
         assert!(engine.outcome(range, m, &wrong_count).is_err());
+    }
+
+    /// Review finding F4: 15517 without direct-mode rights used to fall
+    /// back to direct mode, fail with 1088, forget the mode and do it all
+    /// again on every fill; now it is one permanent error with the fix.
+    #[test]
+    fn a_procedure_that_cannot_run_as_its_owner_is_an_error_without_alter() {
+        let p = "[eventuous].[gap_healer_fill]";
+        let broken = ProcedureState::CannotImpersonate {
+            database: "orders".into(),
+            message: "SQL Server error 15517: Cannot execute as the database principal".into(),
+        };
+        let err = choose_mode(&broken, false, p).unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        assert_eq!(err.code.as_deref(), Some("15517"));
+        assert!(
+            err.message
+                .contains("ALTER AUTHORIZATION ON DATABASE::[orders] TO [sa];"),
+            "{}",
+            err.message
+        );
+        assert_eq!(choose_mode(&broken, true, p), Ok(FillMode::Direct));
+        assert_eq!(
+            choose_mode(&ProcedureState::Usable, false, p),
+            Ok(FillMode::Procedure)
+        );
+        for other in [ProcedureState::Absent, ProcedureState::NoExecute] {
+            assert_eq!(choose_mode(&other, false, p), Ok(FillMode::Direct));
+        }
     }
 
     #[test]

@@ -140,6 +140,26 @@ pub(crate) enum ProcedureState {
     /// The server cannot run the procedure as its owner (Babelfish has no
     /// `EXECUTE AS OWNER`): direct mode only.
     Unsupported(String),
+    /// Installed and executable, but SQL Server refuses to run it as its
+    /// owner (error 15517): the database's owner (dbo) maps to no login of
+    /// this server (a database restored from another one), or the owner is
+    /// a role. `message` is the server's.
+    CannotImpersonate { database: String, message: String },
+}
+
+/// Cannot execute as the database principal (`EXECUTE AS OWNER` whose owner
+/// cannot be impersonated).
+pub(crate) const CANNOT_IMPERSONATE: &str = "15517";
+
+/// What makes `EXECUTE AS OWNER` work again after error 15517.
+pub(crate) fn impersonation_fix(database: &str, procedure: &str) -> String {
+    format!(
+        "give the database an owner this server knows: ALTER AUTHORIZATION ON DATABASE::{} TO [sa]; \
+         (or another login of this server; a database restored from another server keeps a dbo whose \
+         SID maps to no login here), or, when the procedure's owner is a role (the schema is owned by \
+         one), ALTER AUTHORIZATION ON OBJECT::{procedure} TO [dbo];",
+        quote_ident(database)
+    )
 }
 
 impl ProcedureState {
@@ -230,6 +250,11 @@ impl ProcedureState {
             )),
             ProcedureState::Unanswered(why) => Some(format!(
                 "{procedure} did not say which tombstones it writes ({why}); {fix}"
+            )),
+            ProcedureState::CannotImpersonate { database, message } => Some(format!(
+                "{procedure} cannot run as its owner (error 15517: {message}): procedure mode cannot \
+                 fill; {}",
+                impersonation_fix(database, procedure)
             )),
             ProcedureState::Absent
             | ProcedureState::NoExecute
@@ -552,6 +577,10 @@ pub(crate) fn findings(
             ProcedureState::Unsupported(why) => {
                 format!("a server that can run it (direct mode only on {why}).")
             }
+            ProcedureState::CannotImpersonate { database, .. } => format!(
+                "an owner SQL Server can impersonate (error 15517): {}",
+                impersonation_fix(database, &procedure)
+            ),
             _ => "the procedure created again for this configuration (see \"fill procedure\")"
                 .to_string(),
         };
@@ -963,6 +992,44 @@ mod tests {
             m.detail
         );
         assert!(m.detail.contains("clustered primary key"), "{}", m.detail);
+    }
+
+    /// Review finding F4: a procedure SQL Server cannot run as its owner
+    /// (15517) fails `check` with the ALTER AUTHORIZATION fix, whether or
+    /// not direct mode can fill instead.
+    #[test]
+    fn a_procedure_that_cannot_run_as_its_owner_is_named_with_the_fix() {
+        let state = ProcedureState::CannotImpersonate {
+            database: "orders".into(),
+            message: "Cannot execute as the database principal because the principal \"dbo\" does not exist".into(),
+        };
+        assert!(!state.usable());
+        let out = findings("eventuous", &healthy(), &eventuous_columns(), &state, WANT);
+        let procedure = find(&out, Check::FillProcedure);
+        assert!(!procedure.ok);
+        for part in [
+            "error 15517",
+            "ALTER AUTHORIZATION ON DATABASE::[orders] TO [sa];",
+            "ALTER AUTHORIZATION ON OBJECT::[eventuous].[gap_healer_fill] TO [dbo];",
+        ] {
+            assert!(procedure.detail.contains(part), "{part}: {procedure:?}");
+        }
+        let mode = find(&out, Check::FillMode);
+        assert!(
+            mode.ok && mode.detail.starts_with("direct mode"),
+            "{mode:?}"
+        );
+
+        let mut f = healthy();
+        f.rights.messages_alter = false;
+        let out = findings("eventuous", &f, &eventuous_columns(), &state, WANT);
+        let mode = find(&out, Check::FillMode);
+        assert!(!mode.ok);
+        assert!(
+            mode.detail
+                .contains("ALTER AUTHORIZATION ON DATABASE::[orders] TO [sa];"),
+            "{mode:?}"
+        );
     }
 
     #[test]
