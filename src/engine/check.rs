@@ -47,6 +47,12 @@ pub enum Check {
     IdentityCache,
     /// Read committed snapshot isolation (SQL Server).
     ReadCommittedSnapshot,
+    /// Optimized locking (SQL Server 2025, Azure SQL).
+    OptimizedLocking,
+    /// Accelerated database recovery (SQL Server 2019 and later, Azure SQL).
+    AcceleratedDatabaseRecovery,
+    /// Whether the database can be written (not a readable secondary).
+    Updateability,
     /// The preflight itself could not run to the end.
     Preflight,
 }
@@ -85,6 +91,9 @@ impl Check {
             Check::FillProcedure => "fill procedure",
             Check::IdentityCache => "identity cache",
             Check::ReadCommittedSnapshot => "READ_COMMITTED_SNAPSHOT",
+            Check::OptimizedLocking => "optimized locking",
+            Check::AcceleratedDatabaseRecovery => "accelerated database recovery",
+            Check::Updateability => "updateability",
             Check::Preflight => "preflight",
         }
     }
@@ -184,6 +193,9 @@ mod tests {
             Check::FillProcedure,
             Check::IdentityCache,
             Check::ReadCommittedSnapshot,
+            Check::OptimizedLocking,
+            Check::AcceleratedDatabaseRecovery,
+            Check::Updateability,
             Check::Preflight,
         ];
         let labels: std::collections::HashSet<_> = all.iter().map(|c| c.label()).collect();
