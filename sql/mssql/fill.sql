@@ -63,6 +63,15 @@ DECLARE @version INT;
 DECLARE @head BIGINT;
 DECLARE @identity_insert BIT = 0;
 DECLARE @rows_filled BIGINT = NULL;
+-- The tombstones' MessageIds: one random GUID per fill whose first four
+-- bytes are replaced by the row's number. SQL Server orders uniqueidentifier
+-- by its last bytes first and its first four last, so one fill's ids are
+-- adjacent in UQ_StreamIdAndMessageId (StreamId, MessageId): its 4,000 rows
+-- take a few dozen leaf pages there, not one page each (a NEWID() per row
+-- would lock thousands of pages of a large tombstone stream and push the
+-- statement past lock escalation's 5,000 locks). 96 random bits per fill
+-- keep them unique, and the version and variant bits stay NEWID()'s.
+DECLARE @message_id_base BINARY(16) = CAST(NEWID() AS BINARY(16));
 DECLARE @error_number INT = NULL;
 DECLARE @error_message NVARCHAR(4000) = NULL;
 
@@ -211,7 +220,10 @@ BEGIN TRY
         Created
     )
     SELECT
-        NEWID(),
+        CAST(
+            CAST(nb.n AS BINARY(4)) + SUBSTRING(@message_id_base, 5, 12)
+            AS UNIQUEIDENTIFIER
+        ),
         @message_type,
         @stream_id,
         @version + 1 + nb.n,

@@ -884,6 +884,34 @@ mod tests {
         assert!(LEADER_CHECK.contains("APPLOCK_MODE('public', @P1, 'Session') AS lock_mode"));
     }
 
+    /// Review finding F7: a NEWID() per tombstone spreads one fill over as
+    /// many leaf pages of UQ_StreamIdAndMessageId as it has rows; the ids of
+    /// one fill share 12 random bytes (the ones SQL Server sorts on first)
+    /// and differ only in the 4 it sorts on last, so they are adjacent.
+    #[test]
+    fn one_fill_takes_adjacent_message_ids() {
+        let body = fill_body(FILL).join("\n");
+        let code: String = body
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(
+            code.matches("NEWID()").count(),
+            1,
+            "one random GUID per fill"
+        );
+        assert!(code.contains("DECLARE @message_id_base BINARY(16) = CAST(NEWID() AS BINARY(16));"));
+        assert!(code.contains(
+            "CAST(nb.n AS BINARY(4)) + SUBSTRING(@message_id_base, 5, 12)\n            AS UNIQUEIDENTIFIER"
+        ));
+        // The base is taken once, before the insert, not per row.
+        assert!(
+            code.find("@message_id_base BINARY(16)").unwrap()
+                < code.find("INSERT INTO __schema__.[Messages]").unwrap()
+        );
+    }
+
     #[test]
     fn fill_never_uses_generate_series_and_stays_below_lock_escalation() {
         for (name, text) in ALL {
