@@ -384,7 +384,7 @@ impl<E: Engine> Healer<E> {
             .map(|h| h.range.start)
             .collect();
         let (shared, alone) = plan::split_known_held(pieces, &retried);
-        let mut queue = plan::batches(&shared, max_rows, max_ranges);
+        let mut queue = plan::batches(&shared, max_rows, max_ranges, self.engine.fill_range_cost());
         // The advised positions last: the cycle's last single position waits
         // the full lock_timeout (plan::lock_timeout_for).
         queue.extend(alone.into_iter().chain(advised).map(|p| vec![p]));
@@ -443,7 +443,13 @@ impl<E: Engine> Healer<E> {
                 info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
                 self.tracker.remove_positions(&found);
                 self.requeue(
-                    plan::after_committed(&batch, &found, max_rows, max_ranges),
+                    plan::after_committed(
+                        &batch,
+                        &found,
+                        max_rows,
+                        max_ranges,
+                        self.engine.fill_range_cost(),
+                    ),
                     queue,
                 );
             }

@@ -35,25 +35,40 @@ pub fn pieces(range: PosRange, excluded: &[i64], max_rows: u64) -> Vec<PosRange>
 /// One fill transaction: ascending, disjoint ranges.
 pub type Batch = Vec<PosRange>;
 
-/// Groups ascending pieces into batches of at most `max_rows` positions and
-/// `max_ranges` ranges, so scattered narrow holes cost one transaction, not
-/// one each.
-pub fn batches(pieces: &[PosRange], max_rows: u64, max_ranges: usize) -> Vec<Batch> {
+/// Groups ascending pieces into batches of at most `max_ranges` ranges whose
+/// cost stays within `max_rows`, so scattered narrow holes cost one
+/// transaction, not one each. A batch costs its positions plus `range_cost`
+/// for each range after the first ([`cost`]): on SQL Server every range of a
+/// batch may lock one more leaf page of the clustered key, and page locks
+/// count towards lock escalation like key locks.
+pub fn batches(
+    pieces: &[PosRange],
+    max_rows: u64,
+    max_ranges: usize,
+    range_cost: u64,
+) -> Vec<Batch> {
     let (max_rows, max_ranges) = (max_rows.max(1), max_ranges.max(1));
     let mut out: Vec<Batch> = Vec::new();
-    let mut rows = 0;
+    let mut spent = 0;
     for piece in pieces {
-        let fits = out
-            .last()
-            .is_some_and(|b| b.len() < max_ranges && rows + piece.width() <= max_rows);
-        if !fits {
+        let fits = out.last().is_some_and(|b| {
+            b.len() < max_ranges && spent + range_cost + piece.width() <= max_rows
+        });
+        if fits {
+            spent += range_cost + piece.width();
+        } else {
             out.push(Vec::new());
-            rows = 0;
+            spent = piece.width();
         }
-        rows += piece.width();
         out.last_mut().expect("pushed above").push(*piece);
     }
     out
+}
+
+/// What a batch costs against `max_rows`: its positions, plus `range_cost`
+/// for each range after the first (see [`batches`]).
+pub fn cost(batch: &[PosRange], range_cost: u64) -> u64 {
+    width(batch) + range_cost * (batch.len().max(1) as u64 - 1)
 }
 
 /// Positions in a batch.
@@ -95,6 +110,7 @@ pub fn after_committed(
     committed: &[i64],
     max_rows: u64,
     max_ranges: usize,
+    range_cost: u64,
 ) -> AfterRefusal {
     if !committed
         .iter()
@@ -106,7 +122,7 @@ pub fn after_committed(
         .iter()
         .flat_map(|r| pieces(*r, committed, max_rows))
         .collect();
-    AfterRefusal::Retry(batches(&rest, max_rows, max_ranges))
+    AfterRefusal::Retry(batches(&rest, max_rows, max_ranges, range_cost))
 }
 
 /// Lock timeout for one attempt: a short probe, so that finding the held keys
@@ -200,12 +216,12 @@ mod tests {
             Retry(vec![vec![r(1, 1)], vec![r(3, 3), r(5, 9)]])
         );
         assert_eq!(
-            after_committed(&[r(1, 10)], &[3], 100, 10),
+            after_committed(&[r(1, 10)], &[3], 100, 10, 0),
             Retry(vec![vec![r(1, 2), r(4, 10)]])
         );
-        assert_eq!(after_committed(&[r(1, 1)], &[1], 100, 10), Retry(vec![]));
+        assert_eq!(after_committed(&[r(1, 1)], &[1], 100, 10, 0), Retry(vec![]));
         assert_eq!(
-            after_committed(&[r(1, 10)], &[], 100, 10),
+            after_committed(&[r(1, 10)], &[], 100, 10, 0),
             Retry(vec![vec![r(1, 5)], vec![r(6, 10)]])
         );
     }
@@ -213,17 +229,27 @@ mod tests {
     #[test]
     fn scattered_holes_share_a_transaction() {
         let holes: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10 + 1)).collect();
-        let b = batches(&holes, 4_000, 1_000);
+        let b = batches(&holes, 4_000, 1_000, 0);
         assert_eq!(
             b.iter().map(Vec::len).collect::<Vec<_>>(),
             vec![1_000, 1_000, 500]
         );
-        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], 4_000, 1_000);
+        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], 4_000, 1_000, 0);
         assert_eq!(
             b,
             vec![vec![r(1, 3_000)], vec![r(5_000, 7_000)]],
             "rows bound the batch too"
         );
+        // SQL Server: each range after the first costs one more lock (a
+        // leaf page of the clustered key), so 2,500 one-position holes make
+        // batches of at most 2,000 ranges (2,000 + 1,999 <= 4,000).
+        let singles: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10)).collect();
+        let b = batches(&singles, 4_000, 2_500, 1);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![2_000, 500]);
+        assert!(b.iter().all(|b| cost(b, 1) <= 4_000));
+        assert_eq!(cost(&[r(1, 4_000)], 1), 4_000, "one range costs its rows");
+        assert_eq!(cost(&[r(1, 2), r(5, 5)], 1), 4);
+        assert_eq!(cost(&[], 1), 0);
     }
 
     #[test]
@@ -268,6 +294,7 @@ mod tests {
         held: &BTreeSet<i64>,
         max_rows: u64,
         max_ranges: usize,
+        range_cost: u64,
     ) -> (BTreeSet<i64>, BTreeSet<i64>, usize) {
         let mut filled = BTreeSet::new();
         let mut deferred = BTreeSet::new();
@@ -275,11 +302,11 @@ mod tests {
             .iter()
             .flat_map(|h| pieces(*h, &[], max_rows))
             .collect();
-        let mut queue: Vec<Batch> = batches(&all, max_rows, max_ranges);
+        let mut queue: Vec<Batch> = batches(&all, max_rows, max_ranges, range_cost);
         let mut statements = 0;
         while let Some(next) = queue.pop() {
             statements += 1;
-            assert!(width(&next) <= max_rows && next.len() <= max_ranges);
+            assert!(cost(&next, range_cost) <= max_rows && next.len() <= max_ranges);
             let inside = |set: &BTreeSet<i64>| -> Vec<i64> {
                 next.iter()
                     .flat_map(|r| set.range(r.start..=r.end).copied())
@@ -287,7 +314,7 @@ mod tests {
             };
             let hits_committed = inside(committed);
             let after = if !hits_committed.is_empty() {
-                after_committed(&next, &hits_committed, max_rows, max_ranges)
+                after_committed(&next, &hits_committed, max_rows, max_ranges, range_cost)
             } else if !inside(held).is_empty() {
                 after_held(&next)
             } else {
@@ -308,7 +335,7 @@ mod tests {
     fn one_held_key_in_ten_thousand_costs_log_statements() {
         let held: BTreeSet<i64> = [5_000].into();
         let (filled, deferred, statements) =
-            simulate(&[r(1, 10_000)], &BTreeSet::new(), &held, 4_000, 1);
+            simulate(&[r(1, 10_000)], &BTreeSet::new(), &held, 4_000, 1, 0);
         assert_eq!(filled.len(), 9_999);
         assert_eq!(deferred, held);
         assert!(statements <= 3 + 2 * 13, "{statements}");
@@ -323,6 +350,7 @@ mod tests {
             held in proptest::collection::btree_set(0i64..1_200, 0..6),
             max_rows in 1u64..300,
             max_ranges in 1usize..5,
+            range_cost in 0u64..3,
         ) {
             // Disjoint holes from the starts.
             let mut holes: Vec<PosRange> = Vec::new();
@@ -331,7 +359,7 @@ mod tests {
                 holes.push(r(lo, lo + width - 1));
             }
             let held: BTreeSet<i64> = held.difference(&committed).copied().collect();
-            let (filled, deferred, _) = simulate(&holes, &committed, &held, max_rows, max_ranges);
+            let (filled, deferred, _) = simulate(&holes, &committed, &held, max_rows, max_ranges, range_cost);
             let positions: BTreeSet<i64> = holes.iter().flat_map(|h| h.start..=h.end).collect();
             let free: BTreeSet<i64> = positions.iter().copied().filter(|p| !committed.contains(p) && !held.contains(p)).collect();
             prop_assert_eq!(filled, free);

@@ -1,5 +1,6 @@
--- gap-healer, SQL Server: fill one range of holes with tombstones, in one
--- transaction (Engine::fill). This file is the one source of the fill:
+-- gap-healer, SQL Server: fill up to 1,000 ranges of holes with tombstones,
+-- in one transaction (Engine::fill_ranges). This file is the one source of
+-- the fill:
 --
 -- * Direct mode runs it as it is. The login needs ALTER on Messages (for SET
 --   IDENTITY_INSERT), SELECT and INSERT on Messages, SELECT, INSERT and
@@ -16,13 +17,17 @@
 --
 -- The schema placeholder is replaced by the bracketed, validated schema name;
 -- every other value is a bound parameter:
---   @P1 BIGINT         first position of the range
---   @P2 BIGINT         last position of the range (inclusive)
---   @P3 NVARCHAR(850)  tombstone stream name
---   @P4 NVARCHAR(128)  tombstone message type
---   @P5 INT            lock timeout on message keys, ms
---   @P6 INT            lock timeout on the tombstone stream's row, ms
---   @P7 NVARCHAR(255)  the leader fence: the name of the application lock
+--   @P1 NVARCHAR(MAX)  the ranges, ascending and disjoint: 42 characters
+--                      each, its first and its last position (inclusive) as
+--                      signed 21-character numbers (+00000000000000000017).
+--                      Text rather than a table-valued parameter: the same
+--                      call works for a procedure, on SQL Server 2019 at any
+--                      compatibility level and on Babelfish
+--   @P2 NVARCHAR(850)  tombstone stream name
+--   @P3 NVARCHAR(128)  tombstone message type
+--   @P4 INT            lock timeout on message keys, ms
+--   @P5 INT            lock timeout on the tombstone stream's row, ms
+--   @P6 NVARCHAR(255)  the leader fence: the name of the application lock
 --                      that the leader's lock session holds (see
 --                      leader_lock.sql); NULL or '' when there is no
 --                      leader election (no fence; the engine sends '':
@@ -32,13 +37,12 @@
 -- batch ends (and when the procedure returns); the body still restores each
 -- one itself.
 
-DECLARE @start BIGINT = @P1;
-DECLARE @end BIGINT = @P2;
-DECLARE @stream_name NVARCHAR(850) = @P3;
-DECLARE @message_type NVARCHAR(128) = @P4;
-DECLARE @lock_timeout_ms INT = @P5;
-DECLARE @stream_lock_timeout_ms INT = @P6;
-DECLARE @leader_fence NVARCHAR(255) = @P7;
+DECLARE @ranges NVARCHAR(MAX) = @P1;
+DECLARE @stream_name NVARCHAR(850) = @P2;
+DECLARE @message_type NVARCHAR(128) = @P3;
+DECLARE @lock_timeout_ms INT = @P4;
+DECLARE @stream_lock_timeout_ms INT = @P5;
+DECLARE @leader_fence NVARCHAR(255) = @P6;
 
 -- The procedure's body is everything between the next line and END FILL BODY.
 -- Keep every string literal on one line: the body is indented in the
@@ -57,6 +61,16 @@ SET XACT_ABORT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 DECLARE @width INT;
+DECLARE @range_count INT;
+DECLARE @end BIGINT;
+DECLARE @positions BIGINT;
+-- The ranges, parsed: first_row is the number of positions in the ranges
+-- before this one (where its rows start in the tombstone stream).
+DECLARE @fill TABLE (
+    range_start BIGINT NOT NULL PRIMARY KEY,
+    range_end BIGINT NOT NULL,
+    first_row BIGINT NOT NULL
+);
 DECLARE @stage NVARCHAR(16) = N'check';
 DECLARE @stream_id INT;
 DECLARE @version INT;
@@ -78,12 +92,75 @@ DECLARE @error_message NVARCHAR(4000) = NULL;
 BEGIN TRY
     IF @@TRANCOUNT <> 0
         THROW 50001, N'gap-healer: the session already has an open transaction', 1;
-    -- At most 4,000 rows per statement: about 4,000 key locks per index,
-    -- below the 5,000 at which SQL Server escalates to a table lock (which
-    -- would stop every append until the fill commits).
-    IF @start IS NULL OR @end IS NULL OR @end < @start OR @end - @start >= 4000
-        THROW 50002, N'gap-healer: the fill range is empty or wider than 4,000 positions', 1;
-    SET @width = CAST(@end - @start + 1 AS INT);
+    SET @range_count = LEN(@ranges) / 42;
+    IF @ranges IS NULL OR @range_count = 0 OR @range_count > 1000 OR LEN(@ranges) <> 42 * @range_count
+        THROW 50002, N'gap-healer: no fill ranges, more than 1,000, or not 42 characters each', 1;
+    WITH
+    digits (d) AS (
+        SELECT v.d
+        FROM (
+            VALUES (0), (0), (0), (0), (0), (0), (0), (0),
+            (0), (0), (0), (0), (0), (0), (0), (0)
+        ) AS v (d)
+    ),
+
+    numbers (n) AS (
+        SELECT
+            CAST(
+                ROW_NUMBER() OVER (ORDER BY (SELECT NULL)) - 1 AS INT
+            ) AS n
+        FROM digits AS a
+        CROSS JOIN digits AS b
+        CROSS JOIN digits AS c
+    ),
+
+    parsed (range_start, range_end) AS (
+        SELECT
+            CAST(SUBSTRING(@ranges, 42 * nb.n + 1, 21) AS BIGINT),
+            CAST(SUBSTRING(@ranges, 42 * nb.n + 22, 21) AS BIGINT)
+        FROM numbers AS nb
+        WHERE nb.n < @range_count
+    )
+
+    INSERT INTO @fill (range_start, range_end, first_row)
+    SELECT
+        p.range_start,
+        p.range_end,
+        COALESCE(
+            SUM(p.range_end - p.range_start + 1) OVER (
+                ORDER BY p.range_start ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+            ),
+            0
+        )
+    FROM parsed AS p;
+
+    SELECT
+        @end = MAX(f.range_end),
+        @positions = SUM(f.range_end - f.range_start + 1)
+    FROM @fill AS f;
+
+    -- Each range in order and apart from the one before it.
+    IF EXISTS (
+        SELECT 1
+        FROM (
+            SELECT
+                f.range_start,
+                f.range_end,
+                LAG(f.range_end) OVER (ORDER BY f.range_start) AS previous_end
+            FROM @fill AS f
+        ) AS o
+        WHERE o.range_end < o.range_start OR o.range_start <= o.previous_end
+    )
+        THROW 50002, N'gap-healer: the fill ranges are empty, out of order or overlapping', 1;
+    -- The lock budget: at most 4,000 locks per index. Each position takes a
+    -- key lock in every index of Messages, and each range after the first
+    -- may take one more page lock in the clustered key (the stream indexes
+    -- get the fill's rows in one run whatever the ranges). SQL Server
+    -- escalates to a table lock at 5,000 locks on one index, which would
+    -- stop every append until the fill commits.
+    IF @positions + @range_count - 1 > 4000
+        THROW 50002, N'gap-healer: the fill ranges need more than 4,000 locks (positions, plus one per range after the first)', 1;
+    SET @width = CAST(@positions AS INT);
 
     -- The tombstone stream's row. Created once, in its own short autocommit
     -- insert, so that the fill transaction never holds a key-range lock on
@@ -206,7 +283,7 @@ BEGIN TRY
         CROSS JOIN digits AS c
     )
 
-    -- One set-based insert: every key of the range is checked against the
+    -- One set-based insert: every key of the ranges is checked against the
     -- primary key, so a committed event fails it (2627) and a held one makes
     -- it wait (1222); the database decides, not the healer's view.
     INSERT INTO __schema__.[Messages] (
@@ -221,18 +298,19 @@ BEGIN TRY
     )
     SELECT
         CAST(
-            CAST(nb.n AS BINARY(4)) + SUBSTRING(@message_id_base, 5, 12)
+            CAST(CAST(r.first_row + nb.n AS INT) AS BINARY(4))
+            + SUBSTRING(@message_id_base, 5, 12)
             AS UNIQUEIDENTIFIER
         ),
         @message_type,
         @stream_id,
-        @version + 1 + nb.n,
-        @start + nb.n,
+        @version + 1 + r.first_row + nb.n,
+        r.range_start + nb.n,
         N'{}',
         N'{}',
         SYSUTCDATETIME()
-    FROM numbers AS nb
-    WHERE nb.n < @width;
+    FROM @fill AS r
+    INNER JOIN numbers AS nb ON nb.n <= r.range_end - r.range_start;
 
     -- Every position took a row, or nothing is written: an index with
     -- IGNORE_DUP_KEY = ON drops a duplicate with a warning instead of

@@ -83,7 +83,7 @@ SELECT
             WHEN OBJECT_DEFINITION(OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P')) IS NULL THEN NULL
             WHEN
                 OBJECT_DEFINITION(OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P'))
-                LIKE N'%gap-healer fill procedure, interface version 2%'
+                LIKE N'%gap-healer fill procedure, interface version 3%'
                 THEN 1
             ELSE 0
         END AS BIT

@@ -210,6 +210,14 @@ pub trait Engine: Send + Sync + 'static {
         1
     }
 
+    /// What each range of a batch after the first costs against
+    /// [`Engine::max_fill_rows`], besides its rows: 1 on SQL Server, where
+    /// each range may lock one more leaf page of the clustered key and page
+    /// locks count towards lock escalation; 0 where nothing escalates.
+    fn fill_range_cost(&self) -> u64 {
+        0
+    }
+
     /// Fills every position of every range with a tombstone, in one
     /// transaction, or nothing. Tombstone stream positions follow global
     /// position order. `lock_timeout` bounds the wait on each key held by an

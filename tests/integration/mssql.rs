@@ -644,6 +644,85 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
 // ---------------------------------------------------------------------------
 // IDENT_CURRENT never moves, and the tail is never filled.
 
+/// Issue 11 item 5: scattered holes share one fill transaction on SQL
+/// Server too (up to 1,000 ranges, within the lock budget), and a batch is
+/// refused whole when one of its positions is committed or held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn scattered_holes_share_one_fill_transaction() {
+    let db = store_with_streams().await;
+    let mut holes = Vec::new();
+    for _ in 0..200 {
+        holes.push(single(db.rolled_back_append("A", 1).await[0]));
+        db.append("B", 1).await;
+    }
+    let engine = db.engine();
+    let ident = db.ident_current().await;
+    let started = Instant::now();
+    let outcome = engine
+        .fill_ranges(&holes, Duration::from_secs(2), &Fence::Unfenced)
+        .await
+        .unwrap();
+    println!(
+        "200 scattered one-position holes filled in one transaction in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(outcome, FillOutcome::Filled { rows: 200 });
+    let messages = db.messages().await;
+    for hole in &holes {
+        let m = messages
+            .iter()
+            .find(|m| m.position == hole.start)
+            .expect("a tombstone");
+        assert_eq!(m.message_type, TOMBSTONE_TYPE, "{hole}");
+    }
+    assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
+    db.assert_tombstone_stream_contiguous().await;
+
+    // A committed position among them: the whole batch is refused.
+    let a = db.rolled_back_append("A", 1).await[0];
+    let committed = db.append("B", 1).await[0];
+    let b = db.rolled_back_append("A", 1).await[0];
+    db.append("B", 1).await;
+    let batch = [single(a), single(committed), single(b)];
+    assert_eq!(
+        engine
+            .fill_ranges(&batch, Duration::from_secs(2), &Fence::Unfenced)
+            .await
+            .unwrap(),
+        FillOutcome::Committed
+    );
+    assert!(db.message_at(a).await.is_none() && db.message_at(b).await.is_none());
+    // A held position among them: refused whole too, after the lock timeout.
+    let open = db.begin_append("A", 1).await;
+    let held = open.positions[0];
+    db.append("B", 1).await;
+    let outcome = engine
+        .fill_ranges(
+            &[single(a), single(b), single(held)],
+            Duration::from_millis(500),
+            &Fence::Unfenced,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FillOutcome::Held);
+    assert!(db.message_at(a).await.is_none() && db.message_at(b).await.is_none());
+    open.rollback().await;
+    assert_eq!(
+        engine
+            .fill_ranges(
+                &[single(a), single(b), single(held)],
+                Duration::from_secs(2),
+                &Fence::Unfenced
+            )
+            .await
+            .unwrap(),
+        FillOutcome::Filled { rows: 3 }
+    );
+    db.assert_tombstone_stream_contiguous().await;
+    db.drop().await;
+}
+
 /// Locks one statement took in each index of Messages, from
 /// sys.dm_db_index_operational_stats: (index, row locks, page locks,
 /// escalations), cumulative since the index's metadata was cached.

@@ -87,6 +87,58 @@ fn choose_mode(state: &ProcedureState, direct_alter: bool, procedure: &str) -> D
     Ok(FillMode::Direct)
 }
 
+/// Most ranges in one fill transaction (fill.sql checks it too).
+pub const MAX_FILL_RANGES: usize = 1000;
+
+/// Characters of one range in fill.sql's `@ranges`: two signed numbers of 21.
+const RANGE_CHARS: usize = 42;
+
+/// The ranges as fill.sql's `@ranges` text: each range's first and last
+/// position as signed 21-character numbers, ascending. Refuses what fill.sql
+/// would refuse: no ranges, more than [`MAX_FILL_RANGES`], ranges out of
+/// order or overlapping, or a lock budget beyond [`MAX_FILL_ROWS`]
+/// (positions plus one per range after the first).
+fn encode_ranges(ranges: &[PosRange]) -> Result<String, String> {
+    if ranges.is_empty() || ranges.len() > MAX_FILL_RANGES {
+        return Err(format!(
+            "{} ranges (1 to {MAX_FILL_RANGES} per transaction)",
+            ranges.len()
+        ));
+    }
+    if ranges.windows(2).any(|w| w[1].start <= w[0].end) {
+        return Err("the ranges are out of order or overlap".into());
+    }
+    let positions: u64 = ranges.iter().map(PosRange::width).sum();
+    let locks = positions + ranges.len() as u64 - 1;
+    if locks > MAX_FILL_ROWS {
+        return Err(format!(
+            "{positions} positions in {} ranges need {locks} locks per index, more than {MAX_FILL_ROWS}",
+            ranges.len()
+        ));
+    }
+    let mut text = String::with_capacity(RANGE_CHARS * ranges.len());
+    for r in ranges {
+        use std::fmt::Write as _;
+        let _ = write!(text, "{:+021}{:+021}", r.start, r.end);
+    }
+    Ok(text)
+}
+
+/// Ranges for messages: `a..=b`, or `a..=b (+n more up to c)`.
+struct Ranges<'a>(&'a [PosRange]);
+
+impl std::fmt::Display for Ranges<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            [] => Ok(()),
+            [one] => write!(f, "{one}"),
+            [first, .., last] => {
+                write!(f, "{first} (+{} more up to {})", self.0.len() - 1, last.end)
+            }
+        }
+    }
+}
+
 /// The name of the fence lock a fill passes to the batch: `None` unfenced.
 fn fence_lock(fence: &Fence) -> Option<&str> {
     match fence {
@@ -197,10 +249,10 @@ impl MssqlEngine {
         ) {
             return Ok(state);
         }
-        let none = Option::<i64>::None;
+        let no_ranges = Option::<&str>::None;
         let no_fence = Option::<&str>::None;
         let zero = 0_i32;
-        let params: [&dyn ToSql; 5] = [&none, &none, &zero, &zero, &no_fence];
+        let params: [&dyn ToSql; 4] = [&no_ranges, &zero, &zero, &no_fence];
         let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
             Ok(answer) => answer,
             Err(e) if e.is_transient() => return Err(e),
@@ -327,18 +379,15 @@ impl MssqlEngine {
         Ok(answer)
     }
 
-    pub(crate) async fn fill_once(
+    pub(crate) async fn fill_batch_of(
         &self,
-        range: PosRange,
+        ranges: &[PosRange],
         lock_timeout: Duration,
         fence: &Fence,
     ) -> DbResult<FillOutcome> {
-        let width = range.width();
-        if width > MAX_FILL_ROWS {
-            return Err(DbError::permanent(format!(
-                "refused to fill {range}: {width} positions, more than {MAX_FILL_ROWS} per transaction"
-            )));
-        }
+        let what = Ranges(ranges);
+        let encoded = encode_ranges(ranges)
+            .map_err(|why| DbError::permanent(format!("refused to fill {what}: {why}")))?;
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
         // On Babelfish the fence asks for the leader's session, not its lock
@@ -358,8 +407,7 @@ impl MssqlEngine {
         let answer = match mode {
             // The procedure's tombstone stream and type are its own constants.
             FillMode::Procedure => {
-                let params: [&dyn ToSql; 5] =
-                    [&range.start, &range.end, &key_ms, &stream_ms, &fence_name];
+                let params: [&dyn ToSql; 4] = [&encoded, &key_ms, &stream_ms, &fence_name];
                 self.fill_batch(&self.sql.fill_call, &params).await
             }
             FillMode::Direct => {
@@ -367,15 +415,8 @@ impl MssqlEngine {
                 // batch reads both as none, and Babelfish refuses the
                 // untyped NULL (error 8009, "Data type 0x1F is unknown").
                 let fence_name = fence_name.unwrap_or_default();
-                let params: [&dyn ToSql; 7] = [
-                    &range.start,
-                    &range.end,
-                    &stream,
-                    &kind,
-                    &key_ms,
-                    &stream_ms,
-                    &fence_name,
-                ];
+                let params: [&dyn ToSql; 6] =
+                    [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
                 let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
                 self.fill_batch(&text, &params).await
             }
@@ -412,7 +453,7 @@ impl MssqlEngine {
             // The procedure was created again, for other tombstones, since
             // the mode was chosen. What happened stands; the next fill asks again.
             tracing::warn!(
-                range = %range,
+                range = %what,
                 stream = ?answer.stream_name,
                 message_type = ?answer.message_type,
                 "the fill procedure wrote or would have written other tombstones than configured; \
@@ -426,16 +467,16 @@ impl MssqlEngine {
             if let Fence::Leader(token) = fence {
                 let session_id = token.session_id;
                 tracing::warn!(
-                    range = %range,
+                    range = %what,
                     leader_session_id = session_id,
                     "not filling: the leader lock session has ended (leader fence); another healer may lead"
                 );
             }
         }
 
-        let outcome = self.outcome(range, mode, &answer);
+        let outcome = self.outcome(ranges, mode, &answer);
         tracing::debug!(
-            range = %range,
+            range = %what,
             mode = mode.as_str(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             outcome = ?outcome,
@@ -444,8 +485,14 @@ impl MssqlEngine {
         outcome
     }
 
-    fn outcome(&self, range: PosRange, mode: FillMode, answer: &FillRow) -> DbResult<FillOutcome> {
-        let width = range.width();
+    fn outcome(
+        &self,
+        ranges: &[PosRange],
+        mode: FillMode,
+        answer: &FillRow,
+    ) -> DbResult<FillOutcome> {
+        let width: u64 = ranges.iter().map(PosRange::width).sum();
+        let range = Ranges(ranges);
         let Some(code) = answer.error_number else {
             return match answer.rows_filled {
                 Some(rows) if u64::try_from(rows).ok() == Some(width) => Ok(FillOutcome::Filled { rows: width }),
@@ -547,41 +594,41 @@ mod tests {
         };
         let m = FillMode::Direct;
         assert_eq!(
-            engine.outcome(range, m, &row(None, "commit")),
+            engine.outcome(&[range], m, &row(None, "commit")),
             Ok(FillOutcome::Filled { rows: 3 })
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(2627), "messages")),
+            engine.outcome(&[range], m, &row(Some(2627), "messages")),
             Ok(FillOutcome::Committed)
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(2601), "messages")),
+            engine.outcome(&[range], m, &row(Some(2601), "messages")),
             Ok(FillOutcome::Committed)
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(1222), "messages")),
+            engine.outcome(&[range], m, &row(Some(1222), "messages")),
             Ok(FillOutcome::Held)
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(1222), "stream")),
+            engine.outcome(&[range], m, &row(Some(1222), "stream")),
             Ok(FillOutcome::Busy)
         );
         // The leader fence: this process no longer leads.
         assert_eq!(
-            engine.outcome(range, m, &row(Some(50006), "leader")),
+            engine.outcome(&[range], m, &row(Some(50006), "leader")),
             Ok(FillOutcome::Busy)
         );
         assert_eq!(
-            engine.outcome(range, FillMode::Procedure, &row(Some(50006), "leader")),
+            engine.outcome(&[range], FillMode::Procedure, &row(Some(50006), "leader")),
             Ok(FillOutcome::Busy)
         );
         let deadlock = engine
-            .outcome(range, m, &row(Some(1205), "messages"))
+            .outcome(&[range], m, &row(Some(1205), "messages"))
             .unwrap_err();
         assert!(deadlock.is_transient());
         assert_eq!(deadlock.code.as_deref(), Some("1205"));
         let above = engine
-            .outcome(range, m, &row(Some(50005), "head"))
+            .outcome(&[range], m, &row(Some(50005), "head"))
             .unwrap_err();
         assert_eq!(above.kind, DbErrorKind::Permanent);
         assert!(
@@ -593,7 +640,41 @@ mod tests {
             rows_filled: Some(2),
             ..row(None, "commit")
         };
-        assert!(engine.outcome(range, m, &wrong_count).is_err());
+        assert!(engine.outcome(&[range], m, &wrong_count).is_err());
+    }
+
+    /// Issue 11 item 5: up to 1,000 ranges per transaction, within a lock
+    /// budget of 4,000 per index (positions, plus one page of the clustered
+    /// key per range after the first), as fill.sql's @ranges text.
+    #[test]
+    fn ranges_are_encoded_for_fill_sql_within_the_lock_budget() {
+        assert_eq!(
+            encode_ranges(&[r(7, 9), r(12, 12)]).unwrap(),
+            "+00000000000000000007+00000000000000000009+00000000000000000012+00000000000000000012"
+        );
+        assert_eq!(
+            encode_ranges(&[r(-3, -1)]).unwrap(),
+            "-00000000000000000003-00000000000000000001"
+        );
+        let max = encode_ranges(&[r(i64::MAX - 1, i64::MAX)]).unwrap();
+        assert_eq!(max.len(), RANGE_CHARS);
+        assert!(encode_ranges(&[r(1, 4_000)]).is_ok());
+        assert!(encode_ranges(&[r(1, 4_001)]).is_err());
+        let singles: Vec<PosRange> = (0..1_000).map(|i| r(i * 3, i * 3)).collect();
+        assert_eq!(encode_ranges(&singles).unwrap().len(), 1_000 * RANGE_CHARS);
+        let too_many: Vec<PosRange> = (0..1_001).map(|i| r(i * 3, i * 3)).collect();
+        assert!(encode_ranges(&too_many).is_err());
+        // 2,001 positions in two ranges: 2,002 locks, fine; 3,999 + 1 + 1: not.
+        assert!(encode_ranges(&[r(1, 2_000), r(3_000, 3_000)]).is_ok());
+        assert!(encode_ranges(&[r(1, 3_999), r(5_000, 5_000)]).is_err());
+        assert!(encode_ranges(&[]).is_err());
+        assert!(encode_ranges(&[r(5, 9), r(9, 12)]).is_err(), "overlap");
+        assert!(encode_ranges(&[r(20, 21), r(5, 9)]).is_err(), "order");
+        assert_eq!(
+            Ranges(&[r(1, 2), r(5, 5), r(9, 10)]).to_string(),
+            "1..=2 (+2 more up to 10)"
+        );
+        assert_eq!(Ranges(&[r(4, 4)]).to_string(), "4");
     }
 
     /// Review finding F4: 15517 without direct-mode rights used to fall

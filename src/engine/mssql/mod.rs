@@ -47,7 +47,7 @@ use std::time::Duration;
 use bb8::PooledConnection;
 use tiberius::{Row, ToSql};
 
-pub use self::fill::{FillMode, MAX_FILL_ROWS};
+pub use self::fill::{FillMode, MAX_FILL_RANGES, MAX_FILL_ROWS};
 pub use self::leader::{MssqlLeaderSession, MAX_LEADER_KEY_UNITS};
 
 use self::conn::{Client, Manager};
@@ -375,6 +375,14 @@ impl Engine for MssqlEngine {
         MAX_FILL_ROWS
     }
 
+    fn max_fill_ranges(&self) -> usize {
+        MAX_FILL_RANGES
+    }
+
+    fn fill_range_cost(&self) -> u64 {
+        1
+    }
+
     async fn identity_floor(&self) -> DbResult<i64> {
         let rows = self.read_first(&self.sql.identity, &[]).await?;
         let seed = match rows.first() {
@@ -462,14 +470,7 @@ impl Engine for MssqlEngine {
         lock_timeout: Duration,
         fence: &Fence,
     ) -> DbResult<FillOutcome> {
-        // One range per transaction (max_fill_ranges is 1): the T-SQL takes @start and @end.
-        match ranges {
-            [range] => self.fill_once(*range, lock_timeout, fence).await,
-            _ => Err(DbError::permanent(format!(
-                "the SQL Server engine fills one range per transaction, was given {}",
-                ranges.len()
-            ))),
-        }
+        self.fill_batch_of(ranges, lock_timeout, fence).await
     }
 
     async fn install(&self) -> DbResult<String> {

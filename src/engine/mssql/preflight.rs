@@ -240,12 +240,12 @@ impl ProcedureState {
                 parameters,
                 expected,
             } => {
-                let what = if parameters
-                    .iter()
-                    .any(|p| p.eq_ignore_ascii_case("@stream_name"))
-                {
+                let has = |name: &str| parameters.iter().any(|p| p.eq_ignore_ascii_case(name));
+                let what = if has("@stream_name") {
                     "an older gap-healer's procedure, which let its caller choose the tombstone stream \
                      and type"
+                } else if has("@start") {
+                    "an older gap-healer's procedure, which filled one range per call"
                 } else {
                     "not this gap-healer version's procedure"
                 };
@@ -797,8 +797,7 @@ mod tests {
 
     fn expected() -> Vec<String> {
         [
-            "@start",
-            "@end",
+            "@ranges",
             "@lock_timeout_ms",
             "@stream_lock_timeout_ms",
             "@leader_fence",
@@ -899,7 +898,7 @@ mod tests {
         let more = [want.clone(), vec!["@x".to_string()]].concat();
         let mut swapped = want.clone();
         swapped.swap(0, 1);
-        for other in [&want[..4], &more[..], &swapped[..], &[]] {
+        for other in [&want[..3], &more[..], &swapped[..], &[]] {
             assert!(
                 matches!(
                     ProcedureState::from_catalog(true, true, other, &want),

@@ -51,8 +51,9 @@ const _: () = assert!(
 
 /// The marker comment in the procedure that `preflight.sql` looks for.
 /// Version 2: the tombstone stream and type are constants of the procedure,
-/// and it takes the leader fence.
-pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 2";
+/// and it takes the leader fence. Version 3: it takes up to 1,000 ranges
+/// (`@ranges`) instead of one (`@start`, `@end`).
+pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 3";
 
 /// The DECLAREs of `fill.sql` that are constants of the procedure, not its
 /// parameters: the tombstone stream and type, fixed by `gap-healer install`.
@@ -120,7 +121,7 @@ pub(crate) struct Sql {
     pub(crate) identity: String,
     pub(crate) fill: String,
     pub(crate) fill_procedure: String,
-    /// The procedure's parameter names as sys.parameters lists them (`@start`, ...).
+    /// The procedure's parameter names as sys.parameters lists them (`@ranges`, ...).
     pub(crate) procedure_parameters: Vec<String>,
     pub(crate) fill_call: String,
     pub(crate) fill_mode: String,
@@ -577,17 +578,17 @@ mod tests {
         // parameters of the direct batch and the procedure call: those texts
         // do not depend on them at all.
         let sql = Sql::new("eventuous", "it's $(x)", "o'type").unwrap();
-        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6", "@P7"] {
+        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6"] {
             assert!(sql.fill.contains(marker), "fill.sql binds {marker}");
         }
-        assert!(!sql.fill.contains("@P8"));
-        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5"] {
+        assert!(!sql.fill.contains("@P7"));
+        for marker in ["@P1", "@P2", "@P3", "@P4"] {
             assert!(
                 sql.fill_call.contains(marker),
                 "fill_call.sql binds {marker}"
             );
         }
-        assert!(!sql.fill_call.contains("@P6"));
+        assert!(!sql.fill_call.contains("@P5"));
         assert_eq!(sql.fill, Sql::new("eventuous", STREAM, TYPE).unwrap().fill);
         assert_eq!(sql.fill_call, render(FILL_CALL, "eventuous"));
         for text in [&sql.fill, &sql.fill_call] {
@@ -736,28 +737,26 @@ mod tests {
         assert_eq!(
             declared,
             vec![
-                ("start", "BIGINT", "@P1"),
-                ("end", "BIGINT", "@P2"),
-                ("stream_name", "NVARCHAR(850)", "@P3"),
-                ("message_type", "NVARCHAR(128)", "@P4"),
-                ("lock_timeout_ms", "INT", "@P5"),
-                ("stream_lock_timeout_ms", "INT", "@P6"),
-                ("leader_fence", "NVARCHAR(255)", "@P7"),
+                ("ranges", "NVARCHAR(MAX)", "@P1"),
+                ("stream_name", "NVARCHAR(850)", "@P2"),
+                ("message_type", "NVARCHAR(128)", "@P3"),
+                ("lock_timeout_ms", "INT", "@P4"),
+                ("stream_lock_timeout_ms", "INT", "@P5"),
+                ("leader_fence", "NVARCHAR(255)", "@P6"),
             ]
         );
         let parameters = procedure_parameters(FILL);
         assert_eq!(
             parameters.iter().map(|(n, _, _)| *n).collect::<Vec<_>>(),
             vec![
-                "start",
-                "end",
+                "ranges",
                 "lock_timeout_ms",
                 "stream_lock_timeout_ms",
                 "leader_fence"
             ]
         );
         assert!(procedure.contains(
-            "CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]\n    @start BIGINT,\n    @end BIGINT,\n    \
+            "CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]\n    @ranges NVARCHAR(MAX),\n    \
              @lock_timeout_ms INT,\n    @stream_lock_timeout_ms INT,\n    @leader_fence NVARCHAR(255)\n\
              WITH EXECUTE AS OWNER\nAS\nBEGIN\n"
         ));
@@ -785,8 +784,7 @@ mod tests {
         assert_eq!(
             rendered.procedure_parameters,
             vec![
-                "@start",
-                "@end",
+                "@ranges",
                 "@lock_timeout_ms",
                 "@stream_lock_timeout_ms",
                 "@leader_fence"
@@ -903,7 +901,7 @@ mod tests {
         );
         assert!(code.contains("DECLARE @message_id_base BINARY(16) = CAST(NEWID() AS BINARY(16));"));
         assert!(code.contains(
-            "CAST(nb.n AS BINARY(4)) + SUBSTRING(@message_id_base, 5, 12)\n            AS UNIQUEIDENTIFIER"
+            "CAST(CAST(r.first_row + nb.n AS INT) AS BINARY(4))\n            + SUBSTRING(@message_id_base, 5, 12)\n            AS UNIQUEIDENTIFIER"
         ));
         // The base is taken once, before the insert, not per row.
         assert!(
@@ -920,7 +918,9 @@ mod tests {
                 "{name}.sql"
             );
         }
-        assert!(FILL.contains("@end - @start >= 4000"));
+        assert!(FILL.contains("IF @positions + @range_count - 1 > 4000"));
+        assert!(FILL.contains("@range_count > 1000"));
+        assert_eq!(super::super::MAX_FILL_RANGES, 1000);
         assert_eq!(super::super::MAX_FILL_ROWS, 4000);
     }
 }
