@@ -62,6 +62,9 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 DECLARE @width INT;
 DECLARE @range_count INT;
+DECLARE @range_index INT = 0;
+DECLARE @range_start BIGINT;
+DECLARE @range_end BIGINT;
 DECLARE @end BIGINT;
 DECLARE @positions BIGINT;
 -- The ranges, parsed: first_row is the number of positions in the ranges
@@ -95,63 +98,23 @@ BEGIN TRY
     SET @range_count = LEN(@ranges) / 42;
     IF @ranges IS NULL OR @range_count = 0 OR @range_count > 1000 OR LEN(@ranges) <> 42 * @range_count
         THROW 50002, N'gap-healer: no fill ranges, more than 1,000, or not 42 characters each', 1;
-    WITH
-    digits (d) AS (
-        SELECT v.d
-        FROM (
-            VALUES (0), (0), (0), (0), (0), (0), (0), (0),
-            (0), (0), (0), (0), (0), (0), (0), (0)
-        ) AS v (d)
-    ),
+    -- Each range in turn: in order, apart from the one before it, and
+    -- counted (first_row, the positions before it, is where its rows start
+    -- in the tombstone stream).
+    SET @positions = 0;
+    WHILE @range_index < @range_count
+        BEGIN
+            SET @range_start = CAST(SUBSTRING(@ranges, 42 * @range_index + 1, 21) AS BIGINT);
+            SET @range_end = CAST(SUBSTRING(@ranges, 42 * @range_index + 22, 21) AS BIGINT);
+            IF @range_end < @range_start OR @range_start <= @end OR @positions > 4000
+                THROW 50002, N'gap-healer: the fill ranges are empty, out of order, overlapping or too many positions', 1;
+            INSERT INTO @fill (range_start, range_end, first_row)
+            VALUES (@range_start, @range_end, @positions);
+            SET @positions = @positions + (@range_end - @range_start + 1);
+            SET @end = @range_end;
+            SET @range_index = @range_index + 1;
+        END;
 
-    numbers (n) AS (
-        SELECT
-            CAST(
-                ROW_NUMBER() OVER (ORDER BY (SELECT NULL)) - 1 AS INT
-            ) AS n
-        FROM digits AS a
-        CROSS JOIN digits AS b
-        CROSS JOIN digits AS c
-    ),
-
-    parsed (range_start, range_end) AS (
-        SELECT
-            CAST(SUBSTRING(@ranges, 42 * nb.n + 1, 21) AS BIGINT),
-            CAST(SUBSTRING(@ranges, 42 * nb.n + 22, 21) AS BIGINT)
-        FROM numbers AS nb
-        WHERE nb.n < @range_count
-    )
-
-    INSERT INTO @fill (range_start, range_end, first_row)
-    SELECT
-        p.range_start,
-        p.range_end,
-        COALESCE(
-            SUM(p.range_end - p.range_start + 1) OVER (
-                ORDER BY p.range_start ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-            ),
-            0
-        )
-    FROM parsed AS p;
-
-    SELECT
-        @end = MAX(f.range_end),
-        @positions = SUM(f.range_end - f.range_start + 1)
-    FROM @fill AS f;
-
-    -- Each range in order and apart from the one before it.
-    IF EXISTS (
-        SELECT 1
-        FROM (
-            SELECT
-                f.range_start,
-                f.range_end,
-                LAG(f.range_end) OVER (ORDER BY f.range_start) AS previous_end
-            FROM @fill AS f
-        ) AS o
-        WHERE o.range_end < o.range_start OR o.range_start <= o.previous_end
-    )
-        THROW 50002, N'gap-healer: the fill ranges are empty, out of order or overlapping', 1;
     -- The lock budget: at most 4,000 locks per index. Each position takes a
     -- key lock in every index of Messages, and each range after the first
     -- may take one more page lock in the clustered key (the stream indexes
