@@ -80,15 +80,17 @@ DECLARE @version INT;
 DECLARE @head BIGINT;
 DECLARE @identity_insert BIT = 0;
 DECLARE @rows_filled BIGINT = NULL;
--- The tombstones' MessageIds: one random GUID per fill whose first four
--- bytes are replaced by the row's number. SQL Server orders uniqueidentifier
--- by its last bytes first and its first four last, so one fill's ids are
--- adjacent in UQ_StreamIdAndMessageId (StreamId, MessageId): its 4,000 rows
--- take a few dozen leaf pages there, not one page each (a NEWID() per row
--- would lock thousands of pages of a large tombstone stream and push the
--- statement past lock escalation's 5,000 locks). 96 random bits per fill
--- keep them unique, and the version and variant bits stay NEWID()'s.
-DECLARE @message_id_base BINARY(16) = CAST(NEWID() AS BINARY(16));
+-- The tombstones' MessageIds: one random GUID per fill whose first eight
+-- hex digits (its first four bytes) are replaced by the row's number.
+-- SQL Server orders uniqueidentifier by its last bytes first and those four
+-- last, so one fill's ids are adjacent in UQ_StreamIdAndMessageId
+-- (StreamId, MessageId): its 4,000 rows take a few dozen leaf pages there,
+-- not one page each (a NEWID() per row would lock thousands of pages of a
+-- large tombstone stream and push the statement past lock escalation's
+-- 5,000 locks). The 90 random bits of the rest keep them unique, and the
+-- version and variant digits stay NEWID()'s. Built as text: Babelfish
+-- takes binary + binary for arithmetic.
+DECLARE @message_id_base NCHAR(36) = CAST(NEWID() AS NCHAR(36));
 DECLARE @error_number INT = NULL;
 DECLARE @error_message NVARCHAR(4000) = NULL;
 
@@ -261,8 +263,11 @@ BEGIN TRY
     )
     SELECT
         CAST(
-            CAST(CAST(r.first_row + nb.n AS INT) AS BINARY(4))
-            + SUBSTRING(@message_id_base, 5, 12)
+            N'00000'
+            + SUBSTRING(N'0123456789ABCDEF', CAST((r.first_row + nb.n) / 256 % 16 AS INT) + 1, 1)
+            + SUBSTRING(N'0123456789ABCDEF', CAST((r.first_row + nb.n) / 16 % 16 AS INT) + 1, 1)
+            + SUBSTRING(N'0123456789ABCDEF', CAST((r.first_row + nb.n) % 16 AS INT) + 1, 1)
+            + SUBSTRING(@message_id_base, 9, 28)
             AS UNIQUEIDENTIFIER
         ),
         @message_type,

@@ -899,13 +899,24 @@ mod tests {
             1,
             "one random GUID per fill"
         );
-        assert!(code.contains("DECLARE @message_id_base BINARY(16) = CAST(NEWID() AS BINARY(16));"));
-        assert!(code.contains(
-            "CAST(CAST(r.first_row + nb.n AS INT) AS BINARY(4))\n            + SUBSTRING(@message_id_base, 5, 12)\n            AS UNIQUEIDENTIFIER"
-        ));
+        assert!(code.contains("DECLARE @message_id_base NCHAR(36) = CAST(NEWID() AS NCHAR(36));"));
+        // The row's number (below 4,096 = 16^3) as the first eight hex
+        // digits, the rest of the base after them.
+        assert!(code.contains("            N'00000'\n"));
+        for divisor in ["/ 256 % 16", "/ 16 % 16", "% 16"] {
+            assert!(
+                code.contains(&format!(
+                    "CAST((r.first_row + nb.n) {divisor} AS INT) + 1, 1)"
+                )),
+                "{divisor}"
+            );
+        }
+        assert!(
+            code.contains("+ SUBSTRING(@message_id_base, 9, 28)\n            AS UNIQUEIDENTIFIER")
+        );
         // The base is taken once, before the insert, not per row.
         assert!(
-            code.find("@message_id_base BINARY(16)").unwrap()
+            code.find("@message_id_base NCHAR(36)").unwrap()
                 < code.find("INSERT INTO __schema__.[Messages]").unwrap()
         );
     }
