@@ -87,6 +87,35 @@ fn choose_mode(state: &ProcedureState, direct_alter: bool, procedure: &str) -> D
     Ok(FillMode::Direct)
 }
 
+/// The statement of fill.sql that starts its key stage.
+const MESSAGES_STAGE: &str = "SET @stage = N'messages';";
+
+/// The 1-based line of `text` that holds `needle`.
+fn line_of(text: &str, needle: &str) -> Option<u32> {
+    let at = text.find(needle)?;
+    u32::try_from(text[..at].matches('\n').count() + 1).ok()
+}
+
+/// What a lock timeout that ended the whole batch (Babelfish) means: Held
+/// when the statement the server names (`line`, 1-based in the batch) lies
+/// in the key stage, which starts at `messages_line`; Busy before it (the
+/// tombstone stream's row). Without both lines, by the time it took:
+/// Busy once it reached the stream's lock timeout. Timing alone misleads:
+/// Babelfish compiles the batch first, which took over 3 s on a loaded
+/// 2-core machine, so a 2 s key wait looked like the 5 s stream wait.
+fn lock_timeout_outcome(
+    line: Option<u32>,
+    messages_line: Option<u32>,
+    waited_for_the_stream: bool,
+) -> FillOutcome {
+    match (line.filter(|l| *l > 0), messages_line) {
+        (Some(line), Some(key_stage)) if line >= key_stage => FillOutcome::Held,
+        (Some(_), Some(_)) => FillOutcome::Busy,
+        _ if waited_for_the_stream => FillOutcome::Busy,
+        _ => FillOutcome::Held,
+    }
+}
+
 /// Most ranges in one fill transaction (fill.sql checks it too).
 pub const MAX_FILL_RANGES: usize = 1000;
 
@@ -352,28 +381,50 @@ impl MssqlEngine {
     /// so it stays unclean and bb8 closes it, and the server rolls back
     /// whatever it had open.
     async fn fill_batch(&self, text: &str, params: &[&dyn ToSql]) -> DbResult<FillRow> {
-        let mut session = self.checkout().await?;
-        let sets = run(&mut session.client, text, params)
+        self.fill_batch_at(text, params)
             .await
-            .map_err(|e| self.driver_error(&e))?;
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`MssqlEngine::fill_batch`], and, when a server error ended the
+    /// batch before its result row, the line of the batch it names.
+    async fn fill_batch_at(
+        &self,
+        text: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<FillRow, (DbError, Option<u32>)> {
+        let mut session = self.checkout().await.map_err(|e| (e, None))?;
+        let sets = run(&mut session.client, text, params).await.map_err(|e| {
+            let line = match &e {
+                tiberius::error::Error::Server(token) => Some(token.line()),
+                _ => None,
+            };
+            (self.driver_error(&e), line)
+        })?;
         let answer = match sets
             .first()
             .and_then(|rows| rows.first())
             .map(FillRow::from_row)
         {
             Some(Ok(answer)) => answer,
-            Some(Err(e)) => return Err(self.driver_error(&e)),
+            Some(Err(e)) => return Err((self.driver_error(&e), None)),
             None => {
-                return Err(DbError::transient(
-                    "the fill batch returned no result row; connection discarded",
+                return Err((
+                    DbError::transient(
+                        "the fill batch returned no result row; connection discarded",
+                    ),
+                    None,
                 ))
             }
         };
         if answer.open_transactions != 0 {
-            return Err(DbError::transient(format!(
-                "the fill batch left {} transaction(s) open; connection discarded",
-                answer.open_transactions
-            )));
+            return Err((
+                DbError::transient(format!(
+                    "the fill batch left {} transaction(s) open; connection discarded",
+                    answer.open_transactions
+                )),
+                None,
+            ));
         }
         session.clean = true;
         Ok(answer)
@@ -404,11 +455,13 @@ impl MssqlEngine {
         let kind = self.settings.tombstone_type.as_str();
 
         let started = Instant::now();
+        // The first line of the batch's key stage (the tombstone insert).
+        let mut messages_line = None;
         let answer = match mode {
             // The procedure's tombstone stream and type are its own constants.
             FillMode::Procedure => {
                 let params: [&dyn ToSql; 4] = [&encoded, &key_ms, &stream_ms, &fence_name];
-                self.fill_batch(&self.sql.fill_call, &params).await
+                self.fill_batch_at(&self.sql.fill_call, &params).await
             }
             FillMode::Direct => {
                 // No fence is sent as '' rather than a NULL of no type: the
@@ -418,7 +471,8 @@ impl MssqlEngine {
                 let params: [&dyn ToSql; 6] =
                     [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
                 let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
-                self.fill_batch(&text, &params).await
+                messages_line = line_of(&text, MESSAGES_STAGE);
+                self.fill_batch_at(&text, &params).await
             }
         };
         let answer = match answer {
@@ -426,19 +480,18 @@ impl MssqlEngine {
             // Babelfish ends the whole batch on a lock timeout (the batch's
             // TRY/CATCH never sees it, so no result row): nothing was
             // written and the session was discarded. The wait was on a
-            // message key, or, after at least the stream's lock timeout, on
-            // the tombstone stream's row.
-            Err(err) if err.code.as_deref() == Some("1222") => {
-                let waited = started.elapsed();
-                return Ok(
-                    if waited >= Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0)) {
-                        FillOutcome::Busy
-                    } else {
-                        FillOutcome::Held
-                    },
-                );
+            // message key (Held) if the statement it names comes after
+            // the key stage begins, else on the tombstone stream's row
+            // (Busy). Without a line, by how long it took.
+            Err((err, line)) if err.code.as_deref() == Some("1222") => {
+                let stream_wait = Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0));
+                return Ok(lock_timeout_outcome(
+                    line,
+                    messages_line,
+                    started.elapsed() >= stream_wait,
+                ));
             }
-            Err(err) => {
+            Err((err, _)) => {
                 if err.kind == DbErrorKind::Permanent {
                     self.forget_fill_mode();
                 }
@@ -563,6 +616,7 @@ impl FillRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::mssql::sql::Sql;
     use crate::engine::tests_support::mssql_settings as settings;
     use crate::engine::FenceToken;
 
@@ -641,6 +695,37 @@ mod tests {
             ..row(None, "commit")
         };
         assert!(engine.outcome(&[range], m, &wrong_count).is_err());
+    }
+
+    /// Babelfish: a lock timeout ends the batch, and its line says where.
+    #[test]
+    fn a_lock_timeout_that_ends_the_batch_is_placed_by_its_line() {
+        let text = Sql::new("eventuous", "s", "t")
+            .unwrap()
+            .direct_fill(2000, 5000, None);
+        let key = line_of(&text, MESSAGES_STAGE).expect("the key stage");
+        let stream = line_of(&text, "WITH (UPDLOCK, ROWLOCK)").unwrap();
+        let insert = line_of(&text, "INSERT INTO [eventuous].[Messages]").unwrap();
+        assert!(stream < key && key < insert);
+        // The numbers CTE that starts the insert statement is in the key stage.
+        assert!(line_of(&text, "    WITH\n    digits").is_some_and(|w| w > key));
+        assert_eq!(
+            lock_timeout_outcome(Some(insert), Some(key), true),
+            FillOutcome::Held
+        );
+        assert_eq!(
+            lock_timeout_outcome(Some(stream), Some(key), false),
+            FillOutcome::Busy
+        );
+        assert_eq!(
+            lock_timeout_outcome(None, Some(key), true),
+            FillOutcome::Busy
+        );
+        assert_eq!(
+            lock_timeout_outcome(Some(0), Some(key), false),
+            FillOutcome::Held
+        );
+        assert_eq!(line_of("a\nb\nc", "c"), Some(3));
     }
 
     /// Issue 11 item 5: up to 1,000 ranges per transaction, within a lock
