@@ -322,9 +322,17 @@ async fn seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time() 
         "the failed append used one identity value"
     );
 
-    // Give the daemon time to connect and take its first look (its start is
-    // not what this test measures).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Let the daemon connect, lead and take its first look (its start is
+    // not what this test measures; on a loaded Babelfish it took 11 s).
+    let started = Instant::now();
+    while !(daemon.output().contains("scan starts")
+        && daemon.output().contains("became the leader"))
+        && started.elapsed() < Duration::from_secs(60)
+        && daemon.exited().is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         daemon.exited(),
         None,
