@@ -203,7 +203,7 @@ fn plan_benches(c: &mut Criterion) {
     g.bench_with_input(
         BenchmarkId::new("batches_20000_1000", format!("{}_pieces", singles.len())),
         &singles,
-        |b, singles| b.iter(|| black_box(plan::batches(singles, 20_000, 1_000))),
+        |b, singles| b.iter(|| black_box(plan::batches(singles, 20_000, 1_000, 0))),
     );
     g.finish();
 }

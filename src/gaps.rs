@@ -119,6 +119,11 @@ pub struct Hole {
     pub not_before: Instant,
     /// Fill attempts that found a position held or failed, for retry backoff.
     pub retries: u32,
+    /// Times a dirty read (SQL Server's `NOLOCK`) showed an open append at
+    /// this position when it came due, so it was left out of the fill.
+    /// Advisory only: after a few, the position's key decides
+    /// ([`crate::plan::trust_nolock`]).
+    pub sightings: u32,
 }
 
 /// Summary figures for metrics and logs.
@@ -176,6 +181,7 @@ impl Tracker {
                     first_seen: now,
                     not_before: now + gap_timeout,
                     retries: 0,
+                    sightings: 0,
                 },
             );
         }
@@ -226,11 +232,41 @@ impl Tracker {
 
     /// Retries so far of the hole holding `position` (0 when none does).
     pub fn retries_at(&self, position: i64) -> u32 {
+        self.hole_at(position).map_or(0, |h| h.retries)
+    }
+
+    /// NOLOCK sightings so far of the hole holding `position` (0 when none does).
+    pub fn sightings_at(&self, position: i64) -> u32 {
+        self.hole_at(position).map_or(0, |h| h.sightings)
+    }
+
+    /// Counts one more NOLOCK sighting at `position`, which is split off
+    /// into a hole of its own first (the rest of its hole keeps its count).
+    pub fn add_sighting(&mut self, position: i64) {
+        let Some(h) = self.hole_at(position).copied() else {
+            return;
+        };
+        let single = PosRange::single(position);
+        self.holes.remove(&h.range.start);
+        for rest in h.range.without_range(single) {
+            self.holes.insert(rest.start, Hole { range: rest, ..h });
+        }
+        self.holes.insert(
+            position,
+            Hole {
+                range: single,
+                sightings: h.sightings.saturating_add(1),
+                ..h
+            },
+        );
+    }
+
+    fn hole_at(&self, position: i64) -> Option<&Hole> {
         self.holes
             .range(..=position)
             .next_back()
-            .filter(|(_, h)| h.range.contains(position))
-            .map_or(0, |(_, h)| h.retries)
+            .map(|(_, h)| h)
+            .filter(|h| h.range.contains(position))
     }
 
     /// The latest moment any tracked hole comes due.
@@ -363,6 +399,26 @@ mod tests {
         assert_eq!(t.next_due(), Some(now + T));
         assert_eq!(t.due(now + T * 2).len(), 3);
         assert_eq!(t.holes().find(|h| h.range == r(2, 2)).unwrap().retries, 1);
+    }
+
+    #[test]
+    fn sightings_belong_to_one_position() {
+        let mut t = Tracker::new();
+        let now = Instant::now();
+        t.observe(r(1, 10), now, T);
+        t.add_sighting(4);
+        t.add_sighting(4);
+        t.add_sighting(42); // not tracked: nothing happens
+        assert_eq!(t.ranges(), vec![r(1, 3), r(4, 4), r(5, 10)]);
+        assert_eq!(
+            (t.sightings_at(4), t.sightings_at(3), t.sightings_at(5)),
+            (2, 0, 0)
+        );
+        assert!(t.holes().all(|h| h.first_seen == now));
+        t.defer(r(4, 4), now + T);
+        assert_eq!(t.sightings_at(4), 2, "a deferral keeps the count");
+        t.remove(r(4, 4));
+        assert_eq!(t.sightings_at(4), 0);
     }
 
     #[test]

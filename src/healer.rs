@@ -46,6 +46,13 @@ fn describe(batch: &[PosRange]) -> String {
     }
 }
 
+/// The lowest position a default start (`start_from = checkpoints`) scans
+/// from: the identity's seed, or the first row when that lies above it (the
+/// store was reseeded before its first append, which the seed does not show).
+fn start_floor(seed: i64, first_row: Option<i64>) -> i64 {
+    first_row.map_or(seed, |first| first.max(seed))
+}
+
 /// Checkpoints are re-read at most this often (for lag metrics only).
 const CHECKPOINT_REFRESH: Duration = Duration::from_secs(5);
 
@@ -199,34 +206,42 @@ impl<E: Engine> Healer<E> {
         }
         let floor = self.engine.identity_floor().await?;
         let head = self.engine.head().await?;
+        let first = self.engine.first_position().await?;
+        // A store reseeded before its first append (DBCC CHECKIDENT ...
+        // RESEED) starts above its identity's seed, which does not show the
+        // reseed: nothing below its first row was ever handed out, so by
+        // default the scan starts at that row, not up to `lookback` below it.
+        let first_floor = start_floor(floor, first);
         let head_or_floor = head.unwrap_or(floor - 1);
         let after = match self.opts.start_from {
             StartFrom::Head => head_or_floor,
             StartFrom::Position(p) => p - 1,
             StartFrom::Checkpoints => {
                 let checkpoints = self.engine.checkpoints().await?;
-                if checkpoints.is_empty() {
+                let after = if checkpoints.is_empty() {
                     head_or_floor.saturating_sub(self.opts.lookback as i64)
                 } else {
                     // A checkpoint is the last position handled: the next one may be a hole.
                     // A checkpoint without a position has handled nothing yet.
                     checkpoints
                         .iter()
-                        .map(|c| c.position.unwrap_or(floor - 1))
+                        .map(|c| c.position.unwrap_or(first_floor - 1))
                         .min()
                         .unwrap_or(head_or_floor)
-                }
+                };
+                after.max(first_floor - 1)
             }
         };
         let mut after = after.max(floor - 1);
         if self.opts.publish_watermark && self.examined.is_none() {
             // Every position up to the published watermark is proven filled
             // (there is no hole there to find); the proof goes on from it,
-            // or from the table's first position when none is published,
+            // or from the table's first row when none is published (below
+            // it, a reseeded identity never handed a position out),
             // whatever start_from says.
             let proven = self.engine.read_watermark(self.health.store()).await?;
             self.published = proven;
-            after = proven.unwrap_or(floor - 1).max(floor - 1);
+            after = proven.unwrap_or(first_floor - 1).max(floor - 1);
         }
         let start = Start {
             after: self.examined.unwrap_or(after),
@@ -236,6 +251,14 @@ impl<E: Engine> Healer<E> {
         if self.examined.is_none() {
             self.examined = Some(after);
             self.start = Some(start);
+            if first_floor > floor && after == first_floor - 1 {
+                info!(
+                    seed = floor,
+                    first_row = first_floor,
+                    "the first row lies above the identity's seed (a reseeded store): positions below it \
+                     are not scanned; --start-from {floor} would fill them"
+                );
+            }
             info!(
                 from = after + 1,
                 head = head_or_floor,
@@ -379,13 +402,30 @@ impl<E: Engine> Healer<E> {
         let mut excluded = probe.committed.clone();
         excluded.extend_from_slice(&probe.in_flight);
         let mut pieces = Vec::new();
+        // Positions a dirty read has shown in flight too often: each tried
+        // alone, last, so that its key decides.
+        let mut advised = Vec::new();
         for hole in &due {
-            for p in probe.in_flight.iter().filter(|p| hole.range.contains(**p)) {
-                debug!(
-                    position = p,
-                    "an open append holds this position; not trying it"
-                );
-                self.defer_held(PosRange::single(*p));
+            let age = now.duration_since(hole.first_seen);
+            for &p in probe.in_flight.iter().filter(|p| hole.range.contains(**p)) {
+                let sightings = self.tracker.sightings_at(p);
+                if plan::trust_nolock(sightings, age, self.opts.gap_timeout) {
+                    debug!(
+                        position = p,
+                        sightings = sightings + 1,
+                        "an open append holds this position; not trying it"
+                    );
+                    self.defer_held(PosRange::single(p));
+                    self.tracker.add_sighting(p);
+                } else {
+                    info!(
+                        position = p,
+                        sightings,
+                        age_ms = age.as_millis() as u64,
+                        "a dirty read keeps showing an open append here; trying the position alone so its key decides"
+                    );
+                    advised.push(PosRange::single(p));
+                }
             }
             for piece in plan::pieces(hole.range, &excluded, max_rows) {
                 if piece.end >= head {
@@ -405,8 +445,10 @@ impl<E: Engine> Healer<E> {
             .map(|h| h.range.start)
             .collect();
         let (shared, alone) = plan::split_known_held(pieces, &retried);
-        let mut queue = plan::batches(&shared, max_rows, max_ranges);
-        queue.extend(alone.into_iter().map(|p| vec![p]));
+        let mut queue = plan::batches(&shared, max_rows, max_ranges, self.engine.fill_range_cost());
+        // The advised positions last: the cycle's last single position waits
+        // the full lock_timeout (plan::lock_timeout_for).
+        queue.extend(alone.into_iter().chain(advised).map(|p| vec![p]));
         queue.reverse();
         while let Some(batch) = queue.pop() {
             if stop.is_cancelled() {
@@ -471,7 +513,13 @@ impl<E: Engine> Healer<E> {
                 info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
                 self.tracker.remove_positions(&found);
                 self.requeue(
-                    plan::after_committed(&batch, &found, max_rows, max_ranges),
+                    plan::after_committed(
+                        &batch,
+                        &found,
+                        max_rows,
+                        max_ranges,
+                        self.engine.fill_range_cost(),
+                    ),
                     queue,
                 );
             }
@@ -785,6 +833,11 @@ mod tests {
         probes: Vec<(Instant, Vec<PosRange>)>,
         /// The fence each fill was handed.
         fences: Vec<Fence>,
+        checkpoints: Vec<Checkpoint>,
+        /// Positions a dirty read shows in flight (whatever their key says).
+        dirty: BTreeSet<i64>,
+        /// Every fill: its ranges and lock timeout.
+        attempts: Vec<(Vec<PosRange>, Duration)>,
     }
 
     struct Fake(Mutex<Model>);
@@ -802,8 +855,11 @@ mod tests {
         async fn head(&self) -> DbResult<Option<i64>> {
             Ok(self.0.lock().unwrap().committed.last().copied())
         }
+        async fn first_position(&self) -> DbResult<Option<i64>> {
+            Ok(self.0.lock().unwrap().committed.first().copied())
+        }
         async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
-            Ok(vec![])
+            Ok(self.0.lock().unwrap().checkpoints.clone())
         }
         async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
             let mut m = self.0.lock().unwrap();
@@ -835,19 +891,25 @@ mod tests {
                 .iter()
                 .flat_map(|r| m.committed.range(r.start..=r.end).copied())
                 .collect();
+            let in_flight = ranges
+                .iter()
+                .flat_map(|r| m.dirty.range(r.start..=r.end).copied())
+                .filter(|p| !m.committed.contains(p))
+                .collect();
             Ok(Probe {
                 committed,
-                in_flight: vec![],
+                in_flight,
             })
         }
         async fn fill_ranges(
             &self,
             ranges: &[PosRange],
-            _lock_timeout: Duration,
+            lock_timeout: Duration,
             fence: &Fence,
         ) -> DbResult<FillOutcome> {
             let mut m = self.0.lock().unwrap();
             m.fences.push(fence.clone());
+            m.attempts.push((ranges.to_vec(), lock_timeout));
             for range in ranges {
                 if m.committed.range(range.start..=range.end).next().is_some() {
                     return Ok(FillOutcome::Committed);
@@ -940,6 +1002,55 @@ mod tests {
         assert!(m.probes.len() >= 19, "{}", m.probes.len());
     }
 
+    /// Review finding F5: IDENT_SEED does not show a reseed, so a store
+    /// reseeded before its first append, with no checkpoints (or one that
+    /// handled nothing yet), used to start `lookback` below the head (or at
+    /// the seed) and fill everything below its first row with tombstones.
+    #[tokio::test]
+    async fn a_reseeded_store_starts_at_its_first_row_unless_told_otherwise() {
+        // The Fake's identity seed is 1; this store's first row is 1,000,000.
+        let rows = [1_000_000, 1_000_001, 1_000_005];
+        let start = |start_from: StartFrom, checkpoint: Option<Option<i64>>| async move {
+            let mut o = opts();
+            o.start_from = start_from;
+            o.lookback = 1_000_000;
+            let (fake, mut h) = healer(rows, o);
+            fake.0.lock().unwrap().checkpoints = checkpoint
+                .map(|position| Checkpoint {
+                    id: "orders".into(),
+                    position,
+                })
+                .into_iter()
+                .collect();
+            let after = h.begin().await.unwrap().after;
+            h.scan_step().await.unwrap();
+            (after, h.tracker().ranges())
+        };
+        let r = |a, b| PosRange::new(a, b).unwrap();
+        // No checkpoints: not `lookback` below the head, but the first row.
+        assert_eq!(
+            start(StartFrom::Checkpoints, None).await,
+            (999_999, vec![r(1_000_002, 1_000_004)])
+        );
+        // A subscription that has handled nothing yet: the same.
+        assert_eq!(start(StartFrom::Checkpoints, Some(None)).await.0, 999_999);
+        // A checkpoint above the first row is where the scan starts, as before.
+        assert_eq!(
+            start(StartFrom::Checkpoints, Some(Some(1_000_001))).await.0,
+            1_000_001
+        );
+        // --start-from says otherwise: honoured below the first row.
+        assert_eq!(
+            start(StartFrom::Position(1), None).await,
+            (0, vec![r(1, 999_999), r(1_000_002, 1_000_004)])
+        );
+        // Not reseeded (the first row is the seed): unchanged.
+        assert_eq!(start_floor(1, Some(1)), 1);
+        assert_eq!(start_floor(1, None), 1);
+        assert_eq!(start_floor(1, Some(0)), 1);
+        assert_eq!(start_floor(1, Some(7)), 7);
+    }
+
     #[test]
     fn rechecked_covers_only_ranges_inside_a_probed_one() {
         let r = |a, b| PosRange::new(a, b).unwrap();
@@ -1028,6 +1139,82 @@ mod tests {
             fake.0.lock().unwrap().committed.contains(&5_000),
             "released position filled on a later cycle"
         );
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    /// Review finding F3: a position that a dirty read keeps showing in
+    /// flight while its key is free (an aborted transaction's row before
+    /// accelerated database recovery cleans it up) used to be left out of
+    /// every fill for ever. Now, after NOLOCK_SIGHTINGS sightings, it is
+    /// tried alone with the full lock_timeout and the key decides.
+    #[tokio::test(start_paused = true)]
+    async fn a_dirty_read_only_advises_and_the_key_decides() {
+        let (fake, h) = healer([1, 10], opts());
+        fake.0.lock().unwrap().dirty.insert(5);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(5_100)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            assert!(!m.committed.contains(&5), "the first sighting is trusted");
+            assert!(m.committed.contains(&4) && m.committed.contains(&6));
+            assert!(m
+                .attempts
+                .iter()
+                .all(|(r, _)| !r.iter().any(|r| r.contains(5))));
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            assert!(m.committed.contains(&5), "the key was free: filled");
+            let tries: Vec<_> = m
+                .attempts
+                .iter()
+                .filter(|(r, _)| r.iter().any(|r| r.contains(5)))
+                .collect();
+            assert_eq!(
+                tries,
+                vec![&(vec![PosRange::single(5)], Duration::from_secs(2))],
+                "alone, with the full lock_timeout"
+            );
+        }
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    /// The same for an append that really is open: tried alone, held, the
+    /// rest filled, and filled once it rolls back.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_append_seen_by_nolock_stays_held_until_it_ends() {
+        let (fake, h) = healer([1, 10], opts());
+        {
+            let mut m = fake.0.lock().unwrap();
+            m.dirty.insert(5);
+            m.held.insert(5);
+        }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        {
+            let m = fake.0.lock().unwrap();
+            assert!(!m.committed.contains(&5));
+            let tries = m
+                .attempts
+                .iter()
+                .filter(|(r, _)| r == &vec![PosRange::single(5)])
+                .count();
+            assert!(tries >= 2, "tried with the key again and again: {tries}");
+            let filled: u64 = m.filled.iter().map(|(r, _)| r.width()).sum();
+            assert_eq!(filled, 7);
+        }
+        {
+            let mut m = fake.0.lock().unwrap();
+            m.dirty.clear();
+            m.held.clear();
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(fake.0.lock().unwrap().committed.contains(&5));
         stop.cancel();
         task.await.unwrap();
     }

@@ -35,25 +35,40 @@ pub fn pieces(range: PosRange, excluded: &[i64], max_rows: u64) -> Vec<PosRange>
 /// One fill transaction: ascending, disjoint ranges.
 pub type Batch = Vec<PosRange>;
 
-/// Groups ascending pieces into batches of at most `max_rows` positions and
-/// `max_ranges` ranges, so scattered narrow holes cost one transaction, not
-/// one each.
-pub fn batches(pieces: &[PosRange], max_rows: u64, max_ranges: usize) -> Vec<Batch> {
+/// Groups ascending pieces into batches of at most `max_ranges` ranges whose
+/// cost stays within `max_rows`, so scattered narrow holes cost one
+/// transaction, not one each. A batch costs its positions plus `range_cost`
+/// for each range after the first ([`cost`]): on SQL Server every range of a
+/// batch may lock one more leaf page of the clustered key, and page locks
+/// count towards lock escalation like key locks.
+pub fn batches(
+    pieces: &[PosRange],
+    max_rows: u64,
+    max_ranges: usize,
+    range_cost: u64,
+) -> Vec<Batch> {
     let (max_rows, max_ranges) = (max_rows.max(1), max_ranges.max(1));
     let mut out: Vec<Batch> = Vec::new();
-    let mut rows = 0;
+    let mut spent = 0;
     for piece in pieces {
-        let fits = out
-            .last()
-            .is_some_and(|b| b.len() < max_ranges && rows + piece.width() <= max_rows);
-        if !fits {
+        let fits = out.last().is_some_and(|b| {
+            b.len() < max_ranges && spent + range_cost + piece.width() <= max_rows
+        });
+        if fits {
+            spent += range_cost + piece.width();
+        } else {
             out.push(Vec::new());
-            rows = 0;
+            spent = piece.width();
         }
-        rows += piece.width();
         out.last_mut().expect("pushed above").push(*piece);
     }
     out
+}
+
+/// What a batch costs against `max_rows`: its positions, plus `range_cost`
+/// for each range after the first (see [`batches`]).
+pub fn cost(batch: &[PosRange], range_cost: u64) -> u64 {
+    width(batch) + range_cost * (batch.len().max(1) as u64 - 1)
 }
 
 /// Positions in a batch.
@@ -95,6 +110,7 @@ pub fn after_committed(
     committed: &[i64],
     max_rows: u64,
     max_ranges: usize,
+    range_cost: u64,
 ) -> AfterRefusal {
     if !committed
         .iter()
@@ -106,7 +122,7 @@ pub fn after_committed(
         .iter()
         .flat_map(|r| pieces(*r, committed, max_rows))
         .collect();
-    AfterRefusal::Retry(batches(&rest, max_rows, max_ranges))
+    AfterRefusal::Retry(batches(&rest, max_rows, max_ranges, range_cost))
 }
 
 /// The lock timeout of a probe: every fill statement but a cycle's last
@@ -142,6 +158,24 @@ pub fn split_known_held(pieces: Vec<PosRange>, held: &[i64]) -> (Vec<PosRange>, 
     pieces
         .into_iter()
         .partition(|p| !(p.width() == 1 && held.contains(&p.start)))
+}
+
+/// How many times a dirty read may show an open append at a due position
+/// before the position's key decides instead.
+pub const NOLOCK_SIGHTINGS: u32 = 3;
+
+/// Whether a due position that a dirty read (SQL Server's `NOLOCK`) shows
+/// in flight is left out of this cycle: yes for its first
+/// [`NOLOCK_SIGHTINGS`] sightings while it is younger than twice
+/// `gap_timeout`. After that the sighting is only advice: the position is
+/// tried alone, after the cycle's other statements, and its key decides
+/// (held, committed or filled). A row that stays visible to NOLOCK without
+/// an append that can still commit (an aborted transaction's row that
+/// accelerated database recovery has not cleaned up yet, a long rollback)
+/// would otherwise keep the hole open for ever, while the key, the real
+/// authority, was never asked.
+pub fn trust_nolock(sightings: u32, age: Duration, gap_timeout: Duration) -> bool {
+    sightings < NOLOCK_SIGHTINGS && age < gap_timeout.saturating_mul(2)
 }
 
 /// Delay before retrying a held or failed position: doubles from `base` per
@@ -185,12 +219,12 @@ mod tests {
             Retry(vec![vec![r(1, 1)], vec![r(3, 3), r(5, 9)]])
         );
         assert_eq!(
-            after_committed(&[r(1, 10)], &[3], 100, 10),
+            after_committed(&[r(1, 10)], &[3], 100, 10, 0),
             Retry(vec![vec![r(1, 2), r(4, 10)]])
         );
-        assert_eq!(after_committed(&[r(1, 1)], &[1], 100, 10), Retry(vec![]));
+        assert_eq!(after_committed(&[r(1, 1)], &[1], 100, 10, 0), Retry(vec![]));
         assert_eq!(
-            after_committed(&[r(1, 10)], &[], 100, 10),
+            after_committed(&[r(1, 10)], &[], 100, 10, 0),
             Retry(vec![vec![r(1, 5)], vec![r(6, 10)]])
         );
     }
@@ -198,17 +232,27 @@ mod tests {
     #[test]
     fn scattered_holes_share_a_transaction() {
         let holes: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10 + 1)).collect();
-        let b = batches(&holes, 4_000, 1_000);
+        let b = batches(&holes, 4_000, 1_000, 0);
         assert_eq!(
             b.iter().map(Vec::len).collect::<Vec<_>>(),
             vec![1_000, 1_000, 500]
         );
-        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], 4_000, 1_000);
+        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], 4_000, 1_000, 0);
         assert_eq!(
             b,
             vec![vec![r(1, 3_000)], vec![r(5_000, 7_000)]],
             "rows bound the batch too"
         );
+        // SQL Server: each range after the first costs one more lock (a
+        // leaf page of the clustered key), so 2,500 one-position holes make
+        // batches of at most 2,000 ranges (2,000 + 1,999 <= 4,000).
+        let singles: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10)).collect();
+        let b = batches(&singles, 4_000, 2_500, 1);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![2_000, 500]);
+        assert!(b.iter().all(|b| cost(b, 1) <= 4_000));
+        assert_eq!(cost(&[r(1, 4_000)], 1), 4_000, "one range costs its rows");
+        assert_eq!(cost(&[r(1, 2), r(5, 5)], 1), 4);
+        assert_eq!(cost(&[], 1), 0);
     }
 
     /// The commented example configuration states the probe's figure.
@@ -240,6 +284,21 @@ mod tests {
         assert_eq!(retry_delay(40, base, two), two);
     }
 
+    #[test]
+    fn nolock_sightings_are_advice() {
+        let gap = Duration::from_secs(5);
+        let young = Duration::from_secs(6);
+        assert!(trust_nolock(0, young, gap));
+        assert!(trust_nolock(NOLOCK_SIGHTINGS - 1, young, gap));
+        assert!(!trust_nolock(NOLOCK_SIGHTINGS, young, gap), "k sightings");
+        assert!(
+            !trust_nolock(0, Duration::from_secs(10), gap),
+            "2 x gap_timeout old"
+        );
+        assert!(trust_nolock(0, Duration::from_millis(9_999), gap));
+        assert!(!trust_nolock(0, Duration::ZERO, Duration::ZERO));
+    }
+
     /// A model of the database: some positions committed, some held. Running
     /// the refusal rules to completion fills exactly the free positions, never
     /// a committed or held one, and each statement stays within its bounds.
@@ -249,6 +308,7 @@ mod tests {
         held: &BTreeSet<i64>,
         max_rows: u64,
         max_ranges: usize,
+        range_cost: u64,
     ) -> (BTreeSet<i64>, BTreeSet<i64>, usize) {
         let mut filled = BTreeSet::new();
         let mut deferred = BTreeSet::new();
@@ -256,11 +316,11 @@ mod tests {
             .iter()
             .flat_map(|h| pieces(*h, &[], max_rows))
             .collect();
-        let mut queue: Vec<Batch> = batches(&all, max_rows, max_ranges);
+        let mut queue: Vec<Batch> = batches(&all, max_rows, max_ranges, range_cost);
         let mut statements = 0;
         while let Some(next) = queue.pop() {
             statements += 1;
-            assert!(width(&next) <= max_rows && next.len() <= max_ranges);
+            assert!(cost(&next, range_cost) <= max_rows && next.len() <= max_ranges);
             let inside = |set: &BTreeSet<i64>| -> Vec<i64> {
                 next.iter()
                     .flat_map(|r| set.range(r.start..=r.end).copied())
@@ -268,7 +328,7 @@ mod tests {
             };
             let hits_committed = inside(committed);
             let after = if !hits_committed.is_empty() {
-                after_committed(&next, &hits_committed, max_rows, max_ranges)
+                after_committed(&next, &hits_committed, max_rows, max_ranges, range_cost)
             } else if !inside(held).is_empty() {
                 after_held(&next)
             } else {
@@ -289,7 +349,7 @@ mod tests {
     fn one_held_key_in_ten_thousand_costs_log_statements() {
         let held: BTreeSet<i64> = [5_000].into();
         let (filled, deferred, statements) =
-            simulate(&[r(1, 10_000)], &BTreeSet::new(), &held, 4_000, 1);
+            simulate(&[r(1, 10_000)], &BTreeSet::new(), &held, 4_000, 1, 0);
         assert_eq!(filled.len(), 9_999);
         assert_eq!(deferred, held);
         assert!(statements <= 3 + 2 * 13, "{statements}");
@@ -304,6 +364,7 @@ mod tests {
             held in proptest::collection::btree_set(0i64..1_200, 0..6),
             max_rows in 1u64..300,
             max_ranges in 1usize..5,
+            range_cost in 0u64..3,
         ) {
             // Disjoint holes from the starts.
             let mut holes: Vec<PosRange> = Vec::new();
@@ -312,7 +373,7 @@ mod tests {
                 holes.push(r(lo, lo + width - 1));
             }
             let held: BTreeSet<i64> = held.difference(&committed).copied().collect();
-            let (filled, deferred, _) = simulate(&holes, &committed, &held, max_rows, max_ranges);
+            let (filled, deferred, _) = simulate(&holes, &committed, &held, max_rows, max_ranges, range_cost);
             let positions: BTreeSet<i64> = holes.iter().flat_map(|h| h.start..=h.end).collect();
             let free: BTreeSet<i64> = positions.iter().copied().filter(|p| !committed.contains(p) && !held.contains(p)).collect();
             prop_assert_eq!(filled, free);

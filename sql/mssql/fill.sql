@@ -1,5 +1,6 @@
--- gap-healer, SQL Server: fill one range of holes with tombstones, in one
--- transaction (Engine::fill). This file is the one source of the fill:
+-- gap-healer, SQL Server: fill up to 1,000 ranges of holes with tombstones,
+-- in one transaction (Engine::fill_ranges). This file is the one source of
+-- the fill:
 --
 -- * Direct mode runs it as it is. The login needs ALTER on Messages (for SET
 --   IDENTITY_INSERT), SELECT and INSERT on Messages, SELECT, INSERT and
@@ -16,13 +17,17 @@
 --
 -- The schema placeholder is replaced by the bracketed, validated schema name;
 -- every other value is a bound parameter:
---   @P1 BIGINT         first position of the range
---   @P2 BIGINT         last position of the range (inclusive)
---   @P3 NVARCHAR(850)  tombstone stream name
---   @P4 NVARCHAR(128)  tombstone message type
---   @P5 INT            lock timeout on message keys, ms
---   @P6 INT            lock timeout on the tombstone stream's row, ms
---   @P7 NVARCHAR(255)  the leader fence: the name of the application lock
+--   @P1 NVARCHAR(MAX)  the ranges, ascending and disjoint: 42 characters
+--                      each, its first and its last position (inclusive) as
+--                      signed 21-character numbers (+00000000000000000017).
+--                      Text rather than a table-valued parameter: the same
+--                      call works for a procedure, on SQL Server 2019 at any
+--                      compatibility level and on Babelfish
+--   @P2 NVARCHAR(850)  tombstone stream name
+--   @P3 NVARCHAR(128)  tombstone message type
+--   @P4 INT            lock timeout on message keys, ms
+--   @P5 INT            lock timeout on the tombstone stream's row, ms
+--   @P6 NVARCHAR(255)  the leader fence: the name of the application lock
 --                      that the leader's lock session holds (see
 --                      leader_lock.sql); NULL or '' when there is no
 --                      leader election (no fence; the engine sends '':
@@ -32,13 +37,12 @@
 -- batch ends (and when the procedure returns); the body still restores each
 -- one itself.
 
-DECLARE @start BIGINT = @P1;
-DECLARE @end BIGINT = @P2;
-DECLARE @stream_name NVARCHAR(850) = @P3;
-DECLARE @message_type NVARCHAR(128) = @P4;
-DECLARE @lock_timeout_ms INT = @P5;
-DECLARE @stream_lock_timeout_ms INT = @P6;
-DECLARE @leader_fence NVARCHAR(255) = @P7;
+DECLARE @ranges NVARCHAR(MAX) = @P1;
+DECLARE @stream_name NVARCHAR(850) = @P2;
+DECLARE @message_type NVARCHAR(128) = @P3;
+DECLARE @lock_timeout_ms INT = @P4;
+DECLARE @stream_lock_timeout_ms INT = @P5;
+DECLARE @leader_fence NVARCHAR(255) = @P6;
 
 -- The procedure's body is everything between the next line and END FILL BODY.
 -- Keep every string literal on one line: the body is indented in the
@@ -57,24 +61,71 @@ SET XACT_ABORT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 DECLARE @width INT;
+DECLARE @range_count INT;
+DECLARE @range_index INT = 0;
+DECLARE @range_start BIGINT;
+DECLARE @range_end BIGINT;
+DECLARE @end BIGINT;
+DECLARE @positions BIGINT;
+-- The ranges, parsed: first_row is the number of positions in the ranges
+-- before this one (where its rows start in the tombstone stream).
+DECLARE @fill TABLE (
+    range_start BIGINT NOT NULL PRIMARY KEY,
+    range_end BIGINT NOT NULL,
+    first_row BIGINT NOT NULL
+);
 DECLARE @stage NVARCHAR(16) = N'check';
 DECLARE @stream_id INT;
 DECLARE @version INT;
 DECLARE @head BIGINT;
 DECLARE @identity_insert BIT = 0;
 DECLARE @rows_filled BIGINT = NULL;
+-- The tombstones' MessageIds: one random GUID per fill whose first eight
+-- hex digits (its first four bytes) are replaced by the row's number.
+-- SQL Server orders uniqueidentifier by its last bytes first and those four
+-- last, so one fill's ids are adjacent in UQ_StreamIdAndMessageId
+-- (StreamId, MessageId): its 4,000 rows take a few dozen leaf pages there,
+-- not one page each (a NEWID() per row would lock thousands of pages of a
+-- large tombstone stream and push the statement past lock escalation's
+-- 5,000 locks). The 90 random bits of the rest keep them unique, and the
+-- version and variant digits stay NEWID()'s. Built as text: Babelfish
+-- takes binary + binary for arithmetic.
+DECLARE @message_id_base NCHAR(36) = CAST(NEWID() AS NCHAR(36));
 DECLARE @error_number INT = NULL;
 DECLARE @error_message NVARCHAR(4000) = NULL;
 
 BEGIN TRY
     IF @@TRANCOUNT <> 0
         THROW 50001, N'gap-healer: the session already has an open transaction', 1;
-    -- At most 4,000 rows per statement: about 4,000 key locks per index,
-    -- below the 5,000 at which SQL Server escalates to a table lock (which
-    -- would stop every append until the fill commits).
-    IF @start IS NULL OR @end IS NULL OR @end < @start OR @end - @start >= 4000
-        THROW 50002, N'gap-healer: the fill range is empty or wider than 4,000 positions', 1;
-    SET @width = CAST(@end - @start + 1 AS INT);
+    SET @range_count = LEN(@ranges) / 42;
+    IF @ranges IS NULL OR @range_count = 0 OR @range_count > 1000 OR LEN(@ranges) <> 42 * @range_count
+        THROW 50002, N'gap-healer: no fill ranges, more than 1,000, or not 42 characters each', 1;
+    -- Each range in turn: in order, apart from the one before it, and
+    -- counted (first_row, the positions before it, is where its rows start
+    -- in the tombstone stream).
+    SET @positions = 0;
+    WHILE @range_index < @range_count
+        BEGIN
+            SET @range_start = CAST(SUBSTRING(@ranges, 42 * @range_index + 1, 21) AS BIGINT);
+            SET @range_end = CAST(SUBSTRING(@ranges, 42 * @range_index + 22, 21) AS BIGINT);
+            IF @range_end < @range_start OR @range_start <= @end OR @positions > 4000
+                THROW 50002, N'gap-healer: the fill ranges are empty, out of order, overlapping or too many positions', 1;
+            INSERT INTO @fill (range_start, range_end, first_row)
+            VALUES (@range_start, @range_end, @positions);
+            SET @positions = @positions + (@range_end - @range_start + 1);
+            SET @end = @range_end;
+            SET @range_index = @range_index + 1;
+        END;
+
+    -- The lock budget: at most 4,000 locks per index. Each position takes a
+    -- key lock in every index of Messages, and each range after the first
+    -- may take one more page lock in the clustered key (the stream indexes
+    -- get the fill's rows in one run whatever the ranges). SQL Server
+    -- escalates to a table lock at 5,000 locks on one index, which would
+    -- stop every append until the fill commits.
+    IF @positions + @range_count - 1 > 4000
+        THROW 50002, N'gap-healer: the fill ranges need more than 4,000 locks (positions, plus one per range after the first)', 1;
+    SET @width = CAST(@positions AS INT);
 
     -- The tombstone stream's row. Created once, in its own short autocommit
     -- insert, so that the fill transaction never holds a key-range lock on
@@ -197,7 +248,7 @@ BEGIN TRY
         CROSS JOIN digits AS c
     )
 
-    -- One set-based insert: every key of the range is checked against the
+    -- One set-based insert: every key of the ranges is checked against the
     -- primary key, so a committed event fails it (2627) and a held one makes
     -- it wait (1222); the database decides, not the healer's view.
     INSERT INTO __schema__.[Messages] (
@@ -211,16 +262,23 @@ BEGIN TRY
         Created
     )
     SELECT
-        NEWID(),
+        CAST(
+            N'00000'
+            + SUBSTRING(N'0123456789ABCDEF', CAST((r.first_row + nb.n) / 256 % 16 AS INT) + 1, 1)
+            + SUBSTRING(N'0123456789ABCDEF', CAST((r.first_row + nb.n) / 16 % 16 AS INT) + 1, 1)
+            + SUBSTRING(N'0123456789ABCDEF', CAST((r.first_row + nb.n) % 16 AS INT) + 1, 1)
+            + SUBSTRING(@message_id_base, 9, 28)
+            AS UNIQUEIDENTIFIER
+        ),
         @message_type,
         @stream_id,
-        @version + 1 + nb.n,
-        @start + nb.n,
+        @version + 1 + r.first_row + nb.n,
+        r.range_start + nb.n,
         N'{}',
         N'{}',
         SYSUTCDATETIME()
-    FROM numbers AS nb
-    WHERE nb.n < @width;
+    FROM @fill AS r
+    INNER JOIN numbers AS nb ON nb.n <= r.range_end - r.range_start;
 
     -- Every position took a row, or nothing is written: an index with
     -- IGNORE_DUP_KEY = ON drops a duplicate with a warning instead of

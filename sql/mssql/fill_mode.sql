@@ -1,9 +1,9 @@
 -- gap-healer, SQL Server: the installed fill procedure as this login sees it
 -- (MssqlEngine::fill_mode, and `gap-healer check`). Two result sets:
 --   1. one row: whether the procedure exists (OBJECT_ID is NULL when it is
---      absent or invisible to the login) and whether the login may execute
+--      absent or invisible to the login), whether the login may execute
 --      it (HAS_PERMS_BY_NAME is NULL for an unknown securable, 0 without the
---      right);
+--      right), and whether it has ALTER on Messages (direct mode);
 --   2. its parameters, in order. A login with EXECUTE on the procedure sees
 --      them (metadata visibility follows any permission on the object); it
 --      cannot read the definition (OBJECT_DEFINITION needs VIEW DEFINITION).
@@ -26,7 +26,20 @@ SELECT
                 THEN 1
             ELSE 0
         END AS BIT
-    ) AS procedure_execute;
+    ) AS procedure_execute,
+    -- Whether direct mode could fill instead (SET IDENTITY_INSERT needs ALTER):
+    -- a procedure that cannot run as its owner (error 15517) is then an error,
+    -- not a fallback that fails again on every fill.
+    CAST(
+        CASE
+            WHEN
+                HAS_PERMS_BY_NAME(
+                    N'__schema__.[Messages]', N'OBJECT', N'ALTER'
+                ) = 1
+                THEN 1
+            ELSE 0
+        END AS BIT
+    ) AS messages_alter;
 
 SELECT p.name AS parameter_name
 FROM sys.parameters AS p

@@ -1,4 +1,5 @@
--- gap-healer, SQL Server: the highest COMMITTED position (Engine::head).
+-- gap-healer, SQL Server: the highest and the lowest COMMITTED positions
+-- (Engine::head, Engine::first_position). NULLs for an empty table.
 --
 -- The schema placeholder is replaced by the bracketed, validated schema name
 -- before this text is sent; nothing else is ever spliced in.
@@ -17,7 +18,18 @@ SET LOCK_TIMEOUT 5000;
 -- for it. The newest row of an append still in flight is therefore not the
 -- head; the fill refuses to go at or above the head, so it never fills the
 -- tail of an append that may still commit.
--- Only the clustered key is read (TOP 1 from the end of PK_Events).
-SELECT TOP (1) m.GlobalPosition AS position
-FROM __schema__.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST)
-ORDER BY m.GlobalPosition DESC;
+-- Only the clustered key is read: TOP 1 from each end of PK_Events. The
+-- first position is where a store reseeded before its first append begins
+-- (DBCC CHECKIDENT ... RESEED changes the current identity value, not
+-- IDENT_SEED): the healer does not start below it unless told to.
+SELECT
+    (
+        SELECT TOP (1) m.GlobalPosition
+        FROM __schema__.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST)
+        ORDER BY m.GlobalPosition DESC
+    ) AS position,
+    (
+        SELECT TOP (1) f.GlobalPosition
+        FROM __schema__.[Messages] AS f WITH (READCOMMITTEDLOCK, READPAST)
+        ORDER BY f.GlobalPosition ASC
+    ) AS first_position;

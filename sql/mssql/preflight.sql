@@ -24,6 +24,38 @@ IF OBJECT_ID(N'sys.database_scoped_configurations') IS NOT NULL
             @v = @identity_cache OUTPUT;
     END;
 
+-- Options that exist only on some servers, read where they exist and left
+-- NULL elsewhere (and on Babelfish, which has none of them as SQL Server
+-- means them, and where a failing statement must not be risked):
+-- * updateability: READ_WRITE, or READ_ONLY on a readable secondary or a
+--   database set READ_ONLY (fills fail there with 3906);
+-- * optimized locking (SQL Server 2025, Azure SQL): DATABASEPROPERTYEX
+--   answers NULL for a property a server does not know;
+-- * accelerated database recovery (SQL Server 2019 and later, Azure SQL):
+--   a column of sys.databases that older servers lack, so it is read by
+--   dynamic SQL, compiled only where the column exists.
+DECLARE @updateability NVARCHAR(128) = NULL;
+DECLARE @optimized_locking INT = NULL;
+DECLARE @accelerated_recovery BIT = NULL;
+IF @@VERSION NOT LIKE N'%Babelfish%'
+    BEGIN
+        SET @updateability = CAST(
+            DATABASEPROPERTYEX(DB_NAME(), 'Updateability') AS NVARCHAR(128)
+        );
+        SET @optimized_locking = CAST(
+            DATABASEPROPERTYEX(DB_NAME(), 'IsOptimizedLockingOn') AS INT
+        );
+        IF COL_LENGTH(N'sys.databases', N'is_accelerated_database_recovery_on') IS NOT NULL
+            BEGIN
+                EXEC sp_executesql
+                    N'SELECT @v = d.is_accelerated_database_recovery_on
+                      FROM sys.databases AS d
+                      WHERE d.database_id = DB_ID();',
+                    N'@v BIT OUTPUT',
+                    @v = @accelerated_recovery OUTPUT;
+            END;
+    END;
+
 SELECT
     CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128)) AS product_version,
     CAST(SERVERPROPERTY('Edition') AS NVARCHAR(128)) AS edition,
@@ -51,7 +83,7 @@ SELECT
             WHEN OBJECT_DEFINITION(OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P')) IS NULL THEN NULL
             WHEN
                 OBJECT_DEFINITION(OBJECT_ID(N'__schema__.[gap_healer_fill]', N'P'))
-                LIKE N'%gap-healer fill procedure, interface version 2%'
+                LIKE N'%gap-healer fill procedure, interface version 3%'
                 THEN 1
             ELSE 0
         END AS BIT
@@ -71,6 +103,9 @@ SELECT
         WHERE d.database_id = DB_ID()
     ) AS read_committed_snapshot,
     @identity_cache AS identity_cache,
+    @updateability AS updateability,
+    @optimized_locking AS optimized_locking,
+    @accelerated_recovery AS accelerated_recovery,
     HAS_PERMS_BY_NAME(N'__schema__.[Messages]', N'OBJECT', N'SELECT') AS messages_select,
     HAS_PERMS_BY_NAME(N'__schema__.[Messages]', N'OBJECT', N'INSERT') AS messages_insert,
     HAS_PERMS_BY_NAME(N'__schema__.[Messages]', N'OBJECT', N'ALTER') AS messages_alter,

@@ -1,4 +1,9 @@
--- The highest committed position, NULL for an empty table (read from the
--- primary key index's end).
-SELECT MAX(global_position)::bigint AS head
+-- The highest and the lowest committed positions, NULL for an empty table
+-- (each read from one end of the primary key index). The lowest is where a
+-- store whose identity was restarted before its first append begins (ALTER
+-- ... RESTART does not change the sequence's start): the healer does not
+-- start below it unless told to.
+SELECT
+    MAX(global_position)::bigint AS head,
+    MIN(global_position)::bigint AS first
 FROM __schema__.messages;

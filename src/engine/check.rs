@@ -49,6 +49,12 @@ pub enum Check {
     ReadCommittedSnapshot,
     /// The table the contiguous watermark is published in.
     Watermark,
+    /// Optimized locking (SQL Server 2025, Azure SQL).
+    OptimizedLocking,
+    /// Accelerated database recovery (SQL Server 2019 and later, Azure SQL).
+    AcceleratedDatabaseRecovery,
+    /// Whether the database can be written (not a readable secondary).
+    Updateability,
     /// The preflight itself could not run to the end.
     Preflight,
 }
@@ -88,6 +94,9 @@ impl Check {
             Check::FillProcedure => "fill procedure",
             Check::IdentityCache => "identity cache",
             Check::ReadCommittedSnapshot => "READ_COMMITTED_SNAPSHOT",
+            Check::OptimizedLocking => "optimized locking",
+            Check::AcceleratedDatabaseRecovery => "accelerated database recovery",
+            Check::Updateability => "updateability",
             Check::Preflight => "preflight",
         }
     }
@@ -187,6 +196,9 @@ mod tests {
             Check::FillProcedure,
             Check::IdentityCache,
             Check::ReadCommittedSnapshot,
+            Check::OptimizedLocking,
+            Check::AcceleratedDatabaseRecovery,
+            Check::Updateability,
             Check::Preflight,
         ];
         let labels: std::collections::HashSet<_> = all.iter().map(|c| c.label()).collect();

@@ -208,6 +208,12 @@ pub trait Engine: Send + Sync + 'static {
     /// Highest committed position, `None` for an empty table.
     fn head(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
 
+    /// Lowest committed position, `None` for an empty table. Above the
+    /// identity's seed when the store was reseeded (`DBCC CHECKIDENT ...
+    /// RESEED`, `ALTER ... RESTART`) before its first append, which the seed
+    /// does not show: the healer then starts at this row, not below it.
+    fn first_position(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
+
     /// Rows of the Checkpoints table; empty when the table does not exist.
     fn checkpoints(&self) -> impl Future<Output = DbResult<Vec<Checkpoint>>> + Send;
 
@@ -224,6 +230,14 @@ pub trait Engine: Send + Sync + 'static {
     /// filled together). 1 for an engine that fills one range at a time.
     fn max_fill_ranges(&self) -> usize {
         1
+    }
+
+    /// What each range of a batch after the first costs against
+    /// [`Engine::max_fill_rows`], besides its rows: 1 on SQL Server, where
+    /// each range may lock one more leaf page of the clustered key and page
+    /// locks count towards lock escalation; 0 where nothing escalates.
+    fn fill_range_cost(&self) -> u64 {
+        0
     }
 
     /// Fills every position of every range with a tombstone, in one

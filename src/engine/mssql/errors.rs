@@ -72,9 +72,9 @@ pub(crate) enum Class {
 }
 
 /// Server errors after which a retry can succeed: deadlock victim, snapshot
-/// update conflict, a full data or log file and a read-only database (an
-/// operator frees space, backs up the log or fails over: the healer waits
-/// with backoff, as for PostgreSQL's 53100 and 25006), and the errors Azure
+/// update conflict, a full data or log file (an operator frees space or
+/// backs up the log: the healer waits with backoff, as for PostgreSQL's
+/// 53100), and the errors Azure
 /// SQL and SQL Server report while a database moves, fails over, is
 /// throttled or drops the connection. Client socket codes (64, 233, 10053,
 /// 10054, 10060 in SqlClient) never arrive as server errors: tiberius reports
@@ -88,7 +88,6 @@ pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
     1105,  // no space for an object: filegroup full
     1204,  // cannot obtain a lock: the lock table is out of memory
     1205,  // deadlock victim
-    3906,  // database is read-only
     3948,  // snapshot transaction aborted: a secondary replica's state changed
     3960,  // snapshot isolation update conflict
     4060,  // cannot open database (Azure: database moving or restarting)
@@ -108,6 +107,11 @@ pub(crate) const TRANSIENT_SERVER_ERRORS: &[u32] = &[
     49919, // Azure: too many create or update operations in progress
     49920, // Azure: too many operations in progress
 ];
+
+/// The database is read-only: a readable secondary replica, or a database
+/// set READ_ONLY. Permanent: every fill would fail the same way until the
+/// healer is pointed at the primary (what [`server_error`] says).
+pub(crate) const READ_ONLY_DATABASE: u32 = 3906;
 
 /// Lock request time out period exceeded.
 pub(crate) const LOCK_TIMEOUT: u32 = 1222;
@@ -187,7 +191,15 @@ pub(crate) fn server_error(
         _ if restarting => DbErrorKind::Transient,
         Class::Permanent | Class::Outcome(_) => DbErrorKind::Permanent,
     };
-    let text = format!("SQL Server error {code}: {}", message.trim());
+    let hint = if code == READ_ONLY_DATABASE {
+        " (the database is read-only: gap-healer is connected to a readable secondary replica, for \
+         example through a listener with ApplicationIntent=ReadOnly, or the database is set READ_ONLY. \
+         Tombstones can only be written on the primary: point the connection string at it, or make \
+         the database READ_WRITE; `gap-healer check` shows the database's updateability)"
+    } else {
+        ""
+    };
+    let text = format!("SQL Server error {code}: {}{hint}", message.trim());
     let message = if code == LOGIN_FAILED {
         format!("login refused: check the user and password ({text})")
     } else {
@@ -370,13 +382,41 @@ mod tests {
     }
 
     #[test]
-    fn full_disks_read_only_databases_and_failovers_are_retried() {
+    fn full_disks_and_failovers_are_retried() {
         // Issue 5: reported, retried with backoff, never a crash loop.
-        for code in [1101, 1105, 9002, 3906, 976, 983] {
+        for code in [1101, 1105, 9002, 976, 983] {
             for stage in ALL_STAGES {
                 assert_eq!(classify(code, stage), Class::Transient, "{code}");
             }
         }
+    }
+
+    /// Review finding F6: a readable secondary answers every fill with 3906;
+    /// retrying it as transient went on for ever without saying why.
+    #[test]
+    fn a_read_only_database_is_permanent_and_says_where_to_connect() {
+        for stage in ALL_STAGES {
+            assert_eq!(classify(3906, stage), Class::Permanent);
+        }
+        let secret = ConnectionString::new("Server=db;User Id=app;Password=Hunter2");
+        let err = server_error(
+            3906,
+            Stage::Messages,
+            "Failed to update database \"orders\" because the database is read-only.",
+            &secret,
+        );
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        assert_eq!(err.code.as_deref(), Some("3906"));
+        for part in [
+            "readable secondary",
+            "primary",
+            "READ_WRITE",
+            "updateability",
+        ] {
+            assert!(err.message.contains(part), "{part}: {}", err.message);
+        }
+        let other = server_error(1205, Stage::Messages, "deadlock", &secret);
+        assert!(!other.message.contains("read-only"), "{}", other.message);
     }
 
     #[test]

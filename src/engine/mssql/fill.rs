@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tiberius::{Row, ToSql};
 
 use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
+use super::preflight::CANNOT_IMPERSONATE;
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
@@ -61,6 +62,112 @@ pub(crate) const MODE_UNKNOWN: u8 = 0;
 const MODE_DIRECT: u8 = 1;
 const MODE_PROCEDURE: u8 = 2;
 
+/// The fill mode for what the engine learnt about the procedure: the
+/// procedure when it is usable, else direct mode, except when SQL Server
+/// cannot run the procedure as its owner (15517) and the login lacks the
+/// ALTER on Messages that direct mode needs: falling back would fail every
+/// fill with 1088 and choose again, for ever, without saying why. That is a
+/// permanent error with the fix instead.
+fn choose_mode(state: &ProcedureState, direct_alter: bool, procedure: &str) -> DbResult<FillMode> {
+    if state.usable() {
+        return Ok(FillMode::Procedure);
+    }
+    if let (ProcedureState::CannotImpersonate { .. }, false) = (state, direct_alter) {
+        let why = state
+            .problem(procedure, "", "")
+            .unwrap_or_else(|| format!("{procedure} cannot run as its owner"));
+        return Err(DbError {
+            kind: DbErrorKind::Permanent,
+            code: Some(CANNOT_IMPERSONATE.to_string()),
+            message: format!(
+                "neither fill mode can work: {why} (direct mode is no way out: the login has no ALTER on Messages)"
+            ),
+        });
+    }
+    Ok(FillMode::Direct)
+}
+
+/// The statement of fill.sql that starts its key stage.
+const MESSAGES_STAGE: &str = "SET @stage = N'messages';";
+
+/// The 1-based line of `text` that holds `needle`.
+fn line_of(text: &str, needle: &str) -> Option<u32> {
+    let at = text.find(needle)?;
+    u32::try_from(text[..at].matches('\n').count() + 1).ok()
+}
+
+/// What a lock timeout that ended the whole batch (Babelfish) means: Held
+/// when the statement the server names (`line`, 1-based in the batch) lies
+/// in the key stage, which starts at `messages_line`; Busy before it (the
+/// tombstone stream's row). Without both lines, by the time it took:
+/// Busy once it reached the stream's lock timeout. Timing alone misleads:
+/// Babelfish compiles the batch first, which took over 3 s on a loaded
+/// 2-core machine, so a 2 s key wait looked like the 5 s stream wait.
+fn lock_timeout_outcome(
+    line: Option<u32>,
+    messages_line: Option<u32>,
+    waited_for_the_stream: bool,
+) -> FillOutcome {
+    match (line.filter(|l| *l > 0), messages_line) {
+        (Some(line), Some(key_stage)) if line >= key_stage => FillOutcome::Held,
+        (Some(_), Some(_)) => FillOutcome::Busy,
+        _ if waited_for_the_stream => FillOutcome::Busy,
+        _ => FillOutcome::Held,
+    }
+}
+
+/// Most ranges in one fill transaction (fill.sql checks it too).
+pub const MAX_FILL_RANGES: usize = 1000;
+
+/// Characters of one range in fill.sql's `@ranges`: two signed numbers of 21.
+const RANGE_CHARS: usize = 42;
+
+/// The ranges as fill.sql's `@ranges` text: each range's first and last
+/// position as signed 21-character numbers, ascending. Refuses what fill.sql
+/// would refuse: no ranges, more than [`MAX_FILL_RANGES`], ranges out of
+/// order or overlapping, or a lock budget beyond [`MAX_FILL_ROWS`]
+/// (positions plus one per range after the first).
+fn encode_ranges(ranges: &[PosRange]) -> Result<String, String> {
+    if ranges.is_empty() || ranges.len() > MAX_FILL_RANGES {
+        return Err(format!(
+            "{} ranges (1 to {MAX_FILL_RANGES} per transaction)",
+            ranges.len()
+        ));
+    }
+    if ranges.windows(2).any(|w| w[1].start <= w[0].end) {
+        return Err("the ranges are out of order or overlap".into());
+    }
+    let positions: u64 = ranges.iter().map(PosRange::width).sum();
+    let locks = positions + ranges.len() as u64 - 1;
+    if locks > MAX_FILL_ROWS {
+        return Err(format!(
+            "{positions} positions in {} ranges need {locks} locks per index, more than {MAX_FILL_ROWS}",
+            ranges.len()
+        ));
+    }
+    let mut text = String::with_capacity(RANGE_CHARS * ranges.len());
+    for r in ranges {
+        use std::fmt::Write as _;
+        let _ = write!(text, "{:+021}{:+021}", r.start, r.end);
+    }
+    Ok(text)
+}
+
+/// Ranges for messages: `a..=b`, or `a..=b (+n more up to c)`.
+struct Ranges<'a>(&'a [PosRange]);
+
+impl std::fmt::Display for Ranges<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            [] => Ok(()),
+            [one] => write!(f, "{one}"),
+            [first, .., last] => {
+                write!(f, "{first} (+{} more up to {})", self.0.len() - 1, last.end)
+            }
+        }
+    }
+}
+
 /// The name of the fence lock a fill passes to the batch: `None` unfenced.
 fn fence_lock(fence: &Fence) -> Option<&str> {
     match fence {
@@ -82,17 +189,12 @@ impl MssqlEngine {
             MODE_PROCEDURE => return Ok(FillMode::Procedure),
             _ => {}
         }
-        let state = self.procedure_state().await?;
-        let use_procedure = state.usable();
-        let mode = if use_procedure {
-            FillMode::Procedure
-        } else {
-            FillMode::Direct
-        };
-        let code = if use_procedure {
-            MODE_PROCEDURE
-        } else {
-            MODE_DIRECT
+        let (state, direct_alter) = self.procedure_facts().await?;
+        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        let mode = choose_mode(&state, direct_alter, &procedure)?;
+        let code = match mode {
+            FillMode::Procedure => MODE_PROCEDURE,
+            FillMode::Direct => MODE_DIRECT,
         };
         if self.mode.swap(code, Ordering::AcqRel) != code {
             if let Some(problem) = state.problem(
@@ -119,21 +221,29 @@ impl MssqlEngine {
     /// procedure's constants. Needs no right beyond EXECUTE on it (a login
     /// with only EXECUTE cannot read the procedure's definition).
     pub(crate) async fn procedure_state(&self) -> DbResult<ProcedureState> {
-        if let Some(babelfish) = self.server().await?.babelfish {
-            return Ok(ProcedureState::Unsupported(format!(
+        Ok(self.procedure_facts().await?.0)
+    }
+
+    /// [`MssqlEngine::procedure_state`], and whether the login has ALTER on
+    /// Messages (what direct mode needs).
+    async fn procedure_facts(&self) -> DbResult<(ProcedureState, bool)> {
+        let server = self.server().await?;
+        if let Some(babelfish) = server.babelfish {
+            return Ok((ProcedureState::Unsupported(format!(
                 "{babelfish}: Babelfish cannot run a procedure WITH EXECUTE AS OWNER, so the login needs \
                  the direct-mode rights (ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams)"
-            )));
+            )), true));
         }
         let sets = self.read(&self.sql.fill_mode, &[]).await?;
         let mut sets = sets.into_iter();
         let facts = sets.next().unwrap_or_default();
-        let (exists, execute) = match facts.first() {
+        let (exists, execute, direct_alter) = match facts.first() {
             Some(row) => (
                 get::<bool>(row, "procedure_exists")?.unwrap_or(false),
                 get::<bool>(row, "procedure_execute")?.unwrap_or(false),
+                get::<bool>(row, "messages_alter")?.unwrap_or(false),
             ),
-            None => (false, false),
+            None => (false, false, false),
         };
         let parameters = sets
             .next()
@@ -145,21 +255,42 @@ impl MssqlEngine {
                     .to_string())
             })
             .collect::<DbResult<Vec<String>>>()?;
+        let state = self
+            .describe_procedure(exists, execute, &parameters, &server.database)
+            .await?;
+        Ok((state, direct_alter))
+    }
+
+    /// The procedure's state from fill_mode.sql's facts and, when its
+    /// parameters are this version's, a describing call.
+    async fn describe_procedure(
+        &self,
+        exists: bool,
+        execute: bool,
+        parameters: &[String],
+        database: &str,
+    ) -> DbResult<ProcedureState> {
         if let Some(state) = ProcedureState::from_catalog(
             exists,
             execute,
-            &parameters,
+            parameters,
             &self.sql.procedure_parameters,
         ) {
             return Ok(state);
         }
-        let none = Option::<i64>::None;
+        let no_ranges = Option::<&str>::None;
         let no_fence = Option::<&str>::None;
         let zero = 0_i32;
-        let params: [&dyn ToSql; 5] = [&none, &none, &zero, &zero, &no_fence];
+        let params: [&dyn ToSql; 4] = [&no_ranges, &zero, &zero, &no_fence];
         let answer = match self.fill_batch(&self.sql.fill_call, &params).await {
             Ok(answer) => answer,
             Err(e) if e.is_transient() => return Err(e),
+            Err(e) if e.code.as_deref() == Some(CANNOT_IMPERSONATE) => {
+                return Ok(ProcedureState::CannotImpersonate {
+                    database: database.to_string(),
+                    message: e.message,
+                })
+            }
             Err(e) => return Ok(ProcedureState::Unanswered(e.message)),
         };
         // A fill of no range: refused by the range check, nothing written.
@@ -209,11 +340,36 @@ impl MssqlEngine {
         drop(session);
         result.map_err(|e| self.driver_error(&e))?;
         self.forget_fill_mode();
+        // Run it once, with no range (refused by its range check before it
+        // writes anything): creating a procedure WITH EXECUTE AS OWNER
+        // succeeds even when SQL Server cannot run it as that owner, which
+        // only a call shows (error 15517).
+        let state = self.procedure_state().await?;
+        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        if !state.usable() {
+            let why = state
+                .problem(
+                    &procedure,
+                    &self.settings.tombstone_stream,
+                    &self.settings.tombstone_type,
+                )
+                .unwrap_or_else(|| format!("{state:?}"));
+            return Err(DbError {
+                kind: DbErrorKind::Permanent,
+                code: match state {
+                    ProcedureState::CannotImpersonate { .. } => {
+                        Some(CANNOT_IMPERSONATE.to_string())
+                    }
+                    _ => None,
+                },
+                message: format!("created {procedure}, but a call of it failed: {why}"),
+            });
+        }
         tracing::info!(
             schema = %self.settings.schema,
             tombstone_stream = %self.settings.tombstone_stream,
             tombstone_type = %self.settings.tombstone_type,
-            "installed the gap_healer_fill procedure"
+            "installed the gap_healer_fill procedure and ran it once"
         );
         Ok(())
     }
@@ -225,45 +381,64 @@ impl MssqlEngine {
     /// so it stays unclean and bb8 closes it, and the server rolls back
     /// whatever it had open.
     async fn fill_batch(&self, text: &str, params: &[&dyn ToSql]) -> DbResult<FillRow> {
-        let mut session = self.checkout().await?;
-        let sets = run(&mut session.client, text, params)
+        self.fill_batch_at(text, params)
             .await
-            .map_err(|e| self.driver_error(&e))?;
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`MssqlEngine::fill_batch`], and, when a server error ended the
+    /// batch before its result row, the line of the batch it names.
+    async fn fill_batch_at(
+        &self,
+        text: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<FillRow, (DbError, Option<u32>)> {
+        let mut session = self.checkout().await.map_err(|e| (e, None))?;
+        let sets = run(&mut session.client, text, params).await.map_err(|e| {
+            let line = match &e {
+                tiberius::error::Error::Server(token) => Some(token.line()),
+                _ => None,
+            };
+            (self.driver_error(&e), line)
+        })?;
         let answer = match sets
             .first()
             .and_then(|rows| rows.first())
             .map(FillRow::from_row)
         {
             Some(Ok(answer)) => answer,
-            Some(Err(e)) => return Err(self.driver_error(&e)),
+            Some(Err(e)) => return Err((self.driver_error(&e), None)),
             None => {
-                return Err(DbError::transient(
-                    "the fill batch returned no result row; connection discarded",
+                return Err((
+                    DbError::transient(
+                        "the fill batch returned no result row; connection discarded",
+                    ),
+                    None,
                 ))
             }
         };
         if answer.open_transactions != 0 {
-            return Err(DbError::transient(format!(
-                "the fill batch left {} transaction(s) open; connection discarded",
-                answer.open_transactions
-            )));
+            return Err((
+                DbError::transient(format!(
+                    "the fill batch left {} transaction(s) open; connection discarded",
+                    answer.open_transactions
+                )),
+                None,
+            ));
         }
         session.clean = true;
         Ok(answer)
     }
 
-    pub(crate) async fn fill_once(
+    pub(crate) async fn fill_batch_of(
         &self,
-        range: PosRange,
+        ranges: &[PosRange],
         lock_timeout: Duration,
         fence: &Fence,
     ) -> DbResult<FillOutcome> {
-        let width = range.width();
-        if width > MAX_FILL_ROWS {
-            return Err(DbError::permanent(format!(
-                "refused to fill {range}: {width} positions, more than {MAX_FILL_ROWS} per transaction"
-            )));
-        }
+        let what = Ranges(ranges);
+        let encoded = encode_ranges(ranges)
+            .map_err(|why| DbError::permanent(format!("refused to fill {what}: {why}")))?;
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
         // On Babelfish the fence asks for the leader's session, not its lock
@@ -280,29 +455,24 @@ impl MssqlEngine {
         let kind = self.settings.tombstone_type.as_str();
 
         let started = Instant::now();
+        // The first line of the batch's key stage (the tombstone insert).
+        let mut messages_line = None;
         let answer = match mode {
             // The procedure's tombstone stream and type are its own constants.
             FillMode::Procedure => {
-                let params: [&dyn ToSql; 5] =
-                    [&range.start, &range.end, &key_ms, &stream_ms, &fence_name];
-                self.fill_batch(&self.sql.fill_call, &params).await
+                let params: [&dyn ToSql; 4] = [&encoded, &key_ms, &stream_ms, &fence_name];
+                self.fill_batch_at(&self.sql.fill_call, &params).await
             }
             FillMode::Direct => {
                 // No fence is sent as '' rather than a NULL of no type: the
                 // batch reads both as none, and Babelfish refuses the
                 // untyped NULL (error 8009, "Data type 0x1F is unknown").
                 let fence_name = fence_name.unwrap_or_default();
-                let params: [&dyn ToSql; 7] = [
-                    &range.start,
-                    &range.end,
-                    &stream,
-                    &kind,
-                    &key_ms,
-                    &stream_ms,
-                    &fence_name,
-                ];
+                let params: [&dyn ToSql; 6] =
+                    [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
                 let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
-                self.fill_batch(&text, &params).await
+                messages_line = line_of(&text, MESSAGES_STAGE);
+                self.fill_batch_at(&text, &params).await
             }
         };
         let answer = match answer {
@@ -310,19 +480,18 @@ impl MssqlEngine {
             // Babelfish ends the whole batch on a lock timeout (the batch's
             // TRY/CATCH never sees it, so no result row): nothing was
             // written and the session was discarded. The wait was on a
-            // message key, or, after at least the stream's lock timeout, on
-            // the tombstone stream's row.
-            Err(err) if err.code.as_deref() == Some("1222") => {
-                let waited = started.elapsed();
-                return Ok(
-                    if waited >= Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0)) {
-                        FillOutcome::Busy
-                    } else {
-                        FillOutcome::Held
-                    },
-                );
+            // message key (Held) if the statement it names comes after
+            // the key stage begins, else on the tombstone stream's row
+            // (Busy). Without a line, by how long it took.
+            Err((err, line)) if err.code.as_deref() == Some("1222") => {
+                let stream_wait = Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0));
+                return Ok(lock_timeout_outcome(
+                    line,
+                    messages_line,
+                    started.elapsed() >= stream_wait,
+                ));
             }
-            Err(err) => {
+            Err((err, _)) => {
                 if err.kind == DbErrorKind::Permanent {
                     self.forget_fill_mode();
                 }
@@ -337,7 +506,7 @@ impl MssqlEngine {
             // The procedure was created again, for other tombstones, since
             // the mode was chosen. What happened stands; the next fill asks again.
             tracing::warn!(
-                range = %range,
+                range = %what,
                 stream = ?answer.stream_name,
                 message_type = ?answer.message_type,
                 "the fill procedure wrote or would have written other tombstones than configured; \
@@ -351,16 +520,16 @@ impl MssqlEngine {
             if let Fence::Leader(token) = fence {
                 let session_id = token.session_id;
                 tracing::warn!(
-                    range = %range,
+                    range = %what,
                     leader_session_id = session_id,
                     "not filling: the leader lock session has ended (leader fence); another healer may lead"
                 );
             }
         }
 
-        let outcome = self.outcome(range, mode, &answer);
+        let outcome = self.outcome(ranges, mode, &answer);
         tracing::debug!(
-            range = %range,
+            range = %what,
             mode = mode.as_str(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             outcome = ?outcome,
@@ -369,8 +538,14 @@ impl MssqlEngine {
         outcome
     }
 
-    fn outcome(&self, range: PosRange, mode: FillMode, answer: &FillRow) -> DbResult<FillOutcome> {
-        let width = range.width();
+    fn outcome(
+        &self,
+        ranges: &[PosRange],
+        mode: FillMode,
+        answer: &FillRow,
+    ) -> DbResult<FillOutcome> {
+        let width: u64 = ranges.iter().map(PosRange::width).sum();
+        let range = Ranges(ranges);
         let Some(code) = answer.error_number else {
             return match answer.rows_filled {
                 Some(rows) if u64::try_from(rows).ok() == Some(width) => Ok(FillOutcome::Filled { rows: width }),
@@ -441,6 +616,7 @@ impl FillRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::mssql::sql::Sql;
     use crate::engine::tests_support::mssql_settings as settings;
     use crate::engine::FenceToken;
 
@@ -472,41 +648,41 @@ mod tests {
         };
         let m = FillMode::Direct;
         assert_eq!(
-            engine.outcome(range, m, &row(None, "commit")),
+            engine.outcome(&[range], m, &row(None, "commit")),
             Ok(FillOutcome::Filled { rows: 3 })
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(2627), "messages")),
+            engine.outcome(&[range], m, &row(Some(2627), "messages")),
             Ok(FillOutcome::Committed)
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(2601), "messages")),
+            engine.outcome(&[range], m, &row(Some(2601), "messages")),
             Ok(FillOutcome::Committed)
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(1222), "messages")),
+            engine.outcome(&[range], m, &row(Some(1222), "messages")),
             Ok(FillOutcome::Held)
         );
         assert_eq!(
-            engine.outcome(range, m, &row(Some(1222), "stream")),
+            engine.outcome(&[range], m, &row(Some(1222), "stream")),
             Ok(FillOutcome::Busy)
         );
         // The leader fence: this process no longer leads.
         assert_eq!(
-            engine.outcome(range, m, &row(Some(50006), "leader")),
+            engine.outcome(&[range], m, &row(Some(50006), "leader")),
             Ok(FillOutcome::Busy)
         );
         assert_eq!(
-            engine.outcome(range, FillMode::Procedure, &row(Some(50006), "leader")),
+            engine.outcome(&[range], FillMode::Procedure, &row(Some(50006), "leader")),
             Ok(FillOutcome::Busy)
         );
         let deadlock = engine
-            .outcome(range, m, &row(Some(1205), "messages"))
+            .outcome(&[range], m, &row(Some(1205), "messages"))
             .unwrap_err();
         assert!(deadlock.is_transient());
         assert_eq!(deadlock.code.as_deref(), Some("1205"));
         let above = engine
-            .outcome(range, m, &row(Some(50005), "head"))
+            .outcome(&[range], m, &row(Some(50005), "head"))
             .unwrap_err();
         assert_eq!(above.kind, DbErrorKind::Permanent);
         assert!(
@@ -518,7 +694,101 @@ mod tests {
             rows_filled: Some(2),
             ..row(None, "commit")
         };
-        assert!(engine.outcome(range, m, &wrong_count).is_err());
+        assert!(engine.outcome(&[range], m, &wrong_count).is_err());
+    }
+
+    /// Babelfish: a lock timeout ends the batch, and its line says where.
+    #[test]
+    fn a_lock_timeout_that_ends_the_batch_is_placed_by_its_line() {
+        let text = Sql::new("eventuous", "s", "t")
+            .unwrap()
+            .direct_fill(2000, 5000, None);
+        let key = line_of(&text, MESSAGES_STAGE).expect("the key stage");
+        let stream = line_of(&text, "WITH (UPDLOCK, ROWLOCK)").unwrap();
+        let insert = line_of(&text, "INSERT INTO [eventuous].[Messages]").unwrap();
+        assert!(stream < key && key < insert);
+        // The numbers CTE that starts the insert statement is in the key stage.
+        assert!(line_of(&text, "    WITH\n    digits").is_some_and(|w| w > key));
+        assert_eq!(
+            lock_timeout_outcome(Some(insert), Some(key), true),
+            FillOutcome::Held
+        );
+        assert_eq!(
+            lock_timeout_outcome(Some(stream), Some(key), false),
+            FillOutcome::Busy
+        );
+        assert_eq!(
+            lock_timeout_outcome(None, Some(key), true),
+            FillOutcome::Busy
+        );
+        assert_eq!(
+            lock_timeout_outcome(Some(0), Some(key), false),
+            FillOutcome::Held
+        );
+        assert_eq!(line_of("a\nb\nc", "c"), Some(3));
+    }
+
+    /// Issue 11 item 5: up to 1,000 ranges per transaction, within a lock
+    /// budget of 4,000 per index (positions, plus one page of the clustered
+    /// key per range after the first), as fill.sql's @ranges text.
+    #[test]
+    fn ranges_are_encoded_for_fill_sql_within_the_lock_budget() {
+        assert_eq!(
+            encode_ranges(&[r(7, 9), r(12, 12)]).unwrap(),
+            "+00000000000000000007+00000000000000000009+00000000000000000012+00000000000000000012"
+        );
+        assert_eq!(
+            encode_ranges(&[r(-3, -1)]).unwrap(),
+            "-00000000000000000003-00000000000000000001"
+        );
+        let max = encode_ranges(&[r(i64::MAX - 1, i64::MAX)]).unwrap();
+        assert_eq!(max.len(), RANGE_CHARS);
+        assert!(encode_ranges(&[r(1, 4_000)]).is_ok());
+        assert!(encode_ranges(&[r(1, 4_001)]).is_err());
+        let singles: Vec<PosRange> = (0..1_000).map(|i| r(i * 3, i * 3)).collect();
+        assert_eq!(encode_ranges(&singles).unwrap().len(), 1_000 * RANGE_CHARS);
+        let too_many: Vec<PosRange> = (0..1_001).map(|i| r(i * 3, i * 3)).collect();
+        assert!(encode_ranges(&too_many).is_err());
+        // 2,001 positions in two ranges: 2,002 locks, fine; 3,999 + 1 + 1: not.
+        assert!(encode_ranges(&[r(1, 2_000), r(3_000, 3_000)]).is_ok());
+        assert!(encode_ranges(&[r(1, 3_999), r(5_000, 5_000)]).is_err());
+        assert!(encode_ranges(&[]).is_err());
+        assert!(encode_ranges(&[r(5, 9), r(9, 12)]).is_err(), "overlap");
+        assert!(encode_ranges(&[r(20, 21), r(5, 9)]).is_err(), "order");
+        assert_eq!(
+            Ranges(&[r(1, 2), r(5, 5), r(9, 10)]).to_string(),
+            "1..=2 (+2 more up to 10)"
+        );
+        assert_eq!(Ranges(&[r(4, 4)]).to_string(), "4");
+    }
+
+    /// Review finding F4: 15517 without direct-mode rights used to fall
+    /// back to direct mode, fail with 1088, forget the mode and do it all
+    /// again on every fill; now it is one permanent error with the fix.
+    #[test]
+    fn a_procedure_that_cannot_run_as_its_owner_is_an_error_without_alter() {
+        let p = "[eventuous].[gap_healer_fill]";
+        let broken = ProcedureState::CannotImpersonate {
+            database: "orders".into(),
+            message: "SQL Server error 15517: Cannot execute as the database principal".into(),
+        };
+        let err = choose_mode(&broken, false, p).unwrap_err();
+        assert_eq!(err.kind, DbErrorKind::Permanent);
+        assert_eq!(err.code.as_deref(), Some("15517"));
+        assert!(
+            err.message
+                .contains("ALTER AUTHORIZATION ON DATABASE::[orders] TO [sa];"),
+            "{}",
+            err.message
+        );
+        assert_eq!(choose_mode(&broken, true, p), Ok(FillMode::Direct));
+        assert_eq!(
+            choose_mode(&ProcedureState::Usable, false, p),
+            Ok(FillMode::Procedure)
+        );
+        for other in [ProcedureState::Absent, ProcedureState::NoExecute] {
+            assert_eq!(choose_mode(&other, false, p), Ok(FillMode::Direct));
+        }
     }
 
     #[test]

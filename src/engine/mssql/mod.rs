@@ -47,7 +47,7 @@ use std::time::Duration;
 use bb8::PooledConnection;
 use tiberius::{Row, ToSql};
 
-pub use self::fill::{FillMode, MAX_FILL_ROWS};
+pub use self::fill::{FillMode, MAX_FILL_RANGES, MAX_FILL_ROWS};
 pub use self::leader::{MssqlLeaderSession, MAX_LEADER_KEY_UNITS};
 
 use self::conn::Client;
@@ -299,6 +299,16 @@ impl MssqlEngine {
         })
     }
 
+    /// One column of `head.sql`: the highest (`position`) or lowest
+    /// (`first_position`) committed position.
+    async fn end_of_messages(&self, column: &str) -> DbResult<Option<i64>> {
+        let rows = self.read_first(&self.sql.head, &[]).await?;
+        match rows.first() {
+            Some(row) => get::<i64>(row, column),
+            None => Ok(None),
+        }
+    }
+
     /// The identity's current value (IDENT_CURRENT), which no fill may move.
     pub async fn identity_current(&self) -> DbResult<Option<i64>> {
         let rows = self.read_first(&self.sql.identity, &[]).await?;
@@ -395,6 +405,14 @@ impl Engine for MssqlEngine {
         MAX_FILL_ROWS
     }
 
+    fn max_fill_ranges(&self) -> usize {
+        MAX_FILL_RANGES
+    }
+
+    fn fill_range_cost(&self) -> u64 {
+        1
+    }
+
     async fn identity_floor(&self) -> DbResult<i64> {
         let rows = self.read_first(&self.sql.identity, &[]).await?;
         let seed = match rows.first() {
@@ -411,11 +429,11 @@ impl Engine for MssqlEngine {
     }
 
     async fn head(&self) -> DbResult<Option<i64>> {
-        let rows = self.read_first(&self.sql.head, &[]).await?;
-        match rows.first() {
-            Some(row) => get::<i64>(row, "position"),
-            None => Ok(None),
-        }
+        self.end_of_messages("position").await
+    }
+
+    async fn first_position(&self) -> DbResult<Option<i64>> {
+        self.end_of_messages("first_position").await
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
@@ -482,14 +500,7 @@ impl Engine for MssqlEngine {
         lock_timeout: Duration,
         fence: &Fence,
     ) -> DbResult<FillOutcome> {
-        // One range per transaction (max_fill_ranges is 1): the T-SQL takes @start and @end.
-        match ranges {
-            [range] => self.fill_once(*range, lock_timeout, fence).await,
-            _ => Err(DbError::permanent(format!(
-                "the SQL Server engine fills one range per transaction, was given {}",
-                ranges.len()
-            ))),
-        }
+        self.fill_batch_of(ranges, lock_timeout, fence).await
     }
 
     async fn install(&self) -> DbResult<String> {

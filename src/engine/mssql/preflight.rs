@@ -46,6 +46,14 @@ pub(crate) struct Facts {
     pub identity_current: Option<i64>,
     pub read_committed_snapshot: Option<bool>,
     pub identity_cache: Option<i32>,
+    /// `DATABASEPROPERTYEX(DB_NAME(), 'Updateability')`: READ_WRITE or READ_ONLY.
+    pub updateability: Option<String>,
+    /// `DATABASEPROPERTYEX(DB_NAME(), 'IsOptimizedLockingOn')`; `None` where
+    /// the server does not know the property (before SQL Server 2025).
+    pub optimized_locking: Option<i32>,
+    /// `sys.databases.is_accelerated_database_recovery_on`; `None` where the
+    /// column does not exist (before SQL Server 2019).
+    pub accelerated_recovery: Option<bool>,
     pub rights: Rights,
 }
 
@@ -92,6 +100,9 @@ impl Facts {
             identity_current: row.try_get::<i64, _>("identity_current")?,
             read_committed_snapshot: row.try_get::<bool, _>("read_committed_snapshot")?,
             identity_cache: row.try_get::<i32, _>("identity_cache")?,
+            updateability: row.try_get::<&str, _>("updateability")?.map(str::to_string),
+            optimized_locking: row.try_get::<i32, _>("optimized_locking")?,
+            accelerated_recovery: row.try_get::<bool, _>("accelerated_recovery")?,
             rights: Rights {
                 messages_select: perm(row, "messages_select")?,
                 messages_insert: perm(row, "messages_insert")?,
@@ -140,6 +151,26 @@ pub(crate) enum ProcedureState {
     /// The server cannot run the procedure as its owner (Babelfish has no
     /// `EXECUTE AS OWNER`): direct mode only.
     Unsupported(String),
+    /// Installed and executable, but SQL Server refuses to run it as its
+    /// owner (error 15517): the database's owner (dbo) maps to no login of
+    /// this server (a database restored from another one), or the owner is
+    /// a role. `message` is the server's.
+    CannotImpersonate { database: String, message: String },
+}
+
+/// Cannot execute as the database principal (`EXECUTE AS OWNER` whose owner
+/// cannot be impersonated).
+pub(crate) const CANNOT_IMPERSONATE: &str = "15517";
+
+/// What makes `EXECUTE AS OWNER` work again after error 15517.
+pub(crate) fn impersonation_fix(database: &str, procedure: &str) -> String {
+    format!(
+        "give the database an owner this server knows: ALTER AUTHORIZATION ON DATABASE::{} TO [sa]; \
+         (or another login of this server; a database restored from another server keeps a dbo whose \
+         SID maps to no login here), or, when the procedure's owner is a role (the schema is owned by \
+         one), ALTER AUTHORIZATION ON OBJECT::{procedure} TO [dbo];",
+        quote_ident(database)
+    )
 }
 
 impl ProcedureState {
@@ -209,12 +240,12 @@ impl ProcedureState {
                 parameters,
                 expected,
             } => {
-                let what = if parameters
-                    .iter()
-                    .any(|p| p.eq_ignore_ascii_case("@stream_name"))
-                {
+                let has = |name: &str| parameters.iter().any(|p| p.eq_ignore_ascii_case(name));
+                let what = if has("@stream_name") {
                     "an older gap-healer's procedure, which let its caller choose the tombstone stream \
                      and type"
+                } else if has("@start") {
+                    "an older gap-healer's procedure, which filled one range per call"
                 } else {
                     "not this gap-healer version's procedure"
                 };
@@ -230,6 +261,11 @@ impl ProcedureState {
             )),
             ProcedureState::Unanswered(why) => Some(format!(
                 "{procedure} did not say which tombstones it writes ({why}); {fix}"
+            )),
+            ProcedureState::CannotImpersonate { database, message } => Some(format!(
+                "{procedure} cannot run as its owner (error 15517: {message}): procedure mode cannot \
+                 fill; {}",
+                impersonation_fix(database, procedure)
             )),
             ProcedureState::Absent
             | ProcedureState::NoExecute
@@ -302,6 +338,70 @@ fn grant(what: &[(&str, bool)], object: &str, user: &str) -> Option<String> {
             missing.join(", ")
         )
     })
+}
+
+/// The database options `check` shows: updateability (a failure when the
+/// database is read-only: every fill would fail with 3906), RCSI, optimized
+/// locking and accelerated database recovery (facts the safety argument in
+/// docs/sqlserver.md names; what Babelfish lacks is said to be unknown there).
+pub(crate) fn database_options(f: &Facts) -> Vec<Finding> {
+    let on_babelfish = f.babelfish.is_some();
+    let unknown_on_babelfish = |what: &str| format!("unknown on Babelfish ({what})");
+    let mut out = Vec::new();
+    out.push(match f.updateability.as_deref() {
+        Some(u) if u.eq_ignore_ascii_case("READ_ONLY") => Finding::fail(
+            Check::Updateability,
+            format!(
+                "READ_ONLY: database {} cannot be written (a readable secondary replica, or set READ_ONLY), \
+                 so every fill fails with 3906; connect gap-healer to the primary (the availability group \
+                 listener without ApplicationIntent=ReadOnly) or make the database READ_WRITE",
+                f.database
+            ),
+        ),
+        Some(u) => Finding::pass(Check::Updateability, u.to_string()),
+        None if on_babelfish => Finding::pass(
+            Check::Updateability,
+            unknown_on_babelfish("no DATABASEPROPERTYEX Updateability was asked; fills say so if they fail"),
+        ),
+        None => Finding::pass(Check::Updateability, "unknown (DATABASEPROPERTYEX answered NULL)"),
+    });
+    out.push(Finding::pass(
+        Check::ReadCommittedSnapshot,
+        match (f.read_committed_snapshot, on_babelfish) {
+            (_, true) => unknown_on_babelfish(
+                "no READ_COMMITTED_SNAPSHOT switch: PostgreSQL's reads are snapshots, and gap-healer's \
+                 READPAST reads skip what open appends hold",
+            ),
+            (Some(true), false) => "on: readers see row versions; gap-healer reads with READCOMMITTEDLOCK + READPAST, correct either way".into(),
+            (Some(false), false) => "off: locking read committed; gap-healer's reads skip rows of open appends (READPAST) instead of waiting".into(),
+            (None, false) => "unknown (sys.databases not readable); gap-healer's reads are correct either way".into(),
+        },
+    ));
+    out.push(Finding::pass(
+        Check::OptimizedLocking,
+        match (f.optimized_locking, on_babelfish) {
+            (_, true) => unknown_on_babelfish("no optimized locking: PostgreSQL's row locks"),
+            (Some(1), false) => "on: an open append holds an X lock on its transaction id to its end, not on its \
+                                 keys; Microsoft documents that other transactions take an S lock on that id to \
+                                 check it is still active, not that a duplicate-key check does (the SQL Server 2025 \
+                                 workflow's lock cases test it): see docs/sqlserver.md, optimized locking"
+                .into(),
+            (Some(_), false) => "off: key locks as always".into(),
+            (None, false) => "not available (SQL Server before 2025): key locks as always".into(),
+        },
+    ));
+    out.push(Finding::pass(
+        Check::AcceleratedDatabaseRecovery,
+        match (f.accelerated_recovery, on_babelfish) {
+            (_, true) => unknown_on_babelfish("PostgreSQL's MVCC has no such switch"),
+            (Some(true), false) => "on: rollbacks are instant (aborted rows are cleaned up later; a NOLOCK \
+                                    read may show them meanwhile, which gap-healer treats as advice only)"
+                .into(),
+            (Some(false), false) => "off".into(),
+            (None, false) => "not available (SQL Server before 2019)".into(),
+        },
+    ));
+    out
 }
 
 /// Every finding of `gap-healer check` for SQL Server.
@@ -450,14 +550,7 @@ pub(crate) fn findings(
         }
     }
 
-    out.push(Finding::pass(
-        Check::ReadCommittedSnapshot,
-        match f.read_committed_snapshot {
-            Some(true) => "on: readers see row versions; gap-healer reads with READCOMMITTEDLOCK + READPAST, correct either way",
-            Some(false) => "off: locking read committed; gap-healer's reads skip rows of open appends (READPAST) instead of waiting",
-            None => "unknown (sys.databases not readable); gap-healer's reads are correct either way",
-        },
-    ));
+    out.extend(database_options(f));
 
     out.push(Finding::pass(
         Check::IdentityCache,
@@ -552,6 +645,10 @@ pub(crate) fn findings(
             ProcedureState::Unsupported(why) => {
                 format!("a server that can run it (direct mode only on {why}).")
             }
+            ProcedureState::CannotImpersonate { database, .. } => format!(
+                "an owner SQL Server can impersonate (error 15517): {}",
+                impersonation_fix(database, &procedure)
+            ),
             _ => "the procedure created again for this configuration (see \"fill procedure\")"
                 .to_string(),
         };
@@ -673,6 +770,9 @@ mod tests {
             identity_current: Some(41),
             read_committed_snapshot: Some(false),
             identity_cache: Some(1),
+            updateability: Some("READ_WRITE".into()),
+            optimized_locking: None,
+            accelerated_recovery: Some(false),
             rights: Rights {
                 messages_select: true,
                 messages_insert: true,
@@ -697,8 +797,7 @@ mod tests {
 
     fn expected() -> Vec<String> {
         [
-            "@start",
-            "@end",
+            "@ranges",
             "@lock_timeout_ms",
             "@stream_lock_timeout_ms",
             "@leader_fence",
@@ -799,7 +898,7 @@ mod tests {
         let more = [want.clone(), vec!["@x".to_string()]].concat();
         let mut swapped = want.clone();
         swapped.swap(0, 1);
-        for other in [&want[..4], &more[..], &swapped[..], &[]] {
+        for other in [&want[..3], &more[..], &swapped[..], &[]] {
             assert!(
                 matches!(
                     ProcedureState::from_catalog(true, true, other, &want),
@@ -900,6 +999,44 @@ mod tests {
         assert!(find(&out, Check::FillProcedure)
             .detail
             .contains("\"orders-1\""));
+    }
+
+    /// Review finding F4: a procedure SQL Server cannot run as its owner
+    /// (15517) fails `check` with the ALTER AUTHORIZATION fix, whether or
+    /// not direct mode can fill instead.
+    #[test]
+    fn a_procedure_that_cannot_run_as_its_owner_is_named_with_the_fix() {
+        let state = ProcedureState::CannotImpersonate {
+            database: "orders".into(),
+            message: "Cannot execute as the database principal because the principal \"dbo\" does not exist".into(),
+        };
+        assert!(!state.usable());
+        let out = findings("eventuous", &healthy(), &eventuous_columns(), &state, WANT);
+        let procedure = find(&out, Check::FillProcedure);
+        assert!(!procedure.ok);
+        for part in [
+            "error 15517",
+            "ALTER AUTHORIZATION ON DATABASE::[orders] TO [sa];",
+            "ALTER AUTHORIZATION ON OBJECT::[eventuous].[gap_healer_fill] TO [dbo];",
+        ] {
+            assert!(procedure.detail.contains(part), "{part}: {procedure:?}");
+        }
+        let mode = find(&out, Check::FillMode);
+        assert!(
+            mode.ok && mode.detail.starts_with("direct mode"),
+            "{mode:?}"
+        );
+
+        let mut f = healthy();
+        f.rights.messages_alter = false;
+        let out = findings("eventuous", &f, &eventuous_columns(), &state, WANT);
+        let mode = find(&out, Check::FillMode);
+        assert!(!mode.ok);
+        assert!(
+            mode.detail
+                .contains("ALTER AUTHORIZATION ON DATABASE::[orders] TO [sa];"),
+            "{mode:?}"
+        );
     }
 
     #[test]
@@ -1004,6 +1141,64 @@ mod tests {
         assert!(find(&out, Check::IdentityCache)
             .detail
             .starts_with("IDENTITY_CACHE = OFF"));
+    }
+
+    /// Review finding F6 and issue 11 item 4: `check` shows whether the
+    /// database can be written, and the options the safety argument names,
+    /// on every server generation.
+    #[test]
+    fn reports_updateability_optimized_locking_and_recovery() {
+        let detail = |f: &Facts, c: Check| {
+            let out = check(f, &eventuous_columns());
+            let found = find(&out, c).clone();
+            (found.ok, found.detail)
+        };
+        let mut f = healthy();
+        assert_eq!(
+            detail(&f, Check::Updateability),
+            (true, "READ_WRITE".into())
+        );
+        f.updateability = Some("READ_ONLY".into());
+        let (ok, why) = detail(&f, Check::Updateability);
+        assert!(
+            !ok && why.contains("3906") && why.contains("primary"),
+            "{why}"
+        );
+        assert!(crate::engine::check::shape_verdict(&check(&f, &eventuous_columns())).is_ok());
+
+        let f = healthy(); // SQL Server 2022: no optimized locking property
+        assert!(detail(&f, Check::OptimizedLocking)
+            .1
+            .starts_with("not available"));
+        assert_eq!(detail(&f, Check::AcceleratedDatabaseRecovery).1, "off");
+        let mut f = healthy(); // SQL Server 2025 with optimized locking, ADR
+        f.optimized_locking = Some(1);
+        f.accelerated_recovery = Some(true);
+        assert!(detail(&f, Check::OptimizedLocking).1.starts_with("on:"));
+        assert!(detail(&f, Check::AcceleratedDatabaseRecovery)
+            .1
+            .starts_with("on:"));
+        f.optimized_locking = Some(0);
+        assert!(detail(&f, Check::OptimizedLocking).1.starts_with("off"));
+        let mut f = healthy(); // SQL Server 2017
+        f.accelerated_recovery = None;
+        assert!(detail(&f, Check::AcceleratedDatabaseRecovery)
+            .1
+            .starts_with("not available"));
+
+        let mut f = healthy();
+        f.babelfish = Some("Babelfish 4.2.0".into());
+        f.updateability = None;
+        f.read_committed_snapshot = Some(false);
+        for c in [
+            Check::Updateability,
+            Check::ReadCommittedSnapshot,
+            Check::OptimizedLocking,
+            Check::AcceleratedDatabaseRecovery,
+        ] {
+            let (ok, why) = detail(&f, c);
+            assert!(ok && why.starts_with("unknown on Babelfish"), "{c}: {why}");
+        }
     }
 
     /// Review finding F1: without a unique index keyed exactly on

@@ -52,8 +52,9 @@ const _: () = assert!(
 
 /// The marker comment in the procedure that `preflight.sql` looks for.
 /// Version 2: the tombstone stream and type are constants of the procedure,
-/// and it takes the leader fence.
-pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 2";
+/// and it takes the leader fence. Version 3: it takes up to 1,000 ranges
+/// (`@ranges`) instead of one (`@start`, `@end`).
+pub(crate) const PROCEDURE_INTERFACE: &str = "gap-healer fill procedure, interface version 3";
 
 /// The DECLAREs of `fill.sql` that are constants of the procedure, not its
 /// parameters: the tombstone stream and type, fixed by `gap-healer install`.
@@ -121,7 +122,7 @@ pub(crate) struct Sql {
     pub(crate) identity: String,
     pub(crate) fill: String,
     pub(crate) fill_procedure: String,
-    /// The procedure's parameter names as sys.parameters lists them (`@start`, ...).
+    /// The procedure's parameter names as sys.parameters lists them (`@ranges`, ...).
     pub(crate) procedure_parameters: Vec<String>,
     pub(crate) fill_call: String,
     pub(crate) fill_mode: String,
@@ -586,17 +587,17 @@ mod tests {
         // parameters of the direct batch and the procedure call: those texts
         // do not depend on them at all.
         let sql = Sql::new("eventuous", "it's $(x)", "o'type").unwrap();
-        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6", "@P7"] {
+        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6"] {
             assert!(sql.fill.contains(marker), "fill.sql binds {marker}");
         }
-        assert!(!sql.fill.contains("@P8"));
-        for marker in ["@P1", "@P2", "@P3", "@P4", "@P5"] {
+        assert!(!sql.fill.contains("@P7"));
+        for marker in ["@P1", "@P2", "@P3", "@P4"] {
             assert!(
                 sql.fill_call.contains(marker),
                 "fill_call.sql binds {marker}"
             );
         }
-        assert!(!sql.fill_call.contains("@P6"));
+        assert!(!sql.fill_call.contains("@P5"));
         assert_eq!(sql.fill, Sql::new("eventuous", STREAM, TYPE).unwrap().fill);
         assert_eq!(sql.fill_call, render(FILL_CALL, "eventuous"));
         for text in [&sql.fill, &sql.fill_call] {
@@ -745,28 +746,26 @@ mod tests {
         assert_eq!(
             declared,
             vec![
-                ("start", "BIGINT", "@P1"),
-                ("end", "BIGINT", "@P2"),
-                ("stream_name", "NVARCHAR(850)", "@P3"),
-                ("message_type", "NVARCHAR(128)", "@P4"),
-                ("lock_timeout_ms", "INT", "@P5"),
-                ("stream_lock_timeout_ms", "INT", "@P6"),
-                ("leader_fence", "NVARCHAR(255)", "@P7"),
+                ("ranges", "NVARCHAR(MAX)", "@P1"),
+                ("stream_name", "NVARCHAR(850)", "@P2"),
+                ("message_type", "NVARCHAR(128)", "@P3"),
+                ("lock_timeout_ms", "INT", "@P4"),
+                ("stream_lock_timeout_ms", "INT", "@P5"),
+                ("leader_fence", "NVARCHAR(255)", "@P6"),
             ]
         );
         let parameters = procedure_parameters(FILL);
         assert_eq!(
             parameters.iter().map(|(n, _, _)| *n).collect::<Vec<_>>(),
             vec![
-                "start",
-                "end",
+                "ranges",
                 "lock_timeout_ms",
                 "stream_lock_timeout_ms",
                 "leader_fence"
             ]
         );
         assert!(procedure.contains(
-            "CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]\n    @start BIGINT,\n    @end BIGINT,\n    \
+            "CREATE OR ALTER PROCEDURE __schema__.[gap_healer_fill]\n    @ranges NVARCHAR(MAX),\n    \
              @lock_timeout_ms INT,\n    @stream_lock_timeout_ms INT,\n    @leader_fence NVARCHAR(255)\n\
              WITH EXECUTE AS OWNER\nAS\nBEGIN\n"
         ));
@@ -794,8 +793,7 @@ mod tests {
         assert_eq!(
             rendered.procedure_parameters,
             vec![
-                "@start",
-                "@end",
+                "@ranges",
                 "@lock_timeout_ms",
                 "@stream_lock_timeout_ms",
                 "@leader_fence"
@@ -893,6 +891,45 @@ mod tests {
         assert!(LEADER_CHECK.contains("APPLOCK_MODE('public', @P1, 'Session') AS lock_mode"));
     }
 
+    /// Review finding F7: a NEWID() per tombstone spreads one fill over as
+    /// many leaf pages of UQ_StreamIdAndMessageId as it has rows; the ids of
+    /// one fill share 12 random bytes (the ones SQL Server sorts on first)
+    /// and differ only in the 4 it sorts on last, so they are adjacent.
+    #[test]
+    fn one_fill_takes_adjacent_message_ids() {
+        let body = fill_body(FILL).join("\n");
+        let code: String = body
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(
+            code.matches("NEWID()").count(),
+            1,
+            "one random GUID per fill"
+        );
+        assert!(code.contains("DECLARE @message_id_base NCHAR(36) = CAST(NEWID() AS NCHAR(36));"));
+        // The row's number (below 4,096 = 16^3) as the first eight hex
+        // digits, the rest of the base after them.
+        assert!(code.contains("            N'00000'\n"));
+        for divisor in ["/ 256 % 16", "/ 16 % 16", "% 16"] {
+            assert!(
+                code.contains(&format!(
+                    "CAST((r.first_row + nb.n) {divisor} AS INT) + 1, 1)"
+                )),
+                "{divisor}"
+            );
+        }
+        assert!(
+            code.contains("+ SUBSTRING(@message_id_base, 9, 28)\n            AS UNIQUEIDENTIFIER")
+        );
+        // The base is taken once, before the insert, not per row.
+        assert!(
+            code.find("@message_id_base NCHAR(36)").unwrap()
+                < code.find("INSERT INTO __schema__.[Messages]").unwrap()
+        );
+    }
+
     #[test]
     fn fill_never_uses_generate_series_and_stays_below_lock_escalation() {
         for (name, text) in ALL {
@@ -901,7 +938,9 @@ mod tests {
                 "{name}.sql"
             );
         }
-        assert!(FILL.contains("@end - @start >= 4000"));
+        assert!(FILL.contains("IF @positions + @range_count - 1 > 4000"));
+        assert!(FILL.contains("@range_count > 1000"));
+        assert_eq!(super::super::MAX_FILL_RANGES, 1000);
         assert_eq!(super::super::MAX_FILL_ROWS, 4000);
     }
 }

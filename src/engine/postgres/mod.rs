@@ -70,6 +70,17 @@ pub struct PostgresEngine {
 }
 
 impl PostgresEngine {
+    /// One column of `head.sql`: the highest (`head`) or lowest (`first`)
+    /// committed position.
+    async fn end_of_messages(&self, column: &str) -> DbResult<Option<i64>> {
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_one(&self.sql.head, &[])
+            .await
+            .map_err(|e| self.error(&e, "head"))?;
+        get(&row, column)
+    }
+
     /// Parses the connection string and prepares a pool. Connects lazily, so a
     /// daemon started while the database is down comes up and retries.
     pub fn new(settings: &StoreSettings) -> DbResult<Self> {
@@ -157,12 +168,11 @@ impl Engine for PostgresEngine {
     }
 
     async fn head(&self) -> DbResult<Option<i64>> {
-        let conn = self.pool.checkout().await?;
-        let row = conn
-            .query_one(&self.sql.head, &[])
-            .await
-            .map_err(|e| self.error(&e, "head"))?;
-        get(&row, "head")
+        self.end_of_messages("head").await
+    }
+
+    async fn first_position(&self) -> DbResult<Option<i64>> {
+        self.end_of_messages("first").await
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {

@@ -36,6 +36,10 @@ pub use crate::eventuous::{EVENT_TYPE, TOMBSTONE_STREAM, TOMBSTONE_TYPE};
 use crate::subscriber::{Follower, Offered, PageRow};
 
 pub const ENV: &str = "GAP_HEALER_TEST_MSSQL";
+/// `on`: every test database gets optimized locking (SQL Server 2025).
+pub const OPTIMIZED_LOCKING_ENV: &str = "GAP_HEALER_TEST_MSSQL_OPTIMIZED_LOCKING";
+/// `on` or `off`: every test database gets READ_COMMITTED_SNAPSHOT so.
+pub const RCSI_ENV: &str = "GAP_HEALER_TEST_MSSQL_RCSI";
 pub const SCHEMA: &str = "eventuous";
 const IMAGE_TAG: &str = "2022-latest";
 const SA_PASSWORD: &str = "GapHealer-Test-2025!";
@@ -279,7 +283,52 @@ impl TestDb {
         };
         let mut client = db.client().await;
         exec(&mut client, FIXTURE).await;
+        db.apply_database_options(&mut master).await;
         db
+    }
+
+    /// The database options a CI job asks for through the environment, set
+    /// on each test's database and checked, so a job that means to test
+    /// optimized locking cannot pass without it:
+    /// `GAP_HEALER_TEST_MSSQL_OPTIMIZED_LOCKING=on` (accelerated database
+    /// recovery, then optimized locking: SQL Server 2025) and
+    /// `GAP_HEALER_TEST_MSSQL_RCSI=on|off`.
+    async fn apply_database_options(&self, master: &mut Client) {
+        let wanted = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().eq_ignore_ascii_case("on"))
+        };
+        if let Some(on) = wanted(OPTIMIZED_LOCKING_ENV) {
+            let state = if on { "ON" } else { "OFF" };
+            if on {
+                exec(
+                    master,
+                    &format!(
+                        "ALTER DATABASE [{}] SET ACCELERATED_DATABASE_RECOVERY = ON;",
+                        self.name
+                    ),
+                )
+                .await;
+            }
+            exec(
+                master,
+                &format!(
+                    "ALTER DATABASE [{}] SET OPTIMIZED_LOCKING = {state} WITH ROLLBACK IMMEDIATE;",
+                    self.name
+                ),
+            )
+            .await;
+            let got = self
+                .scalar(
+                    "SELECT CAST(DATABASEPROPERTYEX(DB_NAME(), 'IsOptimizedLockingOn') AS BIGINT)",
+                )
+                .await;
+            assert_eq!(got, Some(i64::from(on)), "OPTIMIZED_LOCKING {state}");
+        }
+        if let Some(on) = wanted(RCSI_ENV) {
+            self.set_read_committed_snapshot(on).await;
+        }
     }
 
     /// The admin's connection string for this database.
