@@ -351,6 +351,9 @@ impl Throwaway {
     }
 
     /// Starts the watcher described at [`Throwaway::for_this_process`].
+    // Never waited for, on purpose: it must outlive this process, and it
+    // ends only once this process has (or once this Throwaway is dropped).
+    #[allow(clippy::zombie_processes)]
     fn remove_when_process_ends(&mut self) {
         let stop = self.command("pg_ctl");
         let mut argv: Vec<OsString> = std::iter::once(stop.get_program())
