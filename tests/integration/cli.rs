@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use gap_healer_testkit::bin::{cli, timing, Daemon};
-use gap_healer_testkit::pg::{connect, Store};
+use gap_healer_testkit::pg::{connect, pg_port, Store};
 
 /// How long the daemon may take to exit after SIGTERM. Its own worst case is
 /// 2.0 s: the fill in flight gets DRAIN_DEADLINE (1.5 s) before it is
@@ -956,7 +956,8 @@ async fn postgres_tls_verifies_the_server_certificate() {
     let store = store_with_holes("tls").await;
     let ca = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
     let good = format!(
-        "host=localhost port=5432 user=postgres dbname=test sslmode=verify-full sslrootcert={ca}"
+        "host=localhost port={} user=postgres dbname=test sslmode=verify-full sslrootcert={ca}",
+        pg_port()
     );
     let out = store.cli_at(&good, &["check"]);
     assert_eq!(out.code, 0, "{}", out.all());
@@ -973,7 +974,7 @@ async fn postgres_tls_verifies_the_server_certificate() {
     );
 
     // The certificate names localhost, not 127.0.0.1: refused, and said why.
-    let wrong_name = format!("host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=verify-full sslrootcert={ca} password=NotShown1");
+    let wrong_name = format!("host=127.0.0.1 port={} user=postgres dbname=test sslmode=verify-full sslrootcert={ca} password=NotShown1", pg_port());
     let out = store.cli_at(&wrong_name, &["scan", "--connect-timeout", "2s"]);
     assert_eq!(out.code, 3, "{}", out.all());
     assert!(
@@ -1008,9 +1009,12 @@ async fn postgres_tls_verifies_the_server_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
     let store = store_with_holes("npgsql").await;
-    let npgsql = "Host=127.0.0.1;Port=5432;Username=postgres;Password=Zq7Npgsql;\
-                  Database=test;SSL Mode=Require;Trust Server Certificate=true;\
-                  Include Error Detail=true";
+    let npgsql = &format!(
+        "Host=127.0.0.1;Port={};Username=postgres;Password=Zq7Npgsql;\
+         Database=test;SSL Mode=Require;Trust Server Certificate=true;\
+         Include Error Detail=true",
+        pg_port()
+    );
     let out = store.cli_at(npgsql, &["check"]);
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(

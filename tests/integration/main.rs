@@ -1,6 +1,7 @@
 //! The integration tests: one binary, one module per area; what they share
-//! is the test kit (tests/kit). PostgreSQL tests need the local server
-//! (127.0.0.1:5432, or GAP_HEALER_TEST_PG) and fail without it; SQL Server
+//! is the test kit (tests/kit). PostgreSQL tests use GAP_HEALER_TEST_PG, else
+//! the local server (127.0.0.1:5432), else a throwaway cluster the kit starts
+//! (see `pg::pg_url`), and fail when none can be had; SQL Server
 //! tests are ignored unless a server is given (see the kit's `mssql` module).
 
 mod cli;

@@ -1,11 +1,12 @@
-//! PostgreSQL: the local server (127.0.0.1:5432, or `GAP_HEALER_TEST_PG`),
-//! one schema per test with the Eventuous tables of
-//! `tests/fixtures/eventuous_postgres.sql` ([`Store`]), and clusters of a
-//! test's own ([`Throwaway`]).
+//! PostgreSQL: the local server (`GAP_HEALER_TEST_PG`, else 127.0.0.1:5432,
+//! else a throwaway cluster of the test process's own), one schema per test
+//! with the Eventuous tables of `tests/fixtures/eventuous_postgres.sql`
+//! ([`Store`]), and clusters of a test's own ([`Throwaway`]).
 
 mod throwaway;
 
-use std::sync::Arc;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use gap_healer::engine::postgres::PostgresEngine;
@@ -22,11 +23,63 @@ pub use throwaway::{free_port, is_root, Throwaway};
 /// The Eventuous tables; `__schema__` stands for the schema's name.
 pub const FIXTURE: &str = include_str!("../../fixtures/eventuous_postgres.sql");
 
-/// The local PostgreSQL (override with GAP_HEALER_TEST_PG). A test that needs
-/// it fails, never skips, when it is not there.
+/// The server the tests use when none is given.
+const DEFAULT_URL: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+const DEFAULT_PORT: u16 = 5432;
+
+/// The PostgreSQL the tests use: `GAP_HEALER_TEST_PG` when set, else the
+/// local server at 127.0.0.1:5432 when something answers there, else a
+/// throwaway cluster of this test process's own (started on first use, with
+/// database `test`; stopped and deleted when the process ends: see
+/// [`Throwaway::for_this_process`]). A test that needs a server fails, never
+/// skips, when none can be had.
 pub fn pg_url() -> String {
-    std::env::var("GAP_HEALER_TEST_PG")
-        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+    if let Ok(url) = std::env::var("GAP_HEALER_TEST_PG") {
+        return url;
+    }
+    match local_server() {
+        None => DEFAULT_URL.into(),
+        Some(own) => own.url("test"),
+    }
+}
+
+/// The port of [`pg_url`]'s server, for tests that write connection strings
+/// of their own: the process's own cluster's, else 5432.
+pub fn pg_port() -> u16 {
+    if std::env::var("GAP_HEALER_TEST_PG").is_ok() {
+        return DEFAULT_PORT;
+    }
+    local_server().map_or(DEFAULT_PORT, |own| own.port)
+}
+
+/// `None` when something answers at 127.0.0.1:5432 (a TCP connect within
+/// 1 s; what answers is used as it is, as before), else the process's own
+/// cluster, started once.
+fn local_server() -> Option<&'static Throwaway> {
+    static SERVER: OnceLock<Result<Option<Throwaway>, String>> = OnceLock::new();
+    let server = SERVER.get_or_init(|| {
+        let default = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT));
+        if TcpStream::connect_timeout(&default, Duration::from_secs(1)).is_ok() {
+            return Ok(None);
+        }
+        // Once: a failure is reported to every test, not retried by each.
+        std::panic::catch_unwind(Throwaway::for_this_process)
+            .map(Some)
+            .map_err(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            })
+    });
+    match server {
+        Ok(own) => own.as_ref(),
+        Err(e) => panic!(
+            "nothing answers at 127.0.0.1:{DEFAULT_PORT} and GAP_HEALER_TEST_PG is not set, \
+             so the tests start a throwaway PostgreSQL cluster of their own, which failed \
+             (the server binaries are needed: initdb, pg_ctl, postgres): {e}"
+        ),
+    }
 }
 
 /// `url` with one more parameter, in its own syntax (key=value, or a URL's

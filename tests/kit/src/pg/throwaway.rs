@@ -2,8 +2,10 @@
 //! stop, start or change database-wide settings: the shared server is never
 //! restarted by the integration tests.
 
-use std::path::PathBuf;
-use std::process::{Command, Output as ProcOutput, Stdio};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Output as ProcOutput, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_postgres::Client;
@@ -11,15 +13,27 @@ use uuid::Uuid;
 
 use super::Store;
 
-/// The newest PostgreSQL's bin directory (`/usr/lib/postgresql/<v>/bin`).
+/// The server binaries' directory: the newest `/usr/lib/postgresql/<v>/bin`
+/// (Debian, Ubuntu), else the directory of `initdb` on PATH (Fedora,
+/// Homebrew, a source build).
 fn pg_bin() -> PathBuf {
-    let version = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server binaries under /usr/lib/postgresql")
+    let newest = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .max()
-        .expect("a version under /usr/lib/postgresql");
-    PathBuf::from(format!("/usr/lib/postgresql/{version}/bin"))
+        .max();
+    if let Some(version) = newest {
+        return PathBuf::from(format!("/usr/lib/postgresql/{version}/bin"));
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .find(|dir| dir.join("initdb").is_file())
+        .expect(
+            "PostgreSQL's server binaries (initdb, pg_ctl, postgres) under \
+             /usr/lib/postgresql/<version>/bin or on PATH",
+        )
 }
 
 pub fn is_root() -> bool {
@@ -49,6 +63,9 @@ pub struct Throwaway {
     bin: PathBuf,
     root: bool,
     keep: AtomicBool,
+    /// The write end of the pipe that [`Throwaway::remove_when_process_ends`]'s
+    /// watcher reads: closed when this process ends, however it ends.
+    watcher: Option<ChildStdin>,
 }
 
 impl Throwaway {
@@ -58,14 +75,26 @@ impl Throwaway {
             "gh-pg-{tag}-{}",
             &Uuid::new_v4().simple().to_string()[..8]
         ));
+        Throwaway::init_in(dir, auth_host, |_| {})
+    }
+
+    /// [`Throwaway::init`] in `dir`; `before_initdb` runs once the directory
+    /// exists.
+    fn init_in(
+        dir: PathBuf,
+        auth_host: &str,
+        before_initdb: impl FnOnce(&mut Throwaway),
+    ) -> Throwaway {
         std::fs::create_dir_all(&dir).unwrap();
-        let t = Throwaway {
+        let mut t = Throwaway {
             port: free_port(),
             bin: pg_bin(),
             root: is_root(),
             keep: AtomicBool::new(false),
+            watcher: None,
             dir,
         };
+        before_initdb(&mut t);
         if t.root {
             let ok = Command::new("chown")
                 .args(["postgres:postgres", t.dir.to_str().unwrap()])
@@ -130,28 +159,48 @@ impl Throwaway {
     }
 
     pub fn start(&self) {
+        if let Err(e) = self.try_start("") {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts the server with `extra` server options (`-c name=value ...`);
+    /// says why when it did not start.
+    fn try_start(&self, extra: &str) -> Result<(), String> {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=100 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=100 -c fsync=off {extra}",
             self.port,
             self.dir.display()
         );
         let data = self.data();
         let log = self.dir.join("server.log");
-        self.tool(
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-o",
-                &options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
+        let args = [
+            "-D",
+            data.to_str().unwrap(),
+            "-l",
+            log.to_str().unwrap(),
+            "-o",
+            &options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ];
+        let out = self
+            .command("pg_ctl")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_ctl: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "pg_ctl {args:?} failed: {}{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        ))
     }
 
     /// On drop, stop the server but leave its directory (data and
@@ -238,6 +287,155 @@ impl Drop for Throwaway {
             );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The prefix of [`Throwaway::for_this_process`]'s directories, followed by
+/// the test process's pid.
+const PROCESS_PREFIX: &str = "gh-pg-process-";
+
+/// Debian's self-signed certificate (CN localhost), which the machine's
+/// server serves by default: the process's own cluster serves it too when it
+/// can, so the TLS tests run the same on either.
+const SNAKEOIL: (&str, &str) = (
+    "/etc/ssl/certs/ssl-cert-snakeoil.pem",
+    "/etc/ssl/private/ssl-cert-snakeoil.key",
+);
+
+impl Throwaway {
+    /// The test process's own server, for [`super::pg_url`] when none is
+    /// given and nothing answers at the default address: started once, with
+    /// database `test` (trust over TCP, as Debian's default cluster is set up
+    /// for the tests), and stopped and removed when the process ends.
+    ///
+    /// A test process's statics are never dropped, so the removal cannot be
+    /// a `Drop`. It is a watcher instead: a `sh` in a process group of its
+    /// own that ignores SIGINT/SIGHUP/SIGTERM and blocks reading a pipe
+    /// whose only write end this process holds (close-on-exec, so no child
+    /// inherits it). When the process ends in any way (exit, panic, abort,
+    /// SIGKILL, Ctrl-C) the kernel closes that end, the read returns, and the
+    /// watcher stops the server (`pg_ctl -m immediate`) and deletes its
+    /// directory. As a backstop for a watcher that was itself killed, the
+    /// directory is named by the pid, and this removes any such directory
+    /// whose process is gone.
+    pub(super) fn for_this_process() -> Throwaway {
+        let tmp = std::env::temp_dir();
+        remove_dead_process_clusters(&tmp);
+        let dir = tmp.join(format!("{PROCESS_PREFIX}{}", std::process::id()));
+        // A directory of this pid now is a dead process's whose pid was reused.
+        Throwaway::stop_and_remove(&dir, &pg_bin(), is_root());
+        let t = Throwaway::init_in(dir, "trust", |t| t.remove_when_process_ends());
+        let tls = format!(
+            "-c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            SNAKEOIL.0, SNAKEOIL.1
+        );
+        let snakeoil = Path::new(SNAKEOIL.0).is_file() && Path::new(SNAKEOIL.1).exists();
+        if !snakeoil || t.try_start(&tls).is_err() {
+            t.start();
+        }
+        // Sessions run on a runtime of their own: the caller may be inside
+        // one (a #[tokio::test]), where blocking on another would panic.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(t.create_database("test"))
+            })
+            .join()
+        })
+        .unwrap_or_else(|_| panic!("CREATE DATABASE test in {}", t.dir.display()));
+        t
+    }
+
+    /// Starts the watcher described at [`Throwaway::for_this_process`].
+    // Never waited for, on purpose: it must outlive this process, and it
+    // ends only once this process has (or once this Throwaway is dropped).
+    #[allow(clippy::zombie_processes)]
+    fn remove_when_process_ends(&mut self) {
+        let stop = self.command("pg_ctl");
+        let mut argv: Vec<OsString> = std::iter::once(stop.get_program())
+            .chain(stop.get_args())
+            .map(|a| a.to_owned())
+            .collect();
+        argv.extend(
+            [
+                "-D".as_ref(),
+                self.data().as_os_str(),
+                "-m".as_ref(),
+                "immediate".as_ref(),
+                "-w".as_ref(),
+                "stop".as_ref(),
+            ]
+            .map(OsString::from),
+        );
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(
+                r#"trap '' INT HUP TERM QUIT; dir=$1; shift
+                   read -r _ || true
+                   "$@" >/dev/null 2>&1; rm -rf "$dir""#,
+            )
+            .arg("gh-pg-watcher")
+            .arg(&self.dir)
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("sh (the throwaway cluster's watcher): {e}"));
+        self.watcher = child.stdin.take();
+    }
+
+    /// Stops the server of directory `dir` if one runs there, and deletes it.
+    fn stop_and_remove(dir: &Path, bin: &Path, root: bool) {
+        let data = dir.join("data");
+        if data.join("postmaster.pid").exists() {
+            let pg_ctl = bin.join("pg_ctl");
+            let mut c = if root {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(pg_ctl);
+                c
+            } else {
+                Command::new(pg_ctl)
+            };
+            let _ = c
+                .arg("-D")
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Stops and deletes the clusters of test processes that are gone (their
+/// watcher was killed too), found by the pid in their directory's name.
+fn remove_dead_process_clusters(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PROCESS_PREFIX))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        if gone {
+            Throwaway::stop_and_remove(&entry.path(), &pg_bin(), is_root());
         }
     }
 }
