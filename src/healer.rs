@@ -236,12 +236,12 @@ impl<E: Engine> Healer<E> {
         if self.opts.publish_watermark && self.examined.is_none() {
             // Every position up to the published watermark is proven filled
             // (there is no hole there to find); the proof goes on from it,
-            // or from the table's first row when none is published (below
-            // it, a reseeded identity never handed a position out),
-            // whatever start_from says.
+            // or from the identity's seed when none is published, whatever
+            // start_from says. Not from the first row: an append still open
+            // (or about to roll back) below it looks exactly like a reseed.
             let proven = self.engine.read_watermark(self.health.store()).await?;
             self.published = proven;
-            after = proven.unwrap_or(first_floor - 1).max(floor - 1);
+            after = proven.unwrap_or(floor - 1).max(floor - 1);
         }
         let start = Start {
             after: self.examined.unwrap_or(after),
