@@ -51,7 +51,6 @@ impl Running {
             return;
         }
         let health = Health::for_store(&store.name, store.poll_interval, store.lock_timeout);
-        telemetry::register_store(&store.name);
         self.board.add(health.clone());
         let own = stop.child_token();
         match start(
@@ -85,10 +84,8 @@ impl Running {
 
     /// Lists `set`'s databases and starts or stops its stores to match.
     async fn discover(&mut self, settings: &Settings, set: &StoreSet, stop: &CancellationToken) {
-        let kind = set.template.engine;
-        let catalog = set.store(engine::catalog_database(kind));
-        let found = match engine::list_databases(kind, &catalog.store, &set.databases).await {
-            Ok(found) => found,
+        let wanted = match set_stores(settings, set).await {
+            Ok(wanted) => wanted,
             Err(e) => {
                 metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone())
                     .increment(1);
@@ -96,17 +93,6 @@ impl Running {
                 return;
             }
         };
-        let mut wanted = Vec::new();
-        for database in found {
-            if !StoreSet::accepts(&database) {
-                warn!(set = %set.name, database = %database, "skipping a database whose name is not [A-Za-z0-9_.-]{{1,63}}");
-                continue;
-            }
-            let store = set.store(&database);
-            if settings.selects(&store.name) {
-                wanted.push(store);
-            }
-        }
         let prefix = format!("{}/", set.name);
         let gone: Vec<String> = self
             .stops
@@ -212,16 +198,26 @@ pub async fn run(
 pub async fn expand(settings: &Settings) -> DbResult<Vec<Store>> {
     let mut stores = settings.stores.clone();
     for set in &settings.sets {
-        let kind = set.template.engine;
-        let catalog = set.store(engine::catalog_database(kind));
-        let found = engine::list_databases(kind, &catalog.store, &set.databases).await?;
-        stores.extend(
-            found
-                .iter()
-                .filter(|d| StoreSet::accepts(d))
-                .map(|d| set.store(d))
-                .filter(|s| settings.selects(&s.name)),
-        );
+        stores.extend(set_stores(settings, set).await?);
+    }
+    Ok(stores)
+}
+
+/// `set`'s stores now: its databases listed, those `--store` selects.
+async fn set_stores(settings: &Settings, set: &StoreSet) -> DbResult<Vec<Store>> {
+    let kind = set.template.engine;
+    let catalog = set.store(engine::catalog_database(kind));
+    let found = engine::list_databases(kind, &catalog.store, &set.databases).await?;
+    let mut stores = Vec::new();
+    for database in found {
+        if !StoreSet::accepts(&database) {
+            warn!(set = %set.name, database = %database, "skipping a database whose name is not [A-Za-z0-9_.-]{{1,63}}");
+            continue;
+        }
+        let store = set.store(&database);
+        if settings.selects(&store.name) {
+            stores.push(store);
+        }
     }
     Ok(stores)
 }
@@ -241,13 +237,8 @@ fn start(
     Ok(match store.engine {
         EngineKind::Postgres => {
             let engine = Arc::new(PostgresEngine::sharing(&store.store, pools)?);
-            let key = format!(
-                "{:?}\n{}",
-                store.store.connect_timeout,
-                store.store.connection_string.expose()
-            );
             let lock = locks
-                .entry(key)
+                .entry(store.store.sharing_key())
                 .or_insert_with(|| SharedLock::new(engine.clone()))
                 .clone();
             Box::pin(heal(engine, lock, store, health, stop))

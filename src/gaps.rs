@@ -150,6 +150,11 @@ impl Tracker {
         self.holes.len()
     }
 
+    /// The first position of the lowest hole.
+    pub fn lowest(&self) -> Option<i64> {
+        self.holes.keys().next().copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.holes.is_empty()
     }
@@ -292,7 +297,7 @@ impl Tracker {
         Stats {
             holes: self.holes.len(),
             positions: self.holes.values().map(|h| h.range.width()).sum(),
-            lowest: self.holes.keys().next().copied(),
+            lowest: self.lowest(),
             oldest_first_seen: self.holes.values().map(|h| h.first_seen).min(),
         }
     }

@@ -307,7 +307,9 @@ impl<E: Engine> Healer<E> {
                 break;
             }
         }
-        metrics::histogram!(t::SCAN_DURATION, t::STORE_LABEL => self.store())
+        self.health
+            .series
+            .scan_duration
             .record(started.elapsed().as_secs_f64());
         self.health.scan_completed();
         Ok(step)
@@ -491,16 +493,15 @@ impl<E: Engine> Healer<E> {
                 } else {
                     debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
                 }
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "filled", t::STORE_LABEL => self.store()).increment(1);
-                metrics::counter!(t::TOMBSTONES_INSERTED, t::STORE_LABEL => self.store())
-                    .increment(rows);
+                self.health.series.fill("filled").increment(1);
+                self.health.series.tombstones.increment(rows);
                 report.tombstones += rows;
                 for range in &batch {
                     self.tracker.remove(*range);
                 }
             }
             Ok(FillOutcome::Committed) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "committed", t::STORE_LABEL => self.store()).increment(1);
+                self.health.series.fill("committed").increment(1);
                 report.committed += 1;
                 let found = match self.engine.probe(&batch).await {
                     Ok(p) => p.committed,
@@ -524,7 +525,7 @@ impl<E: Engine> Healer<E> {
                 );
             }
             Ok(FillOutcome::Busy) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held", t::STORE_LABEL => self.store()).increment(1);
+                self.health.series.fill("held").increment(1);
                 report.held += 1;
                 info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
                 let at = Instant::now() + self.opts.poll_interval;
@@ -534,13 +535,13 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::Held) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "held", t::STORE_LABEL => self.store()).increment(1);
+                self.health.series.fill("held").increment(1);
                 report.held += 1;
                 debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
                 self.requeue(plan::after_held(&batch), queue);
             }
             Err(e) => {
-                metrics::counter!(t::FILL_ATTEMPTS, "outcome" => "error", t::STORE_LABEL => self.store()).increment(1);
+                self.health.series.fill("error").increment(1);
                 report.errors += 1;
                 self.db_error("fill", &e);
                 warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
@@ -587,14 +588,8 @@ impl<E: Engine> Healer<E> {
     }
 
     fn db_error(&self, operation: &'static str, e: &DbError) {
-        metrics::counter!(t::DB_ERRORS, "operation" => operation, t::STORE_LABEL => self.store())
-            .increment(1);
+        self.health.series.db_error(operation).increment(1);
         self.health.record_error(&format!("{operation}: {e}"));
-    }
-
-    /// The `store` label of this healer's series.
-    fn store(&self) -> String {
-        self.health.store().to_string()
     }
 
     /// Refreshes the checkpoint lag gauges, at most every few seconds.
@@ -612,7 +607,7 @@ impl<E: Engine> Healer<E> {
             Ok(rows) => {
                 for c in rows {
                     let lag = c.position.map_or(head, |p| head - p);
-                    metrics::gauge!(t::CHECKPOINT_LAG, "checkpoint" => c.id, t::STORE_LABEL => self.store()).set(lag as f64);
+                    self.health.series.checkpoint_lag(c.id).set(lag as f64);
                 }
             }
             Err(e) => {
@@ -626,20 +621,21 @@ impl<E: Engine> Healer<E> {
     pub fn publish(&self) {
         let stats = self.tracker.stats();
         let now = Instant::now();
-        metrics::gauge!(t::OPEN_GAPS, t::STORE_LABEL => self.store()).set(stats.holes as f64);
-        metrics::gauge!(t::OPEN_GAP_POSITIONS, t::STORE_LABEL => self.store())
+        self.health.series.open_gaps.set(stats.holes as f64);
+        self.health
+            .series
+            .open_gap_positions
             .set(stats.positions as f64);
         let age = stats
             .oldest_first_seen
             .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-        metrics::gauge!(t::OLDEST_GAP_AGE, t::STORE_LABEL => self.store()).set(age);
+        self.health.series.oldest_gap_age.set(age);
         let leader = self.leader.is_leader();
-        metrics::gauge!(t::LEADER, t::STORE_LABEL => self.store()).set(f64::from(u8::from(leader)));
+        self.health.series.leader.set(f64::from(u8::from(leader)));
         let watermark = self.contiguous();
         if let (Some(head), Some(watermark)) = (self.examined, watermark) {
-            metrics::gauge!(t::HEAD_POSITION, t::STORE_LABEL => self.store()).set(head as f64);
-            metrics::gauge!(t::CONTIGUOUS_POSITION, t::STORE_LABEL => self.store())
-                .set(watermark as f64);
+            self.health.series.head().set(head as f64);
+            self.health.series.contiguous().set(watermark as f64);
         }
         self.health.update(t::Status {
             leader,
@@ -685,7 +681,7 @@ impl<E: Engine> Healer<E> {
     /// before the first scan.
     pub fn contiguous(&self) -> Option<i64> {
         let head = self.examined?;
-        Some(self.tracker.stats().lowest.map_or(head, |low| low - 1))
+        Some(self.tracker.lowest().map_or(head, |low| low - 1))
     }
 
     /// The daemon loop: poll every `poll_interval`, fill each hole the moment

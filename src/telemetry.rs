@@ -19,16 +19,19 @@
 //! and checks).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics::{
+    describe_counter, describe_gauge, describe_histogram, Counter, Gauge, Histogram, Unit,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -127,20 +130,95 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-/// Exports a store's series at zero, so `rate()` and alerts see each one
-/// before its first sample.
-pub fn register_store(store: &str) {
-    let s = || (STORE_LABEL, store.to_string());
-    metrics::gauge!(LEADER, &[s()]).set(0.0);
-    metrics::gauge!(OPEN_GAPS, &[s()]).set(0.0);
-    metrics::gauge!(OPEN_GAP_POSITIONS, &[s()]).set(0.0);
-    metrics::gauge!(OLDEST_GAP_AGE, &[s()]).set(0.0);
-    metrics::counter!(TOMBSTONES_INSERTED, &[s()]).absolute(0);
-    for outcome in ["filled", "committed", "held", "error"] {
-        metrics::counter!(FILL_ATTEMPTS, &[("outcome", outcome.to_string()), s()]).absolute(0);
+/// The `outcome` label values of [`FILL_ATTEMPTS`], in [`Series::fill`]'s order.
+const FILL_OUTCOMES: [&str; 4] = ["filled", "committed", "held", "error"];
+
+/// One store's series, registered once with its `store` label, so the
+/// healer loop sets handles instead of building keys every turn. Made with
+/// the store's [`Health`]; created at zero, so `rate()` and alerts see each
+/// one before its first sample, except head and contiguous position, which
+/// appear with the first scan (a zero there would be a false claim).
+pub struct Series {
+    store: String,
+    pub open_gaps: Gauge,
+    pub open_gap_positions: Gauge,
+    pub oldest_gap_age: Gauge,
+    pub leader: Gauge,
+    pub tombstones: Counter,
+    pub scan_duration: Histogram,
+    fills: [Counter; 4],
+    head: OnceLock<Gauge>,
+    contiguous: OnceLock<Gauge>,
+}
+
+impl Series {
+    fn new(store: &str) -> Self {
+        let label = || (STORE_LABEL, store.to_string());
+        let zero = |g: Gauge| {
+            g.set(0.0);
+            g
+        };
+        let fills = FILL_OUTCOMES.map(|outcome| {
+            let c = metrics::counter!(FILL_ATTEMPTS, &[("outcome", outcome.to_string()), label()]);
+            c.absolute(0);
+            c
+        });
+        for operation in DB_OPERATIONS {
+            metrics::counter!(DB_ERRORS, &[("operation", operation.to_string()), label()])
+                .absolute(0);
+        }
+        let tombstones = metrics::counter!(TOMBSTONES_INSERTED, &[label()]);
+        tombstones.absolute(0);
+        Series {
+            store: store.to_string(),
+            open_gaps: zero(metrics::gauge!(OPEN_GAPS, &[label()])),
+            open_gap_positions: zero(metrics::gauge!(OPEN_GAP_POSITIONS, &[label()])),
+            oldest_gap_age: zero(metrics::gauge!(OLDEST_GAP_AGE, &[label()])),
+            leader: zero(metrics::gauge!(LEADER, &[label()])),
+            tombstones,
+            scan_duration: metrics::histogram!(SCAN_DURATION, &[label()]),
+            fills,
+            head: OnceLock::new(),
+            contiguous: OnceLock::new(),
+        }
     }
-    for operation in DB_OPERATIONS {
-        metrics::counter!(DB_ERRORS, &[("operation", operation.to_string()), s()]).absolute(0);
+
+    /// [`FILL_ATTEMPTS`] for `outcome` (one of `filled`, `committed`,
+    /// `held`, `error`).
+    pub fn fill(&self, outcome: &str) -> &Counter {
+        let i = FILL_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(3);
+        &self.fills[i]
+    }
+
+    /// [`DB_ERRORS`] for `operation` (errors are rare: made when counted).
+    pub fn db_error(&self, operation: &'static str) -> Counter {
+        metrics::counter!(DB_ERRORS, "operation" => operation, STORE_LABEL => self.store.clone())
+    }
+
+    /// [`CHECKPOINT_LAG`] for one Checkpoints row.
+    pub fn checkpoint_lag(&self, checkpoint: String) -> Gauge {
+        metrics::gauge!(CHECKPOINT_LAG, "checkpoint" => checkpoint, STORE_LABEL => self.store.clone())
+    }
+
+    pub fn head(&self) -> &Gauge {
+        self.head
+            .get_or_init(|| metrics::gauge!(HEAD_POSITION, STORE_LABEL => self.store.clone()))
+    }
+
+    pub fn contiguous(&self) -> &Gauge {
+        self.contiguous
+            .get_or_init(|| metrics::gauge!(CONTIGUOUS_POSITION, STORE_LABEL => self.store.clone()))
+    }
+}
+
+impl fmt::Debug for Series {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Series")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
@@ -182,6 +260,8 @@ fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
 #[derive(Debug)]
 pub struct Health {
     store: String,
+    /// The store's series, for the healer loop.
+    pub series: Series,
     epoch: Instant,
     last_loop_ms: AtomicU64,
     /// `u64::MAX` before the first completed scan.
@@ -228,6 +308,7 @@ impl Health {
     ) -> Self {
         Health {
             store: store.to_string(),
+            series: Series::new(store),
             epoch: Instant::now(),
             last_loop_ms: AtomicU64::new(0),
             last_scan_ms: AtomicU64::new(u64::MAX),

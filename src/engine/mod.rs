@@ -87,6 +87,18 @@ pub struct StoreSettings {
     pub watermark_table: Option<String>,
 }
 
+impl StoreSettings {
+    /// What stores must have in common to share a pool or a lock session:
+    /// the same connection string and connect timeout.
+    pub fn sharing_key(&self) -> String {
+        format!(
+            "{:?}\n{}",
+            self.connect_timeout,
+            self.connection_string.expose()
+        )
+    }
+}
+
 /// One page of a forward scan of committed positions above `after`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScanPage {

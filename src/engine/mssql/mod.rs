@@ -192,11 +192,7 @@ impl MssqlEngine {
             &settings.tombstone_stream,
             &settings.tombstone_type,
         )?;
-        let key = format!(
-            "{:?}\n{max_connections}\n{}",
-            settings.connect_timeout,
-            secret.expose()
-        );
+        let key = format!("{max_connections}\n{}", settings.sharing_key());
         let pool = pools.mssql.get(key, || {
             Pool::new(
                 "SQL Server",

@@ -91,12 +91,7 @@ impl PostgresEngine {
     /// `pools` that connect with the same connection string.
     pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<Self> {
         let target = Target::new(&settings.connection_string, settings.connect_timeout)?;
-        let key = format!(
-            "{:?}\n{}",
-            settings.connect_timeout,
-            settings.connection_string.expose()
-        );
-        let pool = pools.postgres.get(key, || {
+        let pool = pools.postgres.get(settings.sharing_key(), || {
             Pool::new(
                 "PostgreSQL",
                 Manager(target.clone()),
