@@ -4,6 +4,6 @@
 -- ... RESTART does not change the sequence's start): the healer does not
 -- start below it unless told to.
 SELECT
-    MAX(global_position)::bigint AS head,
-    MIN(global_position)::bigint AS first
-FROM __schema__.messages;
+    MAX(__position__)::bigint AS head,
+    MIN(__position__)::bigint AS first
+FROM __table__;

@@ -5,10 +5,10 @@
 -- examined position is found too. Always returns at least one row: hi and n
 -- describe the page, gap_start/gap_end are NULL when it has no hole.
 WITH page AS (
-    SELECT global_position AS p
-    FROM __schema__.messages
-    WHERE global_position > $1::bigint
-    ORDER BY global_position
+    SELECT __position__ AS p
+    FROM __table__
+    WHERE __position__ > $1::bigint
+    ORDER BY __position__
     LIMIT $2::bigint
 ),
 

@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use crate::engine::profile::{parse_columns, render_columns, Profile, ProfileKind, NIL_UUID};
 use crate::engine::EngineKind;
 
 use super::{DaemonSettings, LogFormat, StartFrom, StoreConfig, ENV_PREFIX};
@@ -313,7 +314,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Default(DEFAULT_TOMBSTONE_STREAM),
         scope: Scope::store(
             |v, s| parse_name(v, 850).map(|n| s.store.tombstone_stream = n),
-            |s| quote(&s.store.tombstone_stream),
+            |s| s.unless_custom(&s.store.tombstone_stream),
         ),
     },
     Key {
@@ -323,7 +324,65 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Default(DEFAULT_TOMBSTONE_TYPE),
         scope: Scope::store(
             |v, s| parse_name(v, 128).map(|n| s.store.tombstone_type = n),
-            |s| quote(&s.store.tombstone_type),
+            |s| s.unless_custom(&s.store.tombstone_type),
+        ),
+    },
+    Key {
+        name: "profile",
+        help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
+        flag: Flag::Value("eventuous|ledger-core|custom"),
+        unset: Unset::Default("eventuous"),
+        scope: Scope::store(
+            |v, s| ProfileKind::parse(v).map(|k| s.profile.kind = k),
+            |s| quote(s.store.profile.kind().name()),
+        ),
+    },
+    Key {
+        name: "table",
+        help: "The healed table in `schema` (ledger-core and custom)",
+        flag: Flag::Value("NAME"),
+        unset: Unset::Derived("messages for eventuous, events for ledger-core"),
+        scope: Scope::store(
+            |v, s| parse_identifier(v).map(|n| s.profile.table = Some(n.to_ascii_lowercase())),
+            |s| quote(&s.table_name()),
+        ),
+    },
+    Key {
+        name: "position_column",
+        help: "The table's identity position column (ledger-core and custom)",
+        flag: Flag::Value("NAME"),
+        unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
+        scope: Scope::store(
+            |v, s| {
+                parse_identifier(v).map(|n| s.profile.position_column = Some(n.to_ascii_lowercase()))
+            },
+            |s| quote(&s.position_column()),
+        ),
+    },
+    Key {
+        name: "columns",
+        help: "custom: the tombstone row, a TOML table of column = \"uuid\" | \"now\" | { literal = VALUE } | { next_version = [\"stream key column\", ...] }",
+        flag: Flag::Value("TOML"),
+        unset: Unset::Optional,
+        scope: Scope::store(
+            |v, s| parse_columns(v, parse_identifier).map(|c| s.profile.columns = Some(c)),
+            |s| match &s.store.profile {
+                Profile::Table(t) if t.kind == ProfileKind::Custom => render_columns(&t.columns),
+                _ => String::new(),
+            },
+        ),
+    },
+    Key {
+        name: "tombstone_stream_id",
+        help: "ledger-core: the tombstone stream's stream_id (its stream_category is tombstone_stream, default $gap for this profile)",
+        flag: Flag::Value("UUID"),
+        unset: Unset::Default(NIL_UUID),
+        scope: Scope::store(
+            |v, s| parse_uuid(v).map(|u| s.profile.tombstone_stream_id = u),
+            |s| match s.store.profile.kind() {
+                ProfileKind::LedgerCore => quote(&s.profile.tombstone_stream_id),
+                _ => String::new(),
+            },
         ),
     },
     Key {
@@ -431,12 +490,14 @@ impl Key {
         }
     }
 
-    /// The field this key fills, as a TOML value; `None` when not shown.
+    /// The field this key fills, as a TOML value; `None` when not shown
+    /// (never, or not for this store: a render that gives nothing).
     pub fn show(&self, daemon: &DaemonSettings, store: &StoreConfig) -> Option<String> {
         match &self.scope {
             Scope::Daemon(f) => f.render.map(|r| r(daemon)),
             Scope::Store(f) => f.render.map(|r| r(store)),
         }
+        .filter(|v| !v.is_empty())
     }
 }
 
@@ -487,6 +548,21 @@ pub fn parse_identifier(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err("expected a plain identifier: a letter or _, then letters, digits or _, at most 128 characters".into())
+    }
+}
+
+/// A UUID in its canonical form (8-4-4-4-12 hex digits), lower case.
+pub fn parse_uuid(s: &str) -> Result<String, String> {
+    let groups: Vec<&str> = s.split('-').collect();
+    let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    if lengths == [8, 4, 4, 4, 12]
+        && groups
+            .iter()
+            .all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err("expected a UUID such as 00000000-0000-0000-0000-000000000000".into())
     }
 }
 

@@ -26,6 +26,9 @@ use std::time::Duration;
 use figment::value::Value;
 use figment::{Figment, Metadata, Profile, Source};
 
+use crate::engine::profile::{
+    Profile as TableProfile, ProfileKind, TableShape, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
+};
 use crate::engine::{EngineKind, StoreSettings};
 use crate::secret::ConnectionString;
 
@@ -100,6 +103,18 @@ pub struct StoreConfig {
     /// `run` gives up (exit 3) once its scans have failed this long in a row;
     /// `None`: never.
     pub give_up_after: Option<Duration>,
+    /// The table-profile keys as read; the rules make `store.profile` of them.
+    pub profile: ProfileKeys,
+}
+
+/// The keys that describe the healed table, as read.
+#[derive(Clone, Debug, Default)]
+pub struct ProfileKeys {
+    pub kind: ProfileKind,
+    pub table: Option<String>,
+    pub position_column: Option<String>,
+    pub columns: Option<Vec<TombstoneColumn>>,
+    pub tombstone_stream_id: String,
 }
 
 impl DaemonSettings {
@@ -127,6 +142,7 @@ impl StoreConfig {
                 tombstone_type: String::new(),
                 connect_timeout: Duration::ZERO,
                 watermark_table: None,
+                profile: TableProfile::Eventuous,
             },
             gap_timeout: Duration::ZERO,
             poll_interval: Duration::ZERO,
@@ -138,6 +154,32 @@ impl StoreConfig {
             leader_election: true,
             leader_key: String::new(),
             give_up_after: None,
+            profile: ProfileKeys::default(),
+        }
+    }
+
+    /// `value` quoted, or nothing for the custom profile (which does not
+    /// read the tombstone names: its `columns` say it all).
+    pub(crate) fn unless_custom(&self, value: &str) -> String {
+        match self.store.profile.kind() {
+            ProfileKind::Custom => String::new(),
+            _ => toml::Value::String(value.to_string()).to_string(),
+        }
+    }
+
+    /// The healed table's name.
+    pub fn table_name(&self) -> String {
+        match &self.store.profile {
+            TableProfile::Eventuous => "messages".into(),
+            TableProfile::Table(t) => t.table.clone(),
+        }
+    }
+
+    /// The healed table's position column.
+    pub fn position_column(&self) -> String {
+        match &self.store.profile {
+            TableProfile::Eventuous => "global_position".into(),
+            TableProfile::Table(t) => t.position.clone(),
         }
     }
 }
@@ -694,6 +736,14 @@ impl<'a> Validator<'a> {
                 _ => format!("{n:?}"),
             },
             Value::Empty(..) => String::new(),
+            // `columns` is a table in the file, its TOML text elsewhere.
+            Value::Dict(..) if key == "columns" => match toml::Value::try_from(&value) {
+                Ok(v) => v.to_string(),
+                Err(e) => {
+                    self.problem(key, &origin, format!("unreadable table: {e}"));
+                    return None;
+                }
+            },
             Value::Dict(..) | Value::Array(..) => {
                 self.problem(
                     key,
@@ -726,8 +776,14 @@ impl<'a> Validator<'a> {
         if let Some(cs) = self.connection_string(set, engine, need) {
             store.store.connection_string = cs;
         }
+        self.profile(set, store, engine);
         if !set.contains_key("leader_key") {
-            store.leader_key = format!("gap-healer:{}", store.store.schema);
+            store.leader_key = match &store.store.profile {
+                TableProfile::Eventuous => format!("gap-healer:{}", store.store.schema),
+                TableProfile::Table(t) => {
+                    format!("gap-healer:{}.{}", store.store.schema, t.table)
+                }
+            };
         }
         if let (Some(raw), Some(EngineKind::Mssql)) = (set.get("watermark_table"), engine) {
             if store.store.watermark_table.is_some() {
@@ -736,6 +792,115 @@ impl<'a> Validator<'a> {
                     &raw.origin,
                     "published on PostgreSQL only, for now (the gauge gap_healer_contiguous_position is exported on every engine)",
                 );
+            }
+        }
+    }
+
+    /// The store's table profile from `profile`, `table`, `position_column`,
+    /// `columns` and `tombstone_stream_id`: each key only where its profile
+    /// reads it, and what a profile needs present.
+    fn profile(
+        &mut self,
+        set: &BTreeMap<&str, Raw>,
+        store: &mut StoreConfig,
+        engine: Option<EngineKind>,
+    ) {
+        let keys = store.profile.clone();
+        let kind = keys.kind;
+        let origin = |key: &str| set.get(key).map(|r| r.origin.clone()).unwrap_or_default();
+        // Set by someone, not by the defaults layer.
+        let given = |key: &str| set.get(key).is_some_and(|r| r.rank > 0);
+        let profile_origin = origin("profile");
+        if kind != ProfileKind::Eventuous && engine == Some(EngineKind::Mssql) {
+            self.problem(
+                "profile",
+                &profile_origin,
+                format!("{kind}: PostgreSQL only, for now (SQL Server heals Eventuous's Messages)"),
+            );
+            return;
+        }
+        let refuse = |v: &mut Self, key: &str, why: String| {
+            let o = origin(key);
+            v.problem(key, &o, why);
+        };
+        match kind {
+            ProfileKind::Eventuous => {
+                for (key, fixed, value) in [
+                    ("table", "messages", keys.table.as_deref()),
+                    (
+                        "position_column",
+                        "global_position",
+                        keys.position_column.as_deref(),
+                    ),
+                ] {
+                    if value.is_some_and(|v| v != fixed) {
+                        refuse(self, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
+                    }
+                }
+                for key in ["columns", "tombstone_stream_id"] {
+                    if given(key) {
+                        refuse(self, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
+                    }
+                }
+            }
+            ProfileKind::LedgerCore => {
+                if given("columns") {
+                    refuse(self, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
+                }
+                if !given("tombstone_stream") {
+                    store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
+                }
+                store.store.profile = TableProfile::Table(TableShape::ledger_core(
+                    keys.table.as_deref().unwrap_or("events"),
+                    keys.position_column.as_deref().unwrap_or("position"),
+                    &store.store.tombstone_stream,
+                    &keys.tombstone_stream_id,
+                    &store.store.tombstone_type,
+                ));
+            }
+            ProfileKind::Custom => {
+                for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
+                    if given(key) {
+                        refuse(
+                            self,
+                            key,
+                            "not read by the custom profile: its tombstone row is `columns`".into(),
+                        );
+                    }
+                }
+                let mut missing = Vec::new();
+                for (key, value) in [
+                    ("table", keys.table.is_some()),
+                    ("position_column", keys.position_column.is_some()),
+                    ("columns", keys.columns.is_some()),
+                ] {
+                    // A key that was set but invalid has its own problem already.
+                    if !value && !set.contains_key(key) {
+                        missing.push(key);
+                    }
+                }
+                for key in &missing {
+                    self.problem(key, "nowhere", "required by profile = \"custom\"");
+                }
+                let (Some(table), Some(position), Some(columns)) =
+                    (keys.table, keys.position_column, keys.columns)
+                else {
+                    return;
+                };
+                if columns.iter().any(|c| c.name == position) {
+                    refuse(
+                        self,
+                        "columns",
+                        format!("{position} is the position column: the fill writes it"),
+                    );
+                    return;
+                }
+                store.store.profile = TableProfile::Table(TableShape {
+                    kind,
+                    table,
+                    position,
+                    columns,
+                });
             }
         }
     }
@@ -1160,6 +1325,10 @@ mod tests {
             "log_format" => "json".into(),
             "log_level" => "debug".into(),
             "watermark_table" => "gap_healer.watermarks".into(),
+            "profile" => "ledger-core".into(),
+            "table" | "position_column" => "other".into(),
+            "tombstone_stream_id" => "00000000-0000-0000-0000-000000000001".into(),
+            "columns" => r#"{ kind = { literal = "$gap" }, v = { next_version = ["kind"] } }"#.into(),
             _ => "7s".into(),
         };
         for key in KEYS {
@@ -1172,6 +1341,18 @@ mod tests {
                 )],
                 "connection_string" => vec![("engine", "mssql".into())],
                 "connection_string_file" => vec![("engine", "postgres".into())],
+                "table" | "position_column" | "tombstone_stream_id" => vec![
+                    ("engine", "postgres".into()),
+                    ("connection_string", "host=db".into()),
+                    ("profile", "ledger-core".into()),
+                ],
+                "columns" => vec![
+                    ("engine", "postgres".into()),
+                    ("connection_string", "host=db".into()),
+                    ("profile", "custom".into()),
+                    ("table", "t".into()),
+                    ("position_column", "p".into()),
+                ],
                 _ => vec![
                     ("engine", "postgres".into()),
                     ("connection_string", "host=db".into()),

@@ -25,6 +25,11 @@ pub enum Check {
     MessagesTable,
     /// The streams table exists (and its columns, on SQL Server).
     StreamsTable,
+    /// A table profile's table exists.
+    Table,
+    /// A table profile's tombstone row: its columns exist, take their
+    /// values, and leave no required column empty.
+    TombstoneColumns,
     /// The global position: a bigint identity with a unique key on exactly it.
     GlobalPosition,
     /// The messages columns a tombstone fills.
@@ -68,6 +73,8 @@ impl Check {
             Check::Schema
                 | Check::MessagesTable
                 | Check::StreamsTable
+                | Check::Table
+                | Check::TombstoneColumns
                 | Check::GlobalPosition
                 | Check::MessagesColumns
                 | Check::StreamsColumns
@@ -82,6 +89,8 @@ impl Check {
             Check::Schema => "schema",
             Check::MessagesTable => "messages table",
             Check::StreamsTable => "streams table",
+            Check::Table => "table",
+            Check::TombstoneColumns => "tombstone columns",
             Check::GlobalPosition => "global position",
             Check::MessagesColumns => "messages columns",
             Check::StreamsColumns => "streams columns",
@@ -185,6 +194,8 @@ mod tests {
             Check::Schema,
             Check::MessagesTable,
             Check::StreamsTable,
+            Check::Table,
+            Check::TombstoneColumns,
             Check::GlobalPosition,
             Check::MessagesColumns,
             Check::StreamsColumns,

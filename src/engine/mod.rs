@@ -14,6 +14,7 @@ pub mod keywords;
 pub mod mssql;
 pub mod pool;
 pub mod postgres;
+pub mod profile;
 
 use std::fmt;
 use std::future::Future;
@@ -85,6 +86,8 @@ pub struct StoreSettings {
     /// `schema.table` (validated identifiers) where the contiguous watermark
     /// is published; `None`: not published.
     pub watermark_table: Option<String>,
+    /// Which table is healed and what a tombstone row holds.
+    pub profile: profile::Profile,
 }
 
 impl StoreSettings {
@@ -422,7 +425,7 @@ pub trait LeaderSession: Send + 'static {
 pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
     match kind {
         EngineKind::Postgres => {
-            let mut sql = postgres::setup_sql(&store.schema);
+            let mut sql = postgres::setup_sql(&store.schema, &store.profile);
             if let Some(table) = &store.watermark_table {
                 sql += &postgres::watermark_sql(table);
             }
@@ -529,6 +532,7 @@ pub(crate) mod tests_support {
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),
             watermark_table: None,
+            profile: super::profile::Profile::Eventuous,
         }
     }
 }

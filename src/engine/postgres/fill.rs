@@ -1,7 +1,9 @@
 //! The fill: one transaction that writes tombstones at every position of a
-//! batch of ranges, or nothing.
+//! batch of ranges, or nothing. This file holds Eventuous's transaction and
+//! what every profile's fill errors mean; the table profiles' transaction is
+//! in `table.rs`.
 //!
-//! Order inside the transaction: lock the tombstone stream's row (creating it
+//! Order inside Eventuous's transaction: lock the tombstone stream's row (creating it
 //! on the first fill) under a short lock timeout, check the leader fence,
 //! then insert every position with `OVERRIDING SYSTEM VALUE` under the
 //! caller's lock timeout, move the stream's Version by exactly the rows
@@ -16,8 +18,9 @@ use tokio_postgres::error::SqlState;
 
 use super::errors::{db_error, get, Stage};
 use super::leader::advisory_key;
-use super::sql::{LEADER_CHECK, PRIMARY_KEY};
+use super::sql::{LEADER_CHECK, POSITION_KEYS};
 use super::PostgresEngine;
+use crate::engine::profile::Profile;
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
 
@@ -27,11 +30,11 @@ pub(crate) const MAX_FILL_ROWS: u64 = 20_000;
 /// Ranges per fill transaction: scattered narrow holes go in together.
 pub(crate) const MAX_FILL_RANGES: usize = 1_000;
 /// Wait for the tombstone stream's row (another healer filling) before `Busy`.
-const STREAM_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const STREAM_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a fill transaction ended early: a driver error at a stage, or an
 /// answer the engine cannot read.
-enum Failed {
+pub(super) enum Failed {
     At(tokio_postgres::Error, Stage),
     Db(DbError),
 }
@@ -42,7 +45,7 @@ impl From<DbError> for Failed {
     }
 }
 
-fn at(stage: Stage) -> impl Fn(tokio_postgres::Error) -> Failed {
+pub(super) fn at(stage: Stage) -> impl Fn(tokio_postgres::Error) -> Failed {
     move |e| Failed::At(e, stage)
 }
 
@@ -61,9 +64,16 @@ impl PostgresEngine {
             end: last.end,
         };
         let mut conn = self.pool.checkout().await?;
-        let result = self
-            .fill_transaction(&mut conn.client, ranges, lock_timeout, fence)
-            .await;
+        let result = match &self.profile {
+            Profile::Eventuous => {
+                self.fill_transaction(&mut conn.client, ranges, lock_timeout, fence)
+                    .await
+            }
+            Profile::Table(shape) => {
+                self.fill_table(&mut conn.client, shape, ranges, lock_timeout, fence)
+                    .await
+            }
+        };
         let (e, stage) = match result {
             Ok(outcome) => return Ok(outcome),
             Err(Failed::Db(e)) => return Err(e),
@@ -79,17 +89,30 @@ impl PostgresEngine {
                     .and_then(|d| d.constraint())
                     .unwrap_or_default()
                     .to_string();
-                let pkey = self.pkey_name(&conn.client).await?;
-                if constraint == pkey {
+                let keys = self.position_keys(&conn.client).await?;
+                if keys.contains(&constraint) {
                     Ok(FillOutcome::Committed)
+                } else if let Profile::Table(_) = self.profile {
+                    // The version lock serialises healers; a writer that
+                    // takes no lock raced this one. The next cycle reads
+                    // the stream's version again.
+                    Err(DbError {
+                        kind: DbErrorKind::Transient,
+                        code: Some("23505".into()),
+                        message: format!(
+                            "fill {span}: duplicate key on {constraint}, not on a key of the position: \
+                             another writer added to the tombstone stream meanwhile; retrying"
+                        ),
+                    })
                 } else {
                     Err(DbError {
                         kind: DbErrorKind::Permanent,
                         code: Some("23505".into()),
                         message: format!(
-                            "fill {span}: duplicate key on {constraint}, not on the primary key {pkey}: \
+                            "fill {span}: duplicate key on {constraint}, not on the primary key {}: \
                              the tombstone stream's version no longer matches its rows; \
-                             run `gap-healer check` and repair it before healing"
+                             run `gap-healer check` and repair it before healing",
+                            keys.join(", ")
                         ),
                     })
                 }
@@ -98,20 +121,44 @@ impl PostgresEngine {
         }
     }
 
-    /// The name of the messages primary key, looked up once.
-    async fn pkey_name(&self, client: &tokio_postgres::Client) -> DbResult<String> {
-        if let Some(name) = self.messages_pkey.get() {
-            return Ok(name.clone());
+    /// The names of the unique keys on exactly the position, looked up once.
+    async fn position_keys(&self, client: &tokio_postgres::Client) -> DbResult<Vec<String>> {
+        if let Some(names) = self.position_keys.get() {
+            return Ok(names.clone());
         }
-        let row = client
-            .query_opt(PRIMARY_KEY, &[&self.messages_table()])
+        let rows = client
+            .query(
+                POSITION_KEYS,
+                &[&self.table_name(), &self.position_column()],
+            )
             .await
-            .map_err(|e| self.error(&e, "primary key lookup"))?;
-        let name: String = match row {
-            Some(row) => get(&row, "name")?,
-            None => String::new(),
+            .map_err(|e| self.error(&e, "position key lookup"))?;
+        let names = rows
+            .iter()
+            .map(|r| get(r, "name"))
+            .collect::<DbResult<Vec<String>>>()?;
+        Ok(self.position_keys.get_or_init(|| names).clone())
+    }
+
+    /// Inside a fill's transaction: whether the fence still holds (the
+    /// leader lock's session still has the lock). `false`: write nothing.
+    pub(super) async fn fence_holds(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        fence: &Fence,
+    ) -> Result<bool, Failed> {
+        let Fence::Leader(token) = fence else {
+            return Ok(true);
         };
-        Ok(self.messages_pkey.get_or_init(|| name).clone())
+        // A pid that does not fit PostgreSQL's int cannot hold the lock.
+        let Ok(pid) = i32::try_from(token.session_id) else {
+            return Ok(false);
+        };
+        let held = tx
+            .query_one(LEADER_CHECK, &[&pid, &advisory_key(&token.lock)])
+            .await
+            .map_err(at(Stage::Stream))?;
+        Ok(get::<bool>(&held, "held")?)
     }
 
     /// The transaction itself; it rolls back when dropped.
@@ -148,20 +195,10 @@ impl PostgresEngine {
             // Created and deleted between two statements: let the next cycle retry.
             return Ok(FillOutcome::Busy);
         };
-        if let Fence::Leader(token) = fence {
-            // A pid that does not fit PostgreSQL's int cannot hold the lock.
-            let Ok(pid) = i32::try_from(token.session_id) else {
-                return Ok(FillOutcome::Busy);
-            };
-            let held = tx
-                .query_one(LEADER_CHECK, &[&pid, &advisory_key(&token.lock)])
-                .await
-                .map_err(at(Stage::Stream))?;
-            if !get::<bool>(&held, "held")? {
-                // Another healer may lead now: write nothing and let the
-                // leader flag catch up.
-                return Ok(FillOutcome::Busy);
-            }
+        if !self.fence_holds(&tx, fence).await? {
+            // Another healer may lead now: write nothing and let the
+            // leader flag catch up.
+            return Ok(FillOutcome::Busy);
         }
         let stream_id: i32 = get(&row, "stream_id")?;
         let version: i32 = get(&row, "version")?;

@@ -1,5 +1,7 @@
 //! The PostgreSQL engine, for the Eventuous PostgreSQL schema
-//! (`<schema>.messages`, `streams`, `checkpoints`).
+//! (`<schema>.messages`, `streams`, `checkpoints`) and for the tables the
+//! table profiles describe (`ledger-core`, `custom`: see
+//! [`crate::engine::profile`]).
 //!
 //! PostgreSQL shows no uncommitted rows, so an open append's position looks
 //! exactly like a hole. That is fine: the fill's insert must check the primary
@@ -15,6 +17,7 @@
 //! - `leader`: the advisory leader lock and its fence token;
 //! - `preflight`: the facts `check` gathers and the pure verdicts on them;
 //! - `sql`: the statements, from `sql/postgres/*.sql`;
+//! - `table`: the table profiles' fill and `check`;
 //! - `tls`: TLS from libpq's options;
 //! - `npgsql`: Npgsql connection strings, turned into libpq's form.
 //!
@@ -32,6 +35,7 @@ mod leader;
 pub mod npgsql;
 mod preflight;
 mod sql;
+mod table;
 pub mod tls;
 mod watermark;
 
@@ -45,6 +49,7 @@ pub(crate) use self::conn::Manager;
 use self::conn::Target;
 use self::errors::{db_error, get};
 use super::pool::{Pool, MAX_POOLED_SESSIONS};
+use super::profile::Profile;
 use super::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
     ScanPage, StoreSettings,
@@ -64,9 +69,12 @@ pub struct PostgresEngine {
     tombstone_type: String,
     /// `schema.table` of the published watermark, when configured.
     watermark_table: Option<String>,
-    /// Name of the primary key of messages: a 23505 on it means "committed";
-    /// on any other constraint it means the tombstone stream is inconsistent.
-    messages_pkey: OnceLock<String>,
+    /// Which table, and what a tombstone row holds.
+    profile: Profile,
+    /// Names of the unique keys on exactly the position: a 23505 on one
+    /// means "committed"; on any other constraint, something else writes
+    /// the tombstone stream.
+    position_keys: OnceLock<Vec<String>>,
 }
 
 impl PostgresEngine {
@@ -103,12 +111,13 @@ impl PostgresEngine {
         Ok(PostgresEngine {
             pool,
             target,
-            sql: sql::Queries::new(&schema),
+            sql: sql::Queries::new(&schema, &settings.profile),
             schema,
             tombstone_stream: settings.tombstone_stream.clone(),
             tombstone_type: settings.tombstone_type.clone(),
             watermark_table: settings.watermark_table.clone(),
-            messages_pkey: OnceLock::new(),
+            profile: settings.profile.clone(),
+            position_keys: OnceLock::new(),
         })
     }
 
@@ -128,8 +137,19 @@ impl PostgresEngine {
         rows.iter().map(|r| get(r, "name")).collect()
     }
 
-    fn messages_table(&self) -> String {
-        format!("{}.messages", self.schema)
+    /// The healed table's qualified name, as the catalog functions take it.
+    fn table_name(&self) -> String {
+        match &self.profile {
+            Profile::Eventuous => format!("{}.messages", self.schema),
+            Profile::Table(t) => t.qualified(&self.schema),
+        }
+    }
+
+    fn position_column(&self) -> &str {
+        match &self.profile {
+            Profile::Eventuous => "global_position",
+            Profile::Table(t) => &t.position,
+        }
     }
 }
 
@@ -153,7 +173,10 @@ impl Engine for PostgresEngine {
     async fn identity_floor(&self) -> DbResult<i64> {
         let conn = self.pool.checkout().await?;
         let row = conn
-            .query_opt(sql::IDENTITY, &[&self.messages_table()])
+            .query_opt(
+                sql::IDENTITY,
+                &[&self.table_name(), &self.position_column()],
+            )
             .await
             .map_err(|e| self.error(&e, "identity seed"))?;
         match row {
@@ -171,6 +194,10 @@ impl Engine for PostgresEngine {
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
+        if let Profile::Table(_) = self.profile {
+            // The table profiles' readers keep their positions elsewhere.
+            return Ok(Vec::new());
+        }
         let conn = self.pool.checkout().await?;
         let table = format!("{}.checkpoints", self.schema);
         let found = conn
@@ -231,7 +258,7 @@ impl Engine for PostgresEngine {
                 .await
                 .map_err(|e| self.error(&e, "probe"))?;
             for row in &rows {
-                committed.push(get(row, "global_position")?);
+                committed.push(get(row, "position")?);
             }
         }
         Ok(Probe {
@@ -250,6 +277,11 @@ impl Engine for PostgresEngine {
     }
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
+        if let Profile::Table(shape) = &self.profile {
+            let mut findings = self.table_findings(shape).await?;
+            findings.extend(self.watermark_finding().await);
+            return Ok(findings);
+        }
         let facts = self.preflight_facts().await?;
         let mut findings = preflight::findings(
             &facts,
@@ -287,6 +319,7 @@ mod tests {
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(1),
             watermark_table: None,
+            profile: Profile::Eventuous,
         };
         let err = PostgresEngine::new(&settings)
             .err()

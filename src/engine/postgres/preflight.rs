@@ -177,34 +177,7 @@ pub(crate) struct Expected<'a> {
 /// The verdicts, in the order `check` prints them. Pure.
 pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
     let schema = want.schema;
-    let mut out = Vec::new();
-    let version = &f.version;
-    out.push(if f.version_num >= 130_000 {
-        Finding::pass(Check::Connection, format!("PostgreSQL {version}"))
-    } else {
-        Finding::fail(
-            Check::Connection,
-            format!("PostgreSQL {version}: 13 or later is needed (gen_random_uuid)"),
-        )
-    });
-    out.push(match (want.tls, f.encrypted) {
-        (TlsMode::Off, _) => Finding::pass(
-            Check::Tls,
-            "off: not encrypted (sslmode=require or verify-full, with sslrootcert=FILE for a private CA, turns it on)",
-        ),
-        (TlsMode::Encrypted, Some(true)) => Finding::pass(
-            Check::Tls,
-            "on, server certificate NOT verified (sslmode=require): use verify-full with sslrootcert=FILE to know whom gap-healer writes to",
-        ),
-        (TlsMode::Verified { roots }, Some(true)) => Finding::pass(
-            Check::Tls,
-            format!("on, server certificate verified against {roots}"),
-        ),
-        (TlsMode::Encrypted | TlsMode::Verified { .. }, _) => Finding::fail(
-            Check::Tls,
-            "TLS was asked for but this session is not encrypted",
-        ),
-    });
+    let mut out = session(&f.version, f.version_num, f.encrypted, want.tls).to_vec();
     if !f.schema_exists {
         out.push(Finding::fail(
             Check::Schema,
@@ -276,6 +249,42 @@ pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
         out.push(finding);
     }
     out
+}
+
+/// The server's version and the session's encryption, for every profile.
+pub(super) fn session(
+    version: &str,
+    version_num: i32,
+    encrypted: Option<bool>,
+    tls: &TlsMode,
+) -> [Finding; 2] {
+    let connection = if version_num >= 130_000 {
+        Finding::pass(Check::Connection, format!("PostgreSQL {version}"))
+    } else {
+        Finding::fail(
+            Check::Connection,
+            format!("PostgreSQL {version}: 13 or later is needed (gen_random_uuid)"),
+        )
+    };
+    let tls = match (tls, encrypted) {
+        (TlsMode::Off, _) => Finding::pass(
+            Check::Tls,
+            "off: not encrypted (sslmode=require or verify-full, with sslrootcert=FILE for a private CA, turns it on)",
+        ),
+        (TlsMode::Encrypted, Some(true)) => Finding::pass(
+            Check::Tls,
+            "on, server certificate NOT verified (sslmode=require): use verify-full with sslrootcert=FILE to know whom gap-healer writes to",
+        ),
+        (TlsMode::Verified { roots }, Some(true)) => Finding::pass(
+            Check::Tls,
+            format!("on, server certificate verified against {roots}"),
+        ),
+        (TlsMode::Encrypted | TlsMode::Verified { .. }, _) => Finding::fail(
+            Check::Tls,
+            "TLS was asked for but this session is not encrypted",
+        ),
+    };
+    [connection, tls]
 }
 
 /// messages.global_position: bigint identity, and the primary key on exactly it.
@@ -381,7 +390,7 @@ fn rights(f: &Facts, schema: &str) -> Finding {
 
 /// A role's name as a GRANT takes it: bare when it is a plain lower-case
 /// identifier, else double-quoted.
-fn quote_role(role: &str) -> String {
+pub(super) fn quote_role(role: &str) -> String {
     let plain = role
         .chars()
         .next()

@@ -1,6 +1,9 @@
 //! Every statement of the PostgreSQL engine, from `sql/postgres/*.sql`, with
-//! the store's schema spliced in once (it is a validated identifier; every
-//! value is a bind parameter).
+//! the store's schema, table and position column spliced in once (validated
+//! identifiers; every value is a bind parameter). The table profiles' fill
+//! and version statements are written here from the profile's columns.
+
+use crate::engine::profile::{ColumnValue, Profile, TableShape};
 
 /// The engine's statements for one schema.
 pub(crate) struct Queries {
@@ -13,21 +16,45 @@ pub(crate) struct Queries {
     pub create_stream: String,
     pub bump_stream: String,
     pub tombstone_stream: String,
+    /// The table profiles' statements; `None` for Eventuous.
+    pub table: Option<TableQueries>,
+}
+
+/// The fill of a table profile, and its tombstone stream's version.
+pub(crate) struct TableQueries {
+    /// `$1`, `$2`: the ranges' starts and ends; `$3`: the literal columns
+    /// as JSON text; `$4`: the stream's version before the fill (only when
+    /// a column is `next_version`).
+    pub fill: String,
+    /// The highest version of the tombstone stream (`$1`: the literals).
+    pub version: Option<String>,
 }
 
 /// Statements that name no table of the store.
 pub(crate) const IDENTITY: &str = include_str!("../../../sql/postgres/identity.sql");
 pub(crate) const TABLE_EXISTS: &str = include_str!("../../../sql/postgres/table_exists.sql");
-pub(crate) const PRIMARY_KEY: &str = include_str!("../../../sql/postgres/primary_key.sql");
+pub(crate) const POSITION_KEYS: &str = include_str!("../../../sql/postgres/position_keys.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/postgres/preflight.sql");
+pub(crate) const PREFLIGHT_TABLE: &str = include_str!("../../../sql/postgres/preflight_table.sql");
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/postgres/leader_lock.sql");
 pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases.sql");
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
 const GRANTS: &str = include_str!("../../../sql/postgres/grants.sql");
 
 impl Queries {
-    pub(crate) fn new(schema: &str) -> Self {
-        let s = |sql: &str| sql.replace("__schema__", schema);
+    pub(crate) fn new(schema: &str, profile: &Profile) -> Self {
+        let (table, position) = match profile {
+            Profile::Eventuous => (format!("{schema}.messages"), "global_position".to_string()),
+            Profile::Table(t) => (
+                format!("{}.{}", quoted(schema), quoted(&t.table)),
+                quoted(&t.position),
+            ),
+        };
+        let s = |sql: &str| {
+            sql.replace("__table__", &table)
+                .replace("__position__", &position)
+                .replace("__schema__", schema)
+        };
         Queries {
             scan: s(include_str!("../../../sql/postgres/scan.sql")),
             probe: s(include_str!("../../../sql/postgres/probe.sql")),
@@ -38,6 +65,10 @@ impl Queries {
             create_stream: s(include_str!("../../../sql/postgres/create_stream.sql")),
             bump_stream: s(include_str!("../../../sql/postgres/bump_stream.sql")),
             tombstone_stream: s(include_str!("../../../sql/postgres/tombstone_stream.sql")),
+            table: match profile {
+                Profile::Eventuous => None,
+                Profile::Table(t) => Some(TableQueries::new(schema, t)),
+            },
         }
     }
 
@@ -57,9 +88,70 @@ impl Queries {
     }
 }
 
+/// A validated identifier, double-quoted (lower case already: the same name
+/// unquoted would fold to), so that a column named like a keyword works.
+pub(crate) fn quoted(identifier: &str) -> String {
+    format!("\"{identifier}\"")
+}
+
+impl TableQueries {
+    fn new(schema: &str, t: &TableShape) -> Self {
+        let table = format!("{}.{}", quoted(schema), quoted(&t.table));
+        let literals = format!("JSONB_POPULATE_RECORD(NULL::{table}, $3::text::jsonb)");
+        let mut names = vec![quoted(&t.position)];
+        let mut values = vec!["g.p".to_string()];
+        for c in &t.columns {
+            names.push(quoted(&c.name));
+            values.push(match &c.value {
+                ColumnValue::Literal(_) => format!("lit.{}", quoted(&c.name)),
+                ColumnValue::Uuid => "GEN_RANDOM_UUID()".into(),
+                ColumnValue::Now => "NOW()".into(),
+                ColumnValue::NextVersion { .. } => {
+                    "$4::bigint + ROW_NUMBER() OVER (ORDER BY g.p)".into()
+                }
+            });
+        }
+        let fill = format!(
+            "INSERT INTO {table} ({names})\n\
+             OVERRIDING SYSTEM VALUE\n\
+             SELECT {values}\n\
+             FROM UNNEST($1::bigint [], $2::bigint []) AS r (a, b)\n\
+             CROSS JOIN LATERAL GENERATE_SERIES(r.a, r.b) AS g (p)\n\
+             CROSS JOIN {literals} AS lit",
+            names = names.join(", "),
+            values = values.join(", "),
+        );
+        let version = t.version().map(|(column, stream)| {
+            let matches: Vec<String> = stream
+                .iter()
+                .map(|c| format!("t.{c} = lit.{c}", c = quoted(c)))
+                .collect();
+            format!(
+                "SELECT COALESCE(MAX(t.{column}), 0)::bigint AS version\n\
+                 FROM {table} AS t\n\
+                 CROSS JOIN JSONB_POPULATE_RECORD(NULL::{table}, $1::text::jsonb) AS lit\n\
+                 WHERE {}",
+                matches.join(" AND "),
+                column = quoted(column),
+            )
+        });
+        TableQueries { fill, version }
+    }
+}
+
 /// What `gap-healer sql --engine postgres` prints.
-pub fn setup_sql(schema: &str) -> String {
-    GRANTS.replace("__schema__", schema)
+pub fn setup_sql(schema: &str, profile: &Profile) -> String {
+    match profile {
+        Profile::Eventuous => GRANTS.replace("__schema__", schema),
+        Profile::Table(t) => format!(
+            "-- What the gap_healer role needs to heal {schema}.{table} ({kind} profile),\n\
+             -- run by the schema's owner. Replace gap_healer with the login's role.\n\
+             GRANT USAGE ON SCHEMA {schema} TO gap_healer;\n\
+             GRANT SELECT, INSERT ON {schema}.{table} TO gap_healer;\n",
+            table = t.table,
+            kind = t.kind,
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -68,22 +160,27 @@ mod tests {
 
     #[test]
     fn sql_uses_the_schema_and_no_placeholder_survives() {
-        let q = Queries::new("store_1");
+        let q = Queries::new("store_1", &Profile::Eventuous);
         for sql in q.all() {
             assert!(!sql.contains("__schema__"), "{sql}");
             assert!(sql.contains("store_1."), "{sql}");
+            assert!(
+                !sql.contains("__table__") && !sql.contains("__position__"),
+                "{sql}"
+            );
         }
         for sql in [
             IDENTITY,
             TABLE_EXISTS,
-            PRIMARY_KEY,
+            POSITION_KEYS,
             PREFLIGHT,
+            PREFLIGHT_TABLE,
             LEADER_LOCK,
             LEADER_CHECK,
         ] {
             assert!(!sql.contains("__schema__"), "{sql}");
         }
-        assert!(setup_sql("store_1")
+        assert!(setup_sql("store_1", &Profile::Eventuous)
             .contains("GRANT SELECT, INSERT ON store_1.messages TO gap_healer;"));
     }
 }

@@ -1,0 +1,413 @@
+//! Table profiles: which table a store's holes are in, and what a tombstone
+//! row holds.
+//!
+//! - `eventuous` (the default, both engines): Eventuous's `messages` with its
+//!   `streams` row for the tombstone stream; the engines' own statements.
+//! - `ledger-core` (PostgreSQL): seed 003's `events` table. A tombstone is a
+//!   row of stream (`tombstone_stream`, `tombstone_stream_id`) at that
+//!   stream's next version, typed `tombstone_type`, data `{}`.
+//! - `custom` (PostgreSQL): any table with an identity position, its
+//!   tombstone row described column by column ([`ColumnValue`]).
+//!
+//! `ledger-core` is a preset of `custom`: both end as a [`TableShape`], and
+//! one set of statements serves them.
+
+use std::fmt;
+
+/// The nil UUID: ledger-core's default tombstone stream id.
+pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
+/// ledger-core's default tombstone stream (its `stream_category`).
+pub const LEDGER_CORE_TOMBSTONE_STREAM: &str = "$gap";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProfileKind {
+    #[default]
+    Eventuous,
+    LedgerCore,
+    Custom,
+}
+
+impl ProfileKind {
+    pub const NAMES: [&'static str; 3] = ["eventuous", "ledger-core", "custom"];
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "eventuous" => Ok(ProfileKind::Eventuous),
+            "ledger-core" | "ledger_core" => Ok(ProfileKind::LedgerCore),
+            "custom" => Ok(ProfileKind::Custom),
+            _ => Err(format!("expected one of {}", Self::NAMES.join(", "))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ProfileKind::Eventuous => "eventuous",
+            ProfileKind::LedgerCore => "ledger-core",
+            ProfileKind::Custom => "custom",
+        }
+    }
+
+    /// The table a profile heals when `table` is not set (`None`: custom
+    /// has none and needs it).
+    pub fn default_table(self) -> Option<&'static str> {
+        match self {
+            ProfileKind::Eventuous => Some("messages"),
+            ProfileKind::LedgerCore => Some("events"),
+            ProfileKind::Custom => None,
+        }
+    }
+
+    /// The position column when `position_column` is not set.
+    pub fn default_position(self) -> Option<&'static str> {
+        match self {
+            ProfileKind::Eventuous => Some("global_position"),
+            ProfileKind::LedgerCore => Some("position"),
+            ProfileKind::Custom => None,
+        }
+    }
+}
+
+impl fmt::Display for ProfileKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one column of a tombstone row gets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ColumnValue {
+    /// This value, converted to the column's type by the database
+    /// (`jsonb_populate_record`): a TOML string, number, boolean, or (for a
+    /// json/jsonb column) a table or array.
+    Literal(serde_json::Value),
+    /// A fresh random UUID per row.
+    Uuid,
+    /// The transaction's time.
+    Now,
+    /// The tombstone stream's next version: one more than the highest
+    /// version of the rows whose `stream` columns hold the tombstone's
+    /// literals (1 for the first), allocated under a lock that serialises
+    /// every healer of the table.
+    NextVersion { stream: Vec<String> },
+}
+
+/// One column of the tombstone row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TombstoneColumn {
+    /// A validated identifier, lower case.
+    pub name: String,
+    pub value: ColumnValue,
+}
+
+/// What a store's table is: Eventuous's, or one the table profiles describe.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Profile {
+    #[default]
+    Eventuous,
+    Table(TableShape),
+}
+
+impl Profile {
+    pub fn kind(&self) -> ProfileKind {
+        match self {
+            Profile::Eventuous => ProfileKind::Eventuous,
+            Profile::Table(t) => t.kind,
+        }
+    }
+}
+
+/// A table healed by the table profiles (`ledger-core`, `custom`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableShape {
+    pub kind: ProfileKind,
+    /// Validated identifiers, lower case.
+    pub table: String,
+    pub position: String,
+    /// Every column the tombstone row sets besides the position, in order.
+    pub columns: Vec<TombstoneColumn>,
+}
+
+impl TableShape {
+    /// seed 003's `events` table with its tombstone row.
+    pub fn ledger_core(
+        table: &str,
+        position: &str,
+        stream: &str,
+        stream_id: &str,
+        event_type: &str,
+    ) -> Self {
+        let literal = |name: &str, v: serde_json::Value| TombstoneColumn {
+            name: name.into(),
+            value: ColumnValue::Literal(v),
+        };
+        TableShape {
+            kind: ProfileKind::LedgerCore,
+            table: table.into(),
+            position: position.into(),
+            columns: vec![
+                literal("stream_category", stream.into()),
+                literal("stream_id", stream_id.into()),
+                TombstoneColumn {
+                    name: "version".into(),
+                    value: ColumnValue::NextVersion {
+                        stream: vec!["stream_category".into(), "stream_id".into()],
+                    },
+                },
+                literal("event_type", event_type.into()),
+                literal("data", serde_json::json!({})),
+                TombstoneColumn {
+                    name: "recorded_at".into(),
+                    value: ColumnValue::Now,
+                },
+            ],
+        }
+    }
+
+    /// The literal columns as one JSON object (what the statements bind).
+    pub fn literals(&self) -> serde_json::Value {
+        let map = self
+            .columns
+            .iter()
+            .filter_map(|c| match &c.value {
+                ColumnValue::Literal(v) => Some((c.name.clone(), v.clone())),
+                _ => None,
+            })
+            .collect();
+        serde_json::Value::Object(map)
+    }
+
+    /// The next-version column and the columns naming its stream.
+    pub fn version(&self) -> Option<(&str, &[String])> {
+        self.columns.iter().find_map(|c| match &c.value {
+            ColumnValue::NextVersion { stream } => Some((c.name.as_str(), stream.as_slice())),
+            _ => None,
+        })
+    }
+
+    /// `schema.table` as the catalog names it.
+    pub fn qualified(&self, schema: &str) -> String {
+        format!("{schema}.{}", self.table)
+    }
+}
+
+/// Parses `columns`, a TOML table: each key a column, each value `"uuid"`,
+/// `"now"`, `{ literal = V }` or `{ next_version = ["col", ...] }`.
+/// `identifier` validates a column name. Every mistake is reported at once.
+pub fn parse_columns(
+    text: &str,
+    identifier: impl Fn(&str) -> Result<String, String>,
+) -> Result<Vec<TombstoneColumn>, String> {
+    let doc: toml::Table = toml::from_str(&format!("columns = {text}"))
+        .map_err(|e| format!("expected a table of column = value: {}", e.message()))?;
+    let Some(toml::Value::Table(table)) = doc.get("columns") else {
+        return Err("expected a table of column = value".into());
+    };
+    let mut columns = Vec::new();
+    let mut errors = Vec::new();
+    for (name, value) in table {
+        let name = match identifier(name) {
+            Ok(n) => n.to_ascii_lowercase(),
+            Err(e) => {
+                errors.push(format!("column {name:?}: {e}"));
+                continue;
+            }
+        };
+        match column_value(value, &identifier) {
+            Ok(value) => columns.push(TombstoneColumn { name, value }),
+            Err(e) => errors.push(format!("column {name}: {e}")),
+        }
+    }
+    let versions: Vec<&TombstoneColumn> = columns
+        .iter()
+        .filter(|c| matches!(c.value, ColumnValue::NextVersion { .. }))
+        .collect();
+    if versions.len() > 1 {
+        errors.push("at most one column may be next_version".into());
+    }
+    if let Some(TombstoneColumn {
+        name,
+        value: ColumnValue::NextVersion { stream },
+    }) = versions.first()
+    {
+        for s in stream {
+            let literal = columns
+                .iter()
+                .any(|c| &c.name == s && matches!(c.value, ColumnValue::Literal(_)));
+            if !literal {
+                errors.push(format!(
+                    "column {name}: next_version names {s}, which must be a column given a literal (the tombstone stream's key)"
+                ));
+            }
+        }
+    }
+    if columns.is_empty() && errors.is_empty() {
+        errors.push("name at least the columns a row needs".into());
+    }
+    if errors.is_empty() {
+        Ok(columns)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+const VALUE_FORMS: &str =
+    r#"expected "uuid", "now", { literal = VALUE } or { next_version = ["column", ...] }"#;
+
+fn column_value(
+    value: &toml::Value,
+    identifier: &impl Fn(&str) -> Result<String, String>,
+) -> Result<ColumnValue, String> {
+    match value {
+        toml::Value::String(s) if s == "uuid" => Ok(ColumnValue::Uuid),
+        toml::Value::String(s) if s == "now" => Ok(ColumnValue::Now),
+        toml::Value::Table(t) if t.len() == 1 => {
+            if let Some(v) = t.get("literal") {
+                let json = serde_json::to_value(v).map_err(|e| format!("literal: {e}"))?;
+                return Ok(ColumnValue::Literal(json));
+            }
+            if let Some(v) = t.get("next_version") {
+                let toml::Value::Array(cols) = v else {
+                    return Err("next_version: expected a list of the stream's key columns".into());
+                };
+                let stream = cols
+                    .iter()
+                    .map(|c| match c {
+                        toml::Value::String(s) => identifier(s).map(|s| s.to_ascii_lowercase()),
+                        other => Err(format!("{other} is not a column name")),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("next_version: {e}"))?;
+                if stream.is_empty() {
+                    return Err("next_version: name the stream's key columns".into());
+                }
+                return Ok(ColumnValue::NextVersion { stream });
+            }
+            Err(VALUE_FORMS.into())
+        }
+        _ => Err(VALUE_FORMS.into()),
+    }
+}
+
+/// `columns` as TOML text that [`parse_columns`] reads back.
+pub fn render_columns(columns: &[TombstoneColumn]) -> String {
+    let mut table = toml::Table::new();
+    for c in columns {
+        let value = match &c.value {
+            ColumnValue::Uuid => toml::Value::String("uuid".into()),
+            ColumnValue::Now => toml::Value::String("now".into()),
+            ColumnValue::Literal(v) => {
+                let mut t = toml::Table::new();
+                t.insert("literal".into(), json_to_toml(v));
+                toml::Value::Table(t)
+            }
+            ColumnValue::NextVersion { stream } => {
+                let mut t = toml::Table::new();
+                let cols = stream.iter().map(|s| toml::Value::String(s.clone()));
+                t.insert("next_version".into(), toml::Value::Array(cols.collect()));
+                toml::Value::Table(t)
+            }
+        };
+        table.insert(c.name.clone(), value);
+    }
+    toml::Value::Table(table).to_string()
+}
+
+fn json_to_toml(v: &serde_json::Value) -> toml::Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => toml::Value::String(String::new()),
+        J::Bool(b) => toml::Value::Boolean(*b),
+        J::Number(n) => n
+            .as_i64()
+            .map(toml::Value::Integer)
+            .unwrap_or_else(|| toml::Value::Float(n.as_f64().unwrap_or_default())),
+        J::String(s) => toml::Value::String(s.clone()),
+        J::Array(a) => toml::Value::Array(a.iter().map(json_to_toml).collect()),
+        J::Object(o) => toml::Value::Table(
+            o.iter()
+                .map(|(k, v)| (k.clone(), json_to_toml(v)))
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ident(s: &str) -> Result<String, String> {
+        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            Ok(s.into())
+        } else {
+            Err("not an identifier".into())
+        }
+    }
+
+    #[test]
+    fn every_value_form_parses_and_renders_back() {
+        let text = r#"{ id = "uuid", at = "now", kind = { literal = "$gap" }, n = { literal = 7 }, data = { literal = {} }, v = { next_version = ["kind"] } }"#;
+        let cols = parse_columns(text, ident).unwrap();
+        let v = |n: &str| cols.iter().find(|c| c.name == n).unwrap().value.clone();
+        assert_eq!(v("id"), ColumnValue::Uuid);
+        assert_eq!(v("at"), ColumnValue::Now);
+        assert_eq!(v("kind"), ColumnValue::Literal("$gap".into()));
+        assert_eq!(v("n"), ColumnValue::Literal(7.into()));
+        assert_eq!(v("data"), ColumnValue::Literal(serde_json::json!({})));
+        assert_eq!(
+            v("v"),
+            ColumnValue::NextVersion {
+                stream: vec!["kind".into()]
+            }
+        );
+        assert_eq!(parse_columns(&render_columns(&cols), ident).unwrap(), cols);
+    }
+
+    #[test]
+    fn mistakes_are_named_all_at_once() {
+        let err = parse_columns(
+            r#"{ "bad name" = "uuid", a = "today", v = { next_version = ["a"] }, w = { next_version = ["b"] } }"#,
+            ident,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("column \"bad name\": not an identifier"),
+            "{err}"
+        );
+        assert!(err.contains("column a: expected \"uuid\""), "{err}");
+        assert!(
+            err.contains("at most one column may be next_version"),
+            "{err}"
+        );
+        assert!(
+            err.contains("names a, which must be a column given a literal"),
+            "{err}"
+        );
+        assert!(parse_columns("{}", ident).unwrap_err().contains("at least"));
+        assert!(parse_columns("7", ident).is_err());
+    }
+
+    #[test]
+    fn ledger_core_is_a_preset_of_custom() {
+        let shape = TableShape::ledger_core("events", "position", "$gap", NIL_UUID, "$tombstone");
+        assert_eq!(
+            shape.literals(),
+            serde_json::json!({"stream_category": "$gap", "stream_id": NIL_UUID, "event_type": "$tombstone", "data": {}})
+        );
+        assert_eq!(
+            shape.version(),
+            Some((
+                "version",
+                &["stream_category".to_string(), "stream_id".to_string()][..]
+            ))
+        );
+        let text = render_columns(&shape.columns);
+        let by_name = |mut c: Vec<TombstoneColumn>| {
+            c.sort_by(|a, b| a.name.cmp(&b.name));
+            c
+        };
+        assert_eq!(
+            by_name(parse_columns(&text, ident).unwrap()),
+            by_name(shape.columns)
+        );
+    }
+}
