@@ -1328,7 +1328,9 @@ mod tests {
             "profile" => "ledger-core".into(),
             "table" | "position_column" => "other".into(),
             "tombstone_stream_id" => "00000000-0000-0000-0000-000000000001".into(),
-            "columns" => r#"{ kind = { literal = "$gap" }, v = { next_version = ["kind"] } }"#.into(),
+            "columns" => {
+                r#"{ kind = { literal = "$gap" }, v = { next_version = ["kind"] } }"#.into()
+            }
             _ => "7s".into(),
         };
         for key in KEYS {
@@ -1525,6 +1527,133 @@ dry_run = true
         assert!(s.stores.iter().all(|s| s.dry_run));
         std::fs::remove_dir_all(dir).ok();
         std::fs::remove_dir_all(dir2).ok();
+    }
+
+    #[test]
+    fn profiles_take_their_keys_and_refuse_the_others() {
+        let (dir, a) = fleet_file(
+            "profiles",
+            r#"
+engine = "postgres"
+connection_string = "host=db"
+[[stores]]
+name = "ledger"
+schema = "bank"
+profile = "ledger-core"
+[[stores]]
+name = "journal"
+profile = "custom"
+table = "Journal"
+position_column = "seq"
+[stores.columns]
+id = "uuid"
+kind = { literal = "$gap" }
+n = { next_version = ["kind"] }
+[[stores]]
+name = "plain"
+"#,
+        );
+        let s = load(&a, vec![], Need::Connection).unwrap();
+        let ledger = &s.stores[0];
+        assert_eq!(ledger.store.tombstone_stream, "$gap");
+        assert_eq!(ledger.leader_key, "gap-healer:bank.events");
+        let TableProfile::Table(shape) = &ledger.store.profile else {
+            panic!("ledger-core is a table profile");
+        };
+        assert_eq!(
+            (shape.table.as_str(), shape.position.as_str()),
+            ("events", "position")
+        );
+        let TableProfile::Table(journal) = &s.stores[1].store.profile else {
+            panic!("custom is a table profile");
+        };
+        assert_eq!(journal.table, "journal");
+        assert_eq!(journal.version().unwrap().0, "n");
+        assert_eq!(s.stores[2].store.profile, TableProfile::Eventuous);
+        assert_eq!(s.stores[2].leader_key, "gap-healer:eventuous");
+        // The printed configuration loads back to the same profiles.
+        let again = dir.join("again.toml");
+        std::fs::write(&again, s.to_toml().replace("(redacted)", "host=db")).unwrap();
+        let mut b = ConfigArgs::default();
+        b.config = Some(again);
+        let back =
+            load(&b, vec![], Need::Connection).unwrap_or_else(|e| panic!("{e}\n{}", s.to_toml()));
+        for (x, y) in s.stores.iter().zip(&back.stores) {
+            assert_eq!(x.store.profile, y.store.profile, "{}", s.to_toml());
+        }
+
+        let cases: [(&[(&str, &str)], &[&str]); 5] = [
+            (
+                &[("columns", r#"{ a = "uuid" }"#), ("table", "events")],
+                &[
+                    "columns (from flag --columns)",
+                    "table (from flag --table)",
+                    "the eventuous profile heals messages",
+                ],
+            ),
+            (
+                &[("profile", "custom")],
+                &[
+                    "table (from nowhere): required by profile = \"custom\"",
+                    "position_column",
+                    "columns",
+                ],
+            ),
+            (
+                &[
+                    ("profile", "custom"),
+                    ("table", "t"),
+                    ("position_column", "p"),
+                    ("columns", r#"{ p = "now" }"#),
+                    ("tombstone_stream", "x"),
+                ],
+                &[
+                    "p is the position column",
+                    "tombstone_stream",
+                    "not read by the custom profile",
+                ],
+            ),
+            (
+                &[
+                    ("profile", "ledger-core"),
+                    ("columns", r#"{ a = "uuid" }"#),
+                    ("tombstone_stream_id", "nope"),
+                ],
+                &[
+                    "the ledger-core profile's tombstone row is fixed",
+                    "expected a UUID",
+                ],
+            ),
+            (
+                &[("profile", "ledger"), ("table", "bad name")],
+                &[
+                    "expected one of eventuous, ledger-core, custom",
+                    "expected a plain identifier",
+                ],
+            ),
+        ];
+        for (flags, needles) in cases {
+            let mut a = args();
+            for (k, v) in flags {
+                a.set(k, v.to_string());
+            }
+            let err = load(&a, vec![], Need::Connection).unwrap_err().to_string();
+            for needle in needles {
+                assert!(err.contains(needle), "{needle} not in {err}");
+            }
+        }
+        let err = load(
+            &args()
+                .with("engine", "mssql")
+                .with("connection_string", "Server=db;User Id=a;Password=b")
+                .with("profile", "ledger-core"),
+            vec![],
+            Need::Connection,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("PostgreSQL only, for now"), "{err}");
+        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]

@@ -11,4 +11,5 @@ mod hostile;
 mod leader;
 mod mssql;
 mod pg;
+mod profiles;
 mod watermark;

@@ -8,6 +8,7 @@
 //! - [`mssql`]: SQL Server (`GAP_HEALER_TEST_MSSQL` or a testcontainers
 //!   server), one database per test ([`mssql::TestDb`]);
 //! - [`eventuous`]: appends the way Eventuous writes them, on both engines;
+//! - [`ledger`]: seed 003's ledger-core table and its appends;
 //! - [`subscriber`]: Eventuous 0.17's all-stream subscription rules;
 //! - [`bin`]: the real `gap-healer` binary, run to completion or in the
 //!   background;
@@ -23,6 +24,7 @@
 pub mod bin;
 pub mod engine;
 pub mod eventuous;
+pub mod ledger;
 pub mod logs;
 pub mod mssql;
 pub mod pg;
