@@ -41,10 +41,18 @@ mod postgres;
 #[path = "chaos/mssql.rs"]
 mod mssql;
 
+#[path = "chaos/fleet.rs"]
+mod fleet;
+
+/// The runs load the machine: one at a time, though cargo runs the tests of
+/// a binary in parallel.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_run_keeps_every_invariant() {
     // The machine's server (when there is one) must come out of the run
     // without a restart: the run restarts only its own cluster.
+    let _one = ONE_AT_A_TIME.lock().await;
     let machine = postgres::machine_server_started().await;
     run::run(postgres::Postgres::create().await).await;
     assert_eq!(
@@ -57,5 +65,18 @@ async fn chaos_run_keeps_every_invariant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs SQL Server: GAP_HEALER_TEST_MSSQL or a Docker engine (see tests/kit/src/mssql.rs)"]
 async fn sql_server_chaos_run_keeps_every_invariant() {
+    let _one = ONE_AT_A_TIME.lock().await;
     run::run(mssql::SqlServer::create().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_postgres_keeps_every_invariant_per_store() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let machine = postgres::machine_server_started().await;
+    fleet::run().await;
+    assert_eq!(
+        postgres::machine_server_started().await,
+        machine,
+        "the machine's PostgreSQL was restarted during the fleet chaos run"
+    );
 }
