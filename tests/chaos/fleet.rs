@@ -376,7 +376,8 @@ pub async fn run() {
     );
 
     // The healers' config files, one per slot (its application name, and
-    // its own leader keys under CHAOS_SPLIT_LEADERS).
+    // its own leader keys under CHAOS_SPLIT_LEADERS), kept beside the
+    // healers' logs (`Healers::save_logs`).
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("chaos-fleet-{}", stores[0].backend.schema));
     std::fs::create_dir_all(&dir).unwrap();
@@ -612,6 +613,4 @@ pub async fn run() {
     figures.push_str(&format!("healer logs            {}\n", logs.display()));
     let backends: Vec<Arc<Postgres>> = stores.iter().map(|s| s.backend.clone()).collect();
     finish(&format!("fleet-{engine}"), &figures, failures, &backends).await;
-    // Reached only when the run passed.
-    std::fs::remove_dir_all(&dir).ok();
 }
