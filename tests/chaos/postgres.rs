@@ -6,11 +6,13 @@
 //! shared CI database.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gap_healer_testkit::eventuous::pg::{self as eventuous, Duplicate};
 use gap_healer_testkit::pg::{self, Throwaway};
 use gap_healer_testkit::subscriber::PageRow;
+use tokio::sync::RwLock;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -21,10 +23,16 @@ pub struct Postgres {
     pub schema: String,
     /// Name of the messages table's primary key constraint.
     pub pkey: String,
-    /// The run's own server: the only one it restarts.
-    cluster: Throwaway,
-    /// Its database `chaos` over TCP, as the healers connect.
+    /// The run's own server: the only one it restarts (a fleet's stores
+    /// share it).
+    cluster: Arc<Throwaway>,
+    /// The store's database over TCP, as the healers connect.
     url: String,
+    /// Every append, read-back and page holds it to read; breaking the
+    /// store (renaming its schema away, `fleet.rs`) holds it to write, so
+    /// the store's writers and subscriber wait out the break instead of
+    /// meeting a missing table.
+    pub gate: Arc<RwLock<()>>,
     /// The run passed and [`Backend::remove`] dropped the schema; otherwise
     /// the cluster's files stay for inspection.
     removed: AtomicBool,
@@ -36,7 +44,13 @@ impl Postgres {
     pub async fn create() -> Postgres {
         let cluster = Throwaway::started("chaos", "trust");
         cluster.create_database("chaos").await;
-        let url = cluster.url("chaos");
+        Postgres::in_cluster(Arc::new(cluster), "chaos").await
+    }
+
+    /// A fresh schema with the Eventuous tables in database `db` (which
+    /// exists) of `cluster`.
+    pub async fn in_cluster(cluster: Arc<Throwaway>, db: &str) -> Postgres {
+        let url = cluster.url(db);
         let admin = connect_within(&url, Duration::from_secs(10)).await;
         let schema = pg::schema_name("chaos");
         pg::create_schema(&admin, &schema)
@@ -55,11 +69,17 @@ impl Postgres {
             pkey,
             cluster,
             url,
+            gate: Arc::new(RwLock::new(())),
             removed: AtomicBool::new(false),
         }
     }
 
-    async fn check(&self) -> Client {
+    /// The store's database over TCP (no application name).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub async fn check(&self) -> Client {
         connect_within(&self.url, Duration::from_secs(30)).await
     }
 }
@@ -84,6 +104,7 @@ impl Backend for Postgres {
 
     async fn append(&self, c: &mut Client, append: &Append<'_>) -> Attempt {
         // One append attempt in one transaction.
+        let _gate = self.gate.read().await;
         let c: &Client = c;
         let (pkey, s) = (self.pkey.as_str(), self.schema.as_str());
         // An error inside the transaction: was the connection lost, or did the server refuse?
@@ -193,10 +214,12 @@ impl Backend for Postgres {
     }
 
     async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
+        let _gate = self.gate.read().await;
         resolve(&self.url, &self.schema, journal, events).await
     }
 
     async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {
+        let _gate = self.gate.read().await;
         pg::page(c, &self.schema, next)
             .await
             .map_err(|e| e.to_string())
@@ -323,14 +346,14 @@ pub async fn machine_server_started() -> Option<String> {
 }
 
 /// One connection attempt to `url`, bounded by 2 s.
-async fn try_connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+pub async fn try_connect(url: &str) -> Result<Client, tokio_postgres::Error> {
     let url = pg::with_param(&pg::named(url, "gh-chaos-test"), "connect_timeout", "2");
     pg::try_connect(&url).await
 }
 
 /// Connects to `url`, retrying every 100 ms (the server may be restarting)
 /// for up to `limit`.
-async fn connect_within(url: &str, limit: Duration) -> Client {
+pub async fn connect_within(url: &str, limit: Duration) -> Client {
     connect_retrying(&format!("PostgreSQL at {url}"), limit, || async {
         try_connect(url).await.map_err(|e| e.to_string())
     })

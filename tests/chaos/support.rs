@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use gap_healer_testkit::eventuous::{TOMBSTONE_STREAM, TOMBSTONE_TYPE};
-pub use gap_healer_testkit::logs::{now_us, FillAttempt, LogFacts};
+pub use gap_healer_testkit::logs::{now_us, parse_timestamp, FillAttempt, LogFacts};
 pub use gap_healer_testkit::wait::connect_retrying;
 
 pub const EVENT_TYPE: &str = "ChaosEvent";
@@ -536,6 +537,13 @@ pub async fn subscriber<B: Backend>(
     }
 }
 
+/// The checker's own test, `CHAOS_SPLIT_LEADERS`: each slot its own leader
+/// key, so every healer leads at once and the run must fail with "two
+/// fillers at once".
+pub fn split_leaders() -> bool {
+    std::env::var("CHAOS_SPLIT_LEADERS").is_ok()
+}
+
 /// One run of the healer binary.
 pub struct Instance {
     pub slot: usize,
@@ -547,11 +555,13 @@ pub struct Instance {
     pub killed: bool,
     /// Exit status when it ended on its own or after SIGTERM.
     pub exit: Option<ExitStatus>,
+    /// Where it serves HTTP, once read from its log.
+    addr: Option<SocketAddr>,
 }
 
 impl Instance {
-    /// `gap-healer run` with the store's flags and environment from the
-    /// backend, and the chaos run's timings.
+    /// `gap-healer run` with the store's flags (or a fleet's `--config`) and
+    /// environment, and the chaos run's timings (flags: every store's).
     pub fn start(
         slot: usize,
         number: usize,
@@ -580,11 +590,6 @@ impl Instance {
             ]
             .map(String::from),
         );
-        if std::env::var("CHAOS_SPLIT_LEADERS").is_ok() {
-            // The checker's own test: a leader key per slot, so every healer
-            // leads at once and the run must fail with "two fillers at once".
-            args.extend(["--leader-key".into(), format!("chaos-split-{slot}")]);
-        }
         let started_us = now_us();
         let process = Process::spawn(bin::command(&args, store.1.iter().map(|(k, v)| (k, v))))
             .expect("start gap-healer run");
@@ -596,7 +601,17 @@ impl Instance {
             ended_us: None,
             killed: false,
             exit: None,
+            addr: None,
         }
+    }
+
+    /// Where it serves HTTP, once it has said so (`None` before, or when it
+    /// never does).
+    pub fn addr(&mut self) -> Option<SocketAddr> {
+        if self.addr.is_none() && self.ended_us.is_none() {
+            self.addr = self.process.listening(Duration::ZERO);
+        }
+        self.addr
     }
 
     /// SIGKILL; the leadership it may have had ends now.
@@ -627,7 +642,9 @@ impl Instance {
             // the holes may all be filled 25 ms later) may not have installed
             // its signal handlers yet, and would die of the SIGTERM itself:
             // wait until it listens (handlers come first), up to 20 s.
-            tokio::task::block_in_place(|| self.process.listening(Duration::from_secs(20)));
+            if self.addr.is_none() {
+                tokio::task::block_in_place(|| self.process.listening(Duration::from_secs(20)));
+            }
             let (status, _) = self.process.terminate();
             self.ended_us = Some(now_us());
             self.exit = Some(status);
@@ -651,11 +668,14 @@ impl Instance {
         })
     }
 
-    /// Its log read as leadership intervals and fill attempts.
-    pub fn facts(&self) -> LogFacts {
+    /// Its log read as leadership intervals and fill attempts: all of it,
+    /// or only the lines of one store of a fleet.
+    pub fn facts(&self, store: Option<&str>) -> LogFacts {
         let end = self.ended_us.unwrap_or_else(now_us);
-        self.process
-            .with_lines(|lines| gap_healer_testkit::logs::facts(lines, self.number, end))
+        self.process.with_lines(|lines| match store {
+            None => gap_healer_testkit::logs::facts(lines, self.number, end),
+            Some(store) => gap_healer_testkit::logs::facts_of_store(lines, store, self.number, end),
+        })
     }
 }
 

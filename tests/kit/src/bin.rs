@@ -528,6 +528,22 @@ impl Daemon {
     }
 }
 
+/// `GET http://ADDR/PATH` of a daemon (any [`Process`] serving HTTP), within
+/// 2 s: the status and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await?;
+    Ok((resp.status().as_u16(), resp.text().await?))
+}
+
+/// The value of `sample` in a Prometheus scrape (see [`Daemon::metric`]).
+pub fn metric_in(scrape: &str, sample: &str) -> Option<f64> {
+    sample_value(scrape, sample)
+}
+
 /// The value of `sample` in a Prometheus scrape.
 fn sample_value(body: &str, sample: &str) -> Option<f64> {
     let (name, want) = split_sample(sample);

@@ -134,6 +134,60 @@ pub fn facts<S: AsRef<str>>(lines: &[S], instance: usize, end_us: i64) -> LogFac
     f
 }
 
+/// The store a JSON log line of a fleet daemon belongs to: the `store` span
+/// it was logged in (every line of a store's task is), else a `store` field
+/// of its own; `None` for the process's own lines (start, listening, end).
+pub fn store_of(v: &Value) -> Option<&str> {
+    v["spans"]
+        .as_array()
+        .and_then(|spans| {
+            spans
+                .iter()
+                .rev()
+                .find(|s| s["name"] == "store")
+                .and_then(|s| s["store"].as_str())
+        })
+        .or_else(|| v["store"].as_str())
+}
+
+/// [`facts`] over the lines of one store of a fleet daemon (see
+/// [`store_of`]); a panic anywhere in the process counts for every store.
+pub fn facts_of_store<S: AsRef<str>>(
+    lines: &[S],
+    store: &str,
+    instance: usize,
+    end_us: i64,
+) -> LogFacts {
+    let mut panicked = false;
+    let mine: Vec<&str> = lines
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|l| {
+            panicked |= l.contains("panicked");
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .is_some_and(|v| store_of(&v) == Some(store))
+        })
+        .collect();
+    let mut f = facts(&mine, instance, end_us);
+    f.panicked |= panicked;
+    f
+}
+
+/// The ERROR lines of a process that belong to no store (see [`store_of`]).
+pub fn errors_outside_stores<S: AsRef<str>>(lines: &[S]) -> Vec<String> {
+    lines
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .is_some_and(|v| v["level"] == "ERROR" && store_of(&v).is_none())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
