@@ -1582,7 +1582,8 @@ name = "plain"
             assert_eq!(x.store.profile, y.store.profile, "{}", s.to_toml());
         }
 
-        let cases: [(&[(&str, &str)], &[&str]); 5] = [
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+        let cases: [Case; 5] = [
             (
                 &[("columns", r#"{ a = "uuid" }"#), ("table", "events")],
                 &[
