@@ -541,9 +541,14 @@ async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> R
     let mut findings = vec![engine::Finding::pass(
         engine::Check::Configuration,
         format!(
-            "engine {}, schema {}, gap_timeout {}, lock_timeout {}, connection {}",
+            "engine {}, schema {}, {}gap_timeout {}, lock_timeout {}, connection {}",
             settings.engine,
             settings.store.schema,
+            match &settings.store.profile {
+                engine::profile::Profile::Eventuous => String::new(),
+                engine::profile::Profile::Table(t) =>
+                    format!("profile {}, table {}.{}, ", t.kind, t.table, t.position),
+            },
             humantime::format_duration(settings.gap_timeout),
             humantime::format_duration(settings.lock_timeout),
             settings.store.connection_string.redacted()

@@ -236,6 +236,7 @@ async fn a_second_fill_waits_for_the_first_before_reading_the_version() {
         .unwrap();
     let waited = started.elapsed();
     let (first, first_took) = first.await.unwrap();
+    eprintln!("second fill waited {waited:?}; the first took {first_took:?}");
     assert_eq!(first, FillOutcome::Held);
     assert_eq!(second, FillOutcome::Filled { rows: 1 });
     assert!(
