@@ -407,7 +407,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "watermark_table",
-        help: "Publish the contiguous watermark in this table (schema.table; PostgreSQL); empty: do not",
+        help: "Publish the contiguous watermark in this table (schema.table); empty: do not",
         flag: Flag::Value("SCHEMA.TABLE"),
         unset: Unset::Default(""),
         scope: Scope::store(

@@ -785,15 +785,6 @@ impl<'a> Validator<'a> {
                 }
             };
         }
-        if let (Some(raw), Some(EngineKind::Mssql)) = (set.get("watermark_table"), engine) {
-            if store.store.watermark_table.is_some() {
-                self.problem(
-                    "watermark_table",
-                    &raw.origin,
-                    "published on PostgreSQL only, for now (the gauge gap_healer_contiguous_position is exported on every engine)",
-                );
-            }
-        }
     }
 
     /// The store's table profile from `profile`, `table`, `position_column`,

@@ -162,6 +162,54 @@ pub fn shape_verdict(findings: &[Finding]) -> Result<(), String> {
     }
 }
 
+/// The watermark table's finding, from the facts. `expected` lists, for
+/// each column gap-healer writes, the `name type` forms the engine accepts
+/// (the first is the one its DDL creates and the message names).
+pub fn watermark_verdict(
+    table: &str,
+    exists: bool,
+    columns: &[String],
+    expected: &[&[&str]],
+    store_is_unique: bool,
+    writable: bool,
+    fix: &str,
+) -> Finding {
+    if !exists {
+        return Finding::fail(Check::Watermark, format!("{table} does not exist: {fix}"));
+    }
+    let missing: Vec<&str> = expected
+        .iter()
+        .filter(|forms| !columns.iter().any(|have| forms.contains(&have.as_str())))
+        .map(|forms| forms[0])
+        .collect();
+    if !missing.is_empty() {
+        return Finding::fail(
+            Check::Watermark,
+            format!(
+                "{table} lacks the column(s) {} (it has {}): {fix}",
+                missing.join(", "),
+                columns.join(", ")
+            ),
+        );
+    }
+    if !store_is_unique {
+        return Finding::fail(
+            Check::Watermark,
+            format!("{table} has no unique key on store alone (the upsert needs it): {fix}"),
+        );
+    }
+    if !writable {
+        return Finding::fail(
+            Check::Watermark,
+            format!("this login may not SELECT, INSERT and UPDATE {table}: run the GRANT `gap-healer sql` prints"),
+        );
+    }
+    Finding::pass(
+        Check::Watermark,
+        format!("{table}: published here, one row per store"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

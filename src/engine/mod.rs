@@ -431,11 +431,17 @@ pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
             }
             sql
         }
-        EngineKind::Mssql => mssql::setup_sql_for(
-            &store.schema,
-            &store.tombstone_stream,
-            &store.tombstone_type,
-        ),
+        EngineKind::Mssql => {
+            let mut sql = mssql::setup_sql_for(
+                &store.schema,
+                &store.tombstone_stream,
+                &store.tombstone_type,
+            );
+            if let Some(table) = &store.watermark_table {
+                sql += &mssql::watermark_sql(table);
+            }
+            sql
+        }
     }
 }
 

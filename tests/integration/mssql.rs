@@ -1725,3 +1725,80 @@ async fn an_older_parameterised_procedure_is_not_used() {
 fn ignore_reason_is_documented() {
     assert!(NEEDS.contains("GAP_HEALER_TEST_MSSQL"));
 }
+
+/// The published watermark on SQL Server: its table from `gap-healer sql`,
+/// `check` knowing it (and naming it when missing), `heal --once` publishing
+/// the head once every hole below is filled, and a lower value never
+/// replacing a higher one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn watermark_published_checked_and_never_lowered() {
+    let db = store_with_streams().await;
+    let cs = db.connection_string();
+    let table = "gap_healer_wm.watermarks";
+    let wm = ["--watermark-table", table];
+
+    let (code, out) = bin::run(healer(&cs, &["check"], &wm), Duration::from_secs(60)).await;
+    assert_ne!(code, 0, "check passes without the watermark table\n{out}");
+    assert!(out.contains(&format!("{table} does not exist")), "{out}");
+
+    // The DDL as `gap-healer sql` prints it, without the GRANTs to the
+    // placeholder user (the test logs in as the admin).
+    let (code, script) = bin::run(healer(&cs, &["sql"], &wm), Duration::from_secs(30)).await;
+    assert_eq!(code, 0, "{script}");
+    let ddl = script
+        .split("\nGO\n")
+        .last()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut client = db.client().await;
+    let (create_schema, create_table) = ddl.split_once("IF OBJECT_ID").expect("two statements");
+    ms::exec(&mut client, create_schema).await;
+    ms::exec(&mut client, &format!("IF OBJECT_ID{create_table}")).await;
+    let (code, out) = bin::run(healer(&cs, &["check"], &wm), Duration::from_secs(60)).await;
+    assert!(
+        out.contains(&format!("{table}: published here, one row per store")),
+        "check exited {code}\n{out}"
+    );
+
+    db.append("A", 1).await;
+    db.rolled_back_append("X", 3).await;
+    db.append("B", 2).await;
+    let head = db.head().await.unwrap();
+    let (code, out) = bin::run(
+        healer(
+            &cs,
+            &["heal", "--once"],
+            &[
+                "--start-from",
+                "0",
+                "--gap-timeout",
+                "0s",
+                "--watermark-table",
+                table,
+            ],
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(code, 0, "heal --once\n{out}");
+    let engine = ms::TestDb::engine_with_watermark(&db, table);
+    assert_eq!(engine.read_watermark("default").await.unwrap(), Some(head));
+    engine.publish_watermark("default", head - 2).await.unwrap();
+    assert_eq!(
+        engine.read_watermark("default").await.unwrap(),
+        Some(head),
+        "a lower watermark replaced a higher one"
+    );
+    engine.publish_watermark("other", 7).await.unwrap();
+    engine.publish_watermark("default", head + 1).await.unwrap();
+    assert_eq!(
+        engine.read_watermark("default").await.unwrap(),
+        Some(head + 1)
+    );
+    assert_eq!(engine.read_watermark("other").await.unwrap(), Some(7));
+    db.drop().await;
+}

@@ -38,6 +38,7 @@ mod fill;
 mod leader;
 mod preflight;
 mod sql;
+mod watermark;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -49,6 +50,7 @@ use tiberius::{Row, ToSql};
 
 pub use self::fill::{FillMode, MAX_FILL_RANGES, MAX_FILL_ROWS};
 pub use self::leader::{MssqlLeaderSession, MAX_LEADER_KEY_UNITS};
+pub use self::watermark::watermark_sql;
 
 use self::conn::Client;
 pub(crate) use self::conn::Manager;
@@ -509,7 +511,17 @@ impl Engine for MssqlEngine {
     }
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
-        self.preflight_findings().await
+        let mut findings = self.preflight_findings().await?;
+        findings.extend(self.watermark_finding().await);
+        Ok(findings)
+    }
+
+    async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
+        self.read_watermark_row(store).await
+    }
+
+    async fn publish_watermark(&self, store: &str, position: i64) -> DbResult<()> {
+        self.publish_watermark_row(store, position).await
     }
 }
 

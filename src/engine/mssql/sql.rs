@@ -33,6 +33,12 @@ pub(crate) const GRANTS: &str = include_str!("../../../sql/mssql/grants.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/mssql/preflight.sql");
 pub(crate) const SERVER: &str = include_str!("../../../sql/mssql/server.sql");
 pub(crate) const DATABASES: &str = include_str!("../../../sql/mssql/databases.sql");
+/// The published watermark's statements: they name `__watermark__`, the
+/// configured `schema.table`, not the store's schema.
+pub(crate) const WATERMARK_READ: &str = include_str!("../../../sql/mssql/watermark_read.sql");
+pub(crate) const WATERMARK_PUBLISH: &str = include_str!("../../../sql/mssql/watermark_publish.sql");
+pub(crate) const WATERMARK_CHECK: &str = include_str!("../../../sql/mssql/watermark_check.sql");
+pub(crate) const WATERMARK_TABLE: &str = include_str!("../../../sql/mssql/watermark_table.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
 /// Takes the leader lock on a dedicated session. Names no schema: an
 /// application lock belongs to the database, and its name is `@P1`.
@@ -471,7 +477,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 15] = [
+    const ALL: [(&str, &str); 19] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
@@ -487,17 +493,25 @@ mod tests {
         ("leader_check", LEADER_CHECK),
         ("server", SERVER),
         ("databases", DATABASES),
+        ("watermark_read", WATERMARK_READ),
+        ("watermark_publish", WATERMARK_PUBLISH),
+        ("watermark_check", WATERMARK_CHECK),
+        ("watermark_table", WATERMARK_TABLE),
     ];
 
     /// Files that name no schema: the session's own state, the leader
     /// lock (an application lock of the database, named by `@P1`), the
     /// server and its databases.
-    const SCHEMALESS: [&str; 5] = [
+    const SCHEMALESS: [&str; 9] = [
         "session_state",
         "leader_lock",
         "leader_check",
         "server",
         "databases",
+        "watermark_read",
+        "watermark_publish",
+        "watermark_check",
+        "watermark_table",
     ];
 
     #[test]

@@ -8,6 +8,7 @@
 
 use super::errors::get;
 use super::PostgresEngine;
+use crate::engine::check::watermark_verdict;
 use crate::engine::{Check, DbResult, Finding};
 
 const READ: &str = include_str!("../../../sql/postgres/watermark_read.sql");
@@ -99,39 +100,16 @@ fn verdict(
     writable: bool,
     fix: &str,
 ) -> Finding {
-    if !exists {
-        return Finding::fail(Check::Watermark, format!("{table} does not exist: {fix}"));
-    }
-    let missing: Vec<&str> = COLUMNS
-        .iter()
-        .copied()
-        .filter(|c| !columns.iter().any(|have| have == c))
-        .collect();
-    if !missing.is_empty() {
-        return Finding::fail(
-            Check::Watermark,
-            format!(
-                "{table} lacks the column(s) {} (it has {}): {fix}",
-                missing.join(", "),
-                columns.join(", ")
-            ),
-        );
-    }
-    if !store_is_unique {
-        return Finding::fail(
-            Check::Watermark,
-            format!("{table} has no unique key on store alone (the upsert needs it): {fix}"),
-        );
-    }
-    if !writable {
-        return Finding::fail(
-            Check::Watermark,
-            format!("this login may not SELECT, INSERT and UPDATE {table}: run the GRANT `gap-healer sql` prints"),
-        );
-    }
-    Finding::pass(
-        Check::Watermark,
-        format!("{table}: published here, one row per store"),
+    let expected = COLUMNS.map(|c| [c]);
+    let expected: Vec<&[&str]> = expected.iter().map(|c| &c[..]).collect();
+    watermark_verdict(
+        table,
+        exists,
+        columns,
+        &expected,
+        store_is_unique,
+        writable,
+        fix,
     )
 }
 

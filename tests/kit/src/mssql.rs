@@ -344,6 +344,13 @@ impl TestDb {
         self.settings_for(&self.connection_string())
     }
 
+    /// [`TestDb::engine`] publishing the watermark in `table`.
+    pub fn engine_with_watermark(&self, table: &str) -> MssqlEngine {
+        let mut settings = self.settings();
+        settings.watermark_table = Some(table.to_string());
+        crate::engine::mssql(&settings).expect("engine")
+    }
+
     /// The engine as the admin, as the daemon builds it.
     pub fn engine(&self) -> MssqlEngine {
         crate::engine::mssql(&self.settings()).expect("engine")
