@@ -59,6 +59,9 @@ mod postgres;
 #[path = "chaos/mssql.rs"]
 mod mssql;
 
+#[path = "chaos/watermark.rs"]
+mod watermark;
+
 #[path = "chaos/fleet.rs"]
 mod fleet;
 
