@@ -65,6 +65,9 @@ mod watermark;
 #[path = "chaos/fleet.rs"]
 mod fleet;
 
+#[path = "chaos/ledger.rs"]
+mod ledger;
+
 /// The runs load the machine: one at a time, though cargo runs the tests of
 /// a binary in parallel.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -99,5 +102,17 @@ async fn fleet_postgres_keeps_every_invariant_per_store() {
         postgres::machine_server_started().await,
         machine,
         "the machine's PostgreSQL was restarted during the fleet chaos run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ledger_core_postgres_readers_bounded_by_the_watermark_never_skip() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let machine = postgres::machine_server_started().await;
+    ledger::run().await;
+    assert_eq!(
+        postgres::machine_server_started().await,
+        machine,
+        "the machine's PostgreSQL was restarted during the ledger-core chaos run"
     );
 }
