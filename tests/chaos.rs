@@ -38,12 +38,34 @@
 //! during the break, and the store that publishes a watermark
 //! (`watermark_table`) is sampled every 100 ms: every position at or below
 //! the watermark is a committed event or tombstone in the same snapshot, and
-//! it never decreases. The runs of this binary take turns, one at a time.
+//! it never decreases.
+//!
+//! The ledger-core run
+//! (`ledger_core_postgres_readers_bounded_by_the_watermark_never_skip`,
+//! `chaos/ledger.rs`) heals seed 003's `events` table
+//! (`tests/fixtures/ledger_core_postgres.sql`) in a throwaway cluster of its
+//! own: 8 writers append the way seed 003 does but WITHOUT its global
+//! advisory lock, in parallel (rollbacks after insert, slow appends held
+//! open 50-500 ms, two-stream appends failing at a stale version on the
+//! unique (stream_category, stream_id, version) key, and the version races
+//! unlocked appends really lose), 3 healer processes with `--profile
+//! ledger-core` and `--watermark-table`, killed and restarted, the server
+//! restarted once; the verdict above, with tombstones in the ledger's own
+//! `$gap` stream. On top: the watermark sampled every 100 ms as in the fleet
+//! run (and reaching the head at the end); a naive reader like seed 003's
+//! `ReadAll` bounded by the watermark (`WHERE position > @after AND position
+//! <= (SELECT position FROM <watermark table> WHERE store = 'default')`,
+//! polling) must read every committed event exactly once in position order;
+//! a second one without the watermark predicate runs beside it and its
+//! skipped events are counted, not judged; tombstone versions are 1..=n in
+//! position order. `CHAOS_LEDGER_NO_WATERMARK=1` drops the predicate from
+//! the checked reader: the run must then fail. The runs of this binary take
+//! turns, one at a time.
 //!
 //! `CHAOS_SECONDS` (default 20; CI runs 60) sets how long the writers write;
 //! `CHAOS_SEED` replays a run's random choices (the process timings still vary).
 //! `CHAOS_SPLIT_LEADERS=1` gives each healer its own leader key (in the
-//! fleet, its own key per store), so all lead at once: the run must then
+//! fleet, its own key per store), so all lead at once: every run must then
 //! fail, which shows the log check can see it.
 //! Run it with `cargo test --test chaos -- --nocapture` to see the figures.
 
@@ -59,8 +81,14 @@ mod postgres;
 #[path = "chaos/mssql.rs"]
 mod mssql;
 
+#[path = "chaos/watermark.rs"]
+mod watermark;
+
 #[path = "chaos/fleet.rs"]
 mod fleet;
+
+#[path = "chaos/ledger.rs"]
+mod ledger;
 
 /// The runs load the machine: one at a time, though cargo runs the tests of
 /// a binary in parallel.
@@ -96,5 +124,17 @@ async fn fleet_postgres_keeps_every_invariant_per_store() {
         postgres::machine_server_started().await,
         machine,
         "the machine's PostgreSQL was restarted during the fleet chaos run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ledger_core_postgres_readers_bounded_by_the_watermark_never_skip() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let machine = postgres::machine_server_started().await;
+    ledger::run().await;
+    assert_eq!(
+        postgres::machine_server_started().await,
+        machine,
+        "the machine's PostgreSQL was restarted during the ledger-core chaos run"
     );
 }

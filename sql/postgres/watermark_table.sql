@@ -2,8 +2,9 @@
 -- The contiguous watermark (watermark_table = "__watermark__"): one row per
 -- store, kept by gap-healer. Every position at or below `position` is a
 -- committed event or a tombstone, and `position` never decreases, so a
--- reader that adds `AND global_position <= position` to its
--- `global_position > last` query never skips an event that commits late.
+-- reader that adds `AND <position> <= position` to its `<position> > last`
+-- query (global_position for Eventuous, position for ledger-core) never
+-- skips an event that commits late.
 CREATE TABLE IF NOT EXISTS __watermark__ (
     store      text        PRIMARY KEY,
     position   bigint      NOT NULL,

@@ -35,12 +35,12 @@ use gap_healer_testkit::bin;
 use gap_healer_testkit::pg::{self, Throwaway};
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::postgres::{connect_within, try_connect, Postgres};
+use crate::postgres::{connect_within, Postgres};
 use crate::run::*;
 use crate::support::*;
+use crate::watermark::{create_watermark_table, Watermark};
 
 /// Writers per store (the single-store run has 8 on its one store).
 const FLEET_WRITERS: usize = 3;
@@ -78,37 +78,6 @@ impl FleetStore {
         }
         e
     }
-}
-
-/// Creates the watermark table from what `gap-healer sql` prints (its
-/// GRANTs name a role the throwaway cluster lacks; the run is superuser).
-async fn create_watermark_table(store: &Postgres, table: &str) {
-    let out = bin::cli(
-        &[
-            "sql",
-            "--engine",
-            "postgres",
-            "--schema",
-            &store.schema,
-            "--watermark-table",
-            table,
-        ],
-        &[("GAP_HEALER_CONNECTION_STRING", store.url())],
-    );
-    assert_eq!(out.code, 0, "{}", out.all());
-    let ddl: String = out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let start = ddl.find("CREATE TABLE").expect("the watermark table's DDL");
-    store
-        .check()
-        .await
-        .batch_execute(&ddl[start..])
-        .await
-        .unwrap();
 }
 
 /// The break of one store, run on a task of its own: waits for its writers'
@@ -183,18 +152,6 @@ struct Scrape {
     others: Vec<String>,
 }
 
-/// The watermark's samples.
-#[derive(Default)]
-struct Watermark {
-    client: Option<Client>,
-    samples: u64,
-    /// Samples that found no row yet (nothing published).
-    unpublished: u64,
-    failed_reads: u64,
-    last: Option<i64>,
-    violations: Vec<String>,
-}
-
 /// What the fleet run adds to the chaos loop.
 struct FleetEvents {
     broken: Arc<Postgres>,
@@ -206,10 +163,8 @@ struct FleetEvents {
     next_scrape: Duration,
     scrapes: Vec<Scrape>,
     scrape_errors: u64,
-    /// The watermark store, its table, and its name in the table.
+    /// The watermark store, and its watermark.
     wm_store: Arc<Postgres>,
-    wm_table: String,
-    wm_name: String,
     wm: Watermark,
 }
 
@@ -241,55 +196,6 @@ impl FleetEvents {
                 others: self.others.iter().filter_map(|n| state_of(n)).collect(),
             });
         }
-    }
-
-    /// Samples the watermark and the rows at or below it in one statement
-    /// (one snapshot).
-    async fn sample_watermark(&mut self) {
-        if self.wm.client.is_none() {
-            match try_connect(self.wm_store.url()).await {
-                Ok(c) => self.wm.client = Some(c),
-                Err(_) => {
-                    self.wm.failed_reads += 1;
-                    return;
-                }
-            }
-        }
-        let c = self.wm.client.as_ref().unwrap();
-        let sql = format!(
-            "SELECT w.position, (SELECT COUNT(*) FROM {s}.messages m WHERE m.global_position BETWEEN 1 AND w.position),
-                    (SELECT COUNT(*) FROM {s}.messages m WHERE m.global_position <= w.position AND m.global_position < 1)
-             FROM {t} w WHERE w.store = $1",
-            s = self.wm_store.schema,
-            t = self.wm_table
-        );
-        let row = match c.query_opt(&sql, &[&self.wm_name]).await {
-            Ok(row) => row,
-            Err(_) => {
-                self.wm.client = None;
-                self.wm.failed_reads += 1;
-                return;
-            }
-        };
-        self.wm.samples += 1;
-        let Some(row) = row else {
-            self.wm.unpublished += 1;
-            return;
-        };
-        let (w, rows, below): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        if rows != w || below != 0 {
-            self.wm.violations.push(format!(
-                "watermark {w}: only {rows} of the positions 1..={w} are committed events or tombstones at the moment of sampling"
-            ));
-        }
-        if let Some(last) = self.wm.last {
-            if w < last {
-                self.wm
-                    .violations
-                    .push(format!("the watermark decreased from {last} to {w}"));
-            }
-        }
-        self.wm.last = Some(w);
     }
 }
 
@@ -326,11 +232,11 @@ impl Extra for FleetEvents {
                 restore.cancel();
             }
         }
-        self.sample_watermark().await;
+        self.wm.sample().await;
     }
 
     async fn settled(&mut self) -> bool {
-        self.sample_watermark().await;
+        self.wm.sample().await;
         if let Some(brk) = &self.brk {
             brk.restore.cancel();
             if !brk.task.is_finished() {
@@ -366,7 +272,14 @@ pub async fn run() {
     }
     // The first store publishes a watermark; the second is broken.
     let wm_table = format!("{}.watermarks", stores[0].backend.schema);
-    create_watermark_table(&stores[0].backend, &wm_table).await;
+    let wm_store = &stores[0].backend;
+    create_watermark_table(
+        &wm_store.check().await,
+        wm_store.url(),
+        &["--schema", &wm_store.schema],
+        &wm_table,
+    )
+    .await;
     stores[0].watermark_table = Some(wm_table.clone());
     let broken = 1;
     println!(
@@ -427,9 +340,13 @@ pub async fn run() {
         scrapes: Vec::new(),
         scrape_errors: 0,
         wm_store: stores[0].backend.clone(),
-        wm_table,
-        wm_name: stores[0].name.clone(),
-        wm: Watermark::default(),
+        wm: Watermark::new(
+            stores[0].backend.url(),
+            &format!("{}.messages", stores[0].backend.schema),
+            "global_position",
+            &wm_table,
+            &stores[0].name,
+        ),
     };
     let server = stores[0].backend.clone();
     let driven = drive(
@@ -549,23 +466,7 @@ pub async fn run() {
     }
 
     // The watermark.
-    let wm = &events.wm;
-    failures.extend(wm.violations.iter().take(10).cloned());
-    if wm.violations.len() > 10 {
-        failures.push(format!(
-            "... {} watermark violations in all",
-            wm.violations.len()
-        ));
-    }
-    if wm.samples == wm.unpublished {
-        failures.push("the watermark was never published: nothing was checked".into());
-    }
-    if wm.last != Some(driven.heads[0]) {
-        failures.push(format!(
-            "the watermark ended at {:?}, not at the head {}",
-            wm.last, driven.heads[0]
-        ));
-    }
+    failures.extend(events.wm.failures(driven.heads[0]));
     if driven.restart.is_none() {
         failures.push(format!("{engine} was not restarted"));
     }
@@ -596,15 +497,7 @@ pub async fn run() {
         "longest stalls         {} (bound for the healthy stores {STALL_BOUND:?})\n",
         stalls.join(", ")
     ));
-    figures.push_str(&format!(
-        "watermark samples      {} checked ({} before the first publication, {} reads failed), last {:?}, head {}; {} violations\n",
-        wm.samples - wm.unpublished,
-        wm.unpublished,
-        wm.failed_reads,
-        wm.last,
-        driven.heads[0],
-        wm.violations.len()
-    ));
+    figures.push_str(&events.wm.figures(driven.heads[0]));
     figures.push_str(&format!(
         "wrote for {:.1?}; healed the rest and caught up in {:.1?} after the writers stopped\n",
         driven.wrote_for, driven.settle_took

@@ -235,21 +235,7 @@ impl Backend for Postgres {
     }
 
     async fn restart(&self) -> (Duration, String) {
-        // A fast shutdown (every session ends, as when a server goes down),
-        // then a start, as `pg_ctl restart` does.
-        let started = Instant::now();
-        tokio::task::block_in_place(|| {
-            self.cluster.stop();
-            self.cluster.start();
-        });
-        connect_within(&self.url, Duration::from_secs(60)).await;
-        (
-            started.elapsed(),
-            format!(
-                "restart of the run's own PostgreSQL cluster (port {})",
-                self.cluster.port
-            ),
-        )
+        restart_cluster(&self.cluster, &self.url).await
     }
 
     async fn count_and_head(&self) -> (i64, i64) {
@@ -334,6 +320,25 @@ impl Backend for Postgres {
     }
 }
 
+/// Restarts the run's own cluster: a fast shutdown (every session ends, as
+/// when a server goes down), then a start, as `pg_ctl restart` does; returns
+/// how long until `url` answered again, and what was restarted.
+pub async fn restart_cluster(cluster: &Throwaway, url: &str) -> (Duration, String) {
+    let started = Instant::now();
+    tokio::task::block_in_place(|| {
+        cluster.stop();
+        cluster.start();
+    });
+    connect_within(url, Duration::from_secs(60)).await;
+    (
+        started.elapsed(),
+        format!(
+            "restart of the run's own PostgreSQL cluster (port {})",
+            cluster.port
+        ),
+    )
+}
+
 /// When the machine's PostgreSQL (127.0.0.1:5432 or GAP_HEALER_TEST_PG)
 /// started, `None` when it does not answer: a restart changes it.
 pub async fn machine_server_started() -> Option<String> {
@@ -360,7 +365,7 @@ pub async fn connect_within(url: &str, limit: Duration) -> Client {
     .await
 }
 
-fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+pub fn is_connection_error(e: &tokio_postgres::Error) -> bool {
     e.is_closed()
         || e.code().is_none()
         || e.code().is_some_and(|c| {

@@ -54,6 +54,15 @@ pub trait Backend: Send + Sync + 'static {
     /// and go on (PostgreSQL's ON CONFLICT DO NOTHING); on SQL Server the
     /// append fails.
     const DUPLICATES_IGNORED: bool;
+    /// Whether events carry message ids that an append can duplicate
+    /// (Eventuous's); without them (ledger-core's table) the writers make
+    /// no duplicate-id appends, and that share of them fails part way at a
+    /// stale version instead.
+    const MESSAGE_IDS: bool = true;
+    /// How long a slow append holds its transaction open, in multiples of
+    /// [`GAP_TIMEOUT`]: from half of it (never due while open) to three
+    /// times (due, and refused by its lock) by default.
+    const SLOW_HOLD: (f64, f64) = (0.5, 3.0);
 
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
     /// One append attempt in one transaction, on `c`.
@@ -339,9 +348,10 @@ pub async fn writer<B: Backend>(
             r if r < 0.15 => Kind::Slow {
                 commit: rng.random_bool(0.75),
             },
-            r if r < 0.19 && !mine.is_empty() && B::DUPLICATES_IGNORED => Kind::DuplicateIgnored,
-            r if r < 0.19 && !mine.is_empty() => Kind::DuplicateFailed,
-            r if r < 0.22 && !mine.is_empty() => Kind::DuplicateFailed,
+            r if r < 0.19 && B::MESSAGE_IDS && !mine.is_empty() && B::DUPLICATES_IGNORED => {
+                Kind::DuplicateIgnored
+            }
+            r if r < 0.22 && B::MESSAGE_IDS && !mine.is_empty() => Kind::DuplicateFailed,
             r if r < 0.27 => Kind::MultiFailed,
             r if r < 0.31 => Kind::MultiCommitted,
             _ => Kind::Normal,
@@ -396,7 +406,9 @@ pub async fn writer<B: Backend>(
             }
         };
         let hold = match kind {
-            Kind::Slow { .. } => Some(GAP_TIMEOUT.mul_f64(rng.random_range(0.5..3.0))),
+            Kind::Slow { .. } => {
+                Some(GAP_TIMEOUT.mul_f64(rng.random_range(B::SLOW_HOLD.0..B::SLOW_HOLD.1)))
+            }
             _ => None,
         };
         n += 1;
