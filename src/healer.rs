@@ -203,6 +203,9 @@ impl<E: Engine> Healer<E> {
     pub async fn begin(&mut self) -> DbResult<Start> {
         if self.examined.is_none() {
             self.engine.verify_shape().await?;
+            if !self.opts.dry_run {
+                self.engine.prepare_fills().await;
+            }
         }
         let floor = self.engine.identity_floor().await?;
         let head = self.engine.head().await?;

@@ -288,6 +288,14 @@ pub trait Engine: Send + Sync + 'static {
     /// The store's schema name, for messages.
     fn schema(&self) -> &str;
 
+    /// Learns, before the first fill, what every fill needs to know (SQL
+    /// Server: the fill mode, one metadata query), so the first hole that
+    /// comes due does not wait for it. Runs once, after `verify_shape`, when
+    /// the healer may fill. Never fails: the first fill asks again.
+    fn prepare_fills(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Refuses a store whose tables do not have the shape the healer relies
     /// on (an identity position with a unique key on exactly it, the
     /// Eventuous columns), saying what differs: the failed shape checks of

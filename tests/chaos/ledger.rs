@@ -140,7 +140,8 @@ impl Backend for LedgerStore {
     const FIRST: i64 = 1;
     const DUPLICATES_IGNORED: bool = false;
     const MESSAGE_IDS: bool = false;
-    /// 50-500 ms: late commits a naive reader skips.
+    /// 50 ms to 3 s: late commits a naive reader skips, and positions held
+    /// past gap_timeout, which the healers must wait out.
     const SLOW_HOLD: (f64, f64) = (0.05, 3.0);
 
     async fn connect(&self) -> Result<Client, String> {

@@ -516,6 +516,12 @@ impl Engine for MssqlEngine {
         Ok(findings)
     }
 
+    async fn prepare_fills(&self) {
+        if let Err(e) = self.fill_mode().await {
+            tracing::debug!(error = %e.message, "the fill mode is asked again at the first fill");
+        }
+    }
+
     async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
         self.read_watermark_row(store).await
     }
