@@ -1838,3 +1838,107 @@ async fn watermark_published_checked_and_never_lowered() {
     assert_eq!(engine.read_watermark("other").await.unwrap(), Some(7));
     db.drop().await;
 }
+
+/// Whether every position from the first row to the head holds a row.
+async fn contiguous(db: &TestDb) -> bool {
+    let positions: Vec<i64> = db.messages().await.iter().map(|m| m.position).collect();
+    positions.windows(2).all(|w| w[1] == w[0] + 1)
+}
+
+/// How long until `db` is contiguous; `None` after a minute.
+async fn healed(db: &TestDb) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        if contiguous(db).await {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// A `[[store_sets]]` entry on SQL Server: its databases listed from
+/// `sys.databases` by a LIKE pattern, each one healed as a store of its own,
+/// a new one picked up without a restart and a dropped one let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn a_store_set_heals_every_database_its_pattern_finds() {
+    let prefix = format!("gh_set_{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let a = TestDb::create_named(&format!("{prefix}_a")).await;
+    let b = TestDb::create_named(&format!("{prefix}_b")).await;
+    for db in [&a, &b] {
+        db.append("A", 1).await;
+        db.rolled_back_append("X", 2).await;
+        db.append("B", 1).await;
+        assert!(!contiguous(db).await);
+    }
+    let dir = std::env::temp_dir().join(format!("gh-mssql-set-{prefix}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fleet.toml");
+    let template = format!("{};Database={{database}}", a.admin());
+    std::fs::write(
+        &file,
+        format!(
+            "engine = \"mssql\"\nschema = \"eventuous\"\ngap_timeout = \"200ms\"\npoll_interval = \"100ms\"\n\
+             start_from = \"0\"\ndiscover_interval = \"1s\"\n\n[[store_sets]]\nname = \"tenants\"\n\
+             databases = \"{prefix}_%\"\nconnection_string = {}\n",
+            toml::Value::String(template)
+        ),
+    )
+    .unwrap();
+    let config = file.display().to_string();
+    let (code, out) = bin::run(
+        bin::command(
+            ["scan", "--config", &config],
+            std::iter::empty::<(&str, &str)>(),
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(code, 1, "scan finds the holes of both databases\n{out}");
+    for db in ["a", "b"] {
+        assert!(
+            out.contains(&format!("== store tenants/{prefix}_{db}")),
+            "{out}"
+        );
+    }
+
+    let mut daemon = Process::spawn(bin::command(
+        ["run", "--config", &config, "--metrics-addr", "127.0.0.1:0"],
+        std::iter::empty::<(&str, &str)>(),
+    ))
+    .expect("gap-healer starts");
+    for db in [&a, &b] {
+        assert!(
+            healed(db).await.is_some(),
+            "{} not healed\n{}",
+            db.name,
+            daemon.output()
+        );
+    }
+    let created = Instant::now();
+    let c = TestDb::create_named(&format!("{prefix}_c")).await;
+    c.append("A", 1).await;
+    c.rolled_back_append("X", 1).await;
+    c.append("B", 1).await;
+    assert!(
+        healed(&c).await.is_some(),
+        "a new database was not healed\n{}",
+        daemon.output()
+    );
+    println!(
+        "store set on {}: a new database healed {:?} after it was created (discover_interval 1s)",
+        if ms::is_babelfish().await {
+            "Babelfish"
+        } else {
+            "SQL Server"
+        },
+        created.elapsed()
+    );
+    assert_eq!(daemon.exited(), None, "{}", daemon.output());
+    drop(daemon);
+    for db in [a, b, c] {
+        db.drop().await;
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

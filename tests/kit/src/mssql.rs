@@ -269,9 +269,19 @@ pub async fn skipped_on_babelfish(test: &str, reason: &str) -> bool {
 
 impl TestDb {
     pub async fn create() -> TestDb {
+        TestDb::create_named(&format!(
+            "gap_healer_{}",
+            &Uuid::new_v4().simple().to_string()[..12]
+        ))
+        .await
+    }
+
+    /// [`TestDb::create`] with a name of the caller's (a store set's pattern
+    /// must match its own databases only).
+    pub async fn create_named(name: &str) -> TestDb {
         let admin = require_server();
         let _ddl = ddl().lock().await;
-        let name = format!("gap_healer_{}", &Uuid::new_v4().simple().to_string()[..12]);
+        let name = name.to_string();
         let mut master = connect(admin)
             .await
             .unwrap_or_else(|e| panic!("SQL Server at {ENV}: {e}"));
@@ -329,6 +339,11 @@ impl TestDb {
         if let Some(on) = wanted(RCSI_ENV) {
             self.set_read_committed_snapshot(on).await;
         }
+    }
+
+    /// The server's admin connection string, without a database.
+    pub fn admin(&self) -> &'static str {
+        self.admin
     }
 
     /// The admin's connection string for this database.
