@@ -45,6 +45,26 @@ impl From<DbError> for Failed {
     }
 }
 
+/// `SET LOCAL lock_timeout` for the rest of the fill's transaction (at
+/// least 1 ms: 0 would mean no timeout).
+pub(super) async fn set_lock_timeout(
+    tx: &tokio_postgres::Transaction<'_>,
+    timeout: Duration,
+    stage: Stage,
+) -> Result<(), Failed> {
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{}ms'",
+        timeout.as_millis().max(1)
+    ))
+    .await
+    .map_err(at(stage))
+}
+
+/// The ranges' starts and ends, as the fill statements bind them.
+pub(super) fn bounds(ranges: &[PosRange]) -> (Vec<i64>, Vec<i64>) {
+    ranges.iter().map(|r| (r.start, r.end)).unzip()
+}
+
 pub(super) fn at(stage: Stage) -> impl Fn(tokio_postgres::Error) -> Failed {
     move |e| Failed::At(e, stage)
 }
@@ -170,12 +190,7 @@ impl PostgresEngine {
         fence: &Fence,
     ) -> Result<FillOutcome, Failed> {
         let tx = client.transaction().await.map_err(at(Stage::Begin))?;
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            STREAM_LOCK_TIMEOUT.as_millis()
-        ))
-        .await
-        .map_err(at(Stage::Begin))?;
+        set_lock_timeout(&tx, STREAM_LOCK_TIMEOUT, Stage::Begin).await?;
         let q = &self.sql;
         let stream = &self.tombstone_stream;
         let mut row = tx
@@ -202,14 +217,8 @@ impl PostgresEngine {
         }
         let stream_id: i32 = get(&row, "stream_id")?;
         let version: i32 = get(&row, "version")?;
-        let starts: Vec<i64> = ranges.iter().map(|r| r.start).collect();
-        let ends: Vec<i64> = ranges.iter().map(|r| r.end).collect();
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            lock_timeout.as_millis().max(1)
-        ))
-        .await
-        .map_err(at(Stage::Insert))?;
+        let (starts, ends) = bounds(ranges);
+        set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
         let inserted = tx
             .execute(
                 &q.fill,

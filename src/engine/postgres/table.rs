@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio_postgres::Row;
 
 use super::errors::{describe, get, Stage};
-use super::fill::{at, Failed, STREAM_LOCK_TIMEOUT};
+use super::fill::{at, bounds, set_lock_timeout, Failed, STREAM_LOCK_TIMEOUT};
 use super::leader::advisory_key;
 use super::preflight::{quote_role, session};
 use super::sql::{quoted, PREFLIGHT_TABLE};
@@ -49,12 +49,7 @@ impl PostgresEngine {
         };
         let literals = shape.literals().to_string();
         let tx = client.transaction().await.map_err(at(Stage::Begin))?;
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            STREAM_LOCK_TIMEOUT.as_millis()
-        ))
-        .await
-        .map_err(at(Stage::Begin))?;
+        set_lock_timeout(&tx, STREAM_LOCK_TIMEOUT, Stage::Begin).await?;
         if q.version.is_some() {
             let key = tombstone_lock(&self.schema, &shape.table);
             tx.execute("SELECT PG_ADVISORY_XACT_LOCK($1::bigint)", &[&key])
@@ -74,14 +69,8 @@ impl PostgresEngine {
             }
             None => None,
         };
-        let starts: Vec<i64> = ranges.iter().map(|r| r.start).collect();
-        let ends: Vec<i64> = ranges.iter().map(|r| r.end).collect();
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            lock_timeout.as_millis().max(1)
-        ))
-        .await
-        .map_err(at(Stage::Insert))?;
+        let (starts, ends) = bounds(ranges);
+        set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
         let inserted = match &version {
             Some(v) => tx.execute(&q.fill, &[&starts, &ends, &literals, v]).await,
             None => tx.execute(&q.fill, &[&starts, &ends, &literals]).await,
