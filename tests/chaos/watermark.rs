@@ -6,29 +6,10 @@
 //! and at the end it must reach the head. The fleet run checks one of its
 //! stores this way, the ledger-core run its one table.
 
-use gap_healer_testkit::bin;
+pub use gap_healer_testkit::pg::create_watermark_table;
 use tokio_postgres::Client;
 
 use crate::postgres::try_connect;
-
-/// Creates the watermark table `table` (schema.table) from what `gap-healer
-/// sql` prints for `store_args` (`--schema`, `--profile`; its GRANTs name a
-/// role the throwaway cluster lacks, and the run is superuser).
-pub async fn create_watermark_table(client: &Client, url: &str, store_args: &[&str], table: &str) {
-    let mut args = vec!["sql", "--engine", "postgres"];
-    args.extend(store_args);
-    args.extend(["--watermark-table", table]);
-    let out = bin::cli(&args, &[("GAP_HEALER_CONNECTION_STRING", url)]);
-    assert_eq!(out.code, 0, "{}", out.all());
-    let ddl: String = out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let start = ddl.find("CREATE TABLE").expect("the watermark table's DDL");
-    client.batch_execute(&ddl[start..]).await.unwrap();
-}
 
 /// One store's watermark, sampled.
 pub struct Watermark {

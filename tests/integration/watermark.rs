@@ -11,19 +11,15 @@ use gap_healer_testkit::bin::{cli, timing, Daemon};
 use gap_healer_testkit::pg::{connect, Ending, Store};
 use gap_healer_testkit::wait::until as wait_for;
 
-/// Creates the watermark table from what `gap-healer sql` prints (its
-/// GRANTs name a role the test server lacks; the test is superuser).
+/// Creates the watermark table from what `gap-healer sql` prints.
 async fn create_watermark_table(store: &Store, table: &str) {
-    let out = store.cli(&["sql", "--watermark-table", table]);
-    assert_eq!(out.code, 0, "{}", out.all());
-    let ddl: String = out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let start = ddl.find("CREATE TABLE").expect("the watermark table's DDL");
-    store.client.batch_execute(&ddl[start..]).await.unwrap();
+    gap_healer_testkit::pg::create_watermark_table(
+        &store.client,
+        &store.url(),
+        &["--schema", &store.schema],
+        table,
+    )
+    .await;
 }
 
 async fn watermark(store: &Store, table: &str) -> Option<i64> {
