@@ -427,18 +427,16 @@ fn merge_docs(path: &PathBuf, args: &Args, report: &Report, text: &str) -> Resul
         .map(|[w, f, t, v]| format!("| {w} | {f} | {t} | {v} |"))
         .collect();
     lines.splice(at..at, new_rows);
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    // The partial run's own header (command, date, commit, time; the
+    // machine and its load) says when and where these sections were measured.
+    let mut paragraphs = text.split("\n\n");
+    let first = paragraphs.next().unwrap_or_default();
+    let machine = paragraphs
+        .next()
+        .filter(|p| p.starts_with("Machine:"))
         .unwrap_or_default();
-    // The partial run's own first line (command, date, commit, time) says
-    // when the replaced sections were measured.
-    let first = text.lines().next().unwrap_or_default();
     let note = format!(
-        "Section(s) {} measured separately: {} (commit `{commit}`).",
+        "Section(s) {} measured separately: {} {machine}",
         args.only.join(", "),
         first.replace(
             &format!("--size {}`", args.size.name()),
@@ -448,7 +446,9 @@ fn merge_docs(path: &PathBuf, args: &Args, report: &Report, text: &str) -> Resul
                 args.only.join(",")
             )
         )
-    );
+    )
+    .trim_end()
+    .to_string();
     // Replaces an earlier note about the same sections.
     let prefix = format!("Section(s) {} measured separately:", args.only.join(", "));
     lines.retain(|l| !l.starts_with(&prefix));
