@@ -213,7 +213,14 @@ async fn dispatch<E: Engine>(
 async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
-    let metrics = telemetry::install_metrics()?;
+    let longest_poll = settings
+        .stores
+        .iter()
+        .map(|s| s.poll_interval)
+        .chain(settings.sets.iter().map(|s| s.template.poll_interval))
+        .max()
+        .unwrap_or_default();
+    let metrics = telemetry::install_metrics(telemetry::retire_after(longest_poll))?;
     let board = Board::new();
     let (addr, server) = telemetry::bind(
         settings.daemon.metrics_addr,

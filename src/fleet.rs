@@ -74,7 +74,8 @@ impl Running {
         }
     }
 
-    /// Stops healing `name` and forgets its health.
+    /// Stops healing `name` and forgets its health; its series leave the
+    /// scrape once idle ([`telemetry::retire_after`]).
     fn stop(&mut self, name: &str) {
         if let Some(own) = self.stops.remove(name) {
             own.cancel();
@@ -131,6 +132,13 @@ pub async fn run(
         stops: HashMap::new(),
         tasks: JoinSet::new(),
     };
+    // A set's discovery errors are counted from zero, and kept in the
+    // scrape like the stores' series.
+    for set in &settings.sets {
+        let c = metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone());
+        c.absolute(0);
+        running.board.keep(c);
+    }
     // Every static store's engine is made before any task runs, so a shared
     // pool knows how many stores share it before it first connects.
     for store in &settings.stores {

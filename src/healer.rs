@@ -312,8 +312,7 @@ impl<E: Engine> Healer<E> {
         }
         self.health
             .series
-            .scan_duration
-            .record(started.elapsed().as_secs_f64());
+            .scan_took(started.elapsed().as_secs_f64());
         self.health.scan_completed();
         Ok(step)
     }

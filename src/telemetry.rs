@@ -33,6 +33,7 @@ use metrics::{
     describe_counter, describe_gauge, describe_histogram, Counter, Gauge, Histogram, Unit,
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LogFormat;
@@ -70,12 +71,27 @@ const SCAN_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// How long a series may go unchanged before the exporter drops it: the
+/// exporter's `idle_timeout`, the removal it supports. A store's counters
+/// and gauges are touched at every scrape while it is on the [`Board`]
+/// ([`Board::touch`]), so only a store that was let go (its database
+/// dropped) loses them, at the first scrape this long after its last
+/// update. The scan-duration histogram cannot be touched without a sample:
+/// a store that completes no scan for this long (down, or one long fill
+/// cycle) drops it until its next scan, which starts it again from zero.
+/// At least 15 s, and 4 of the longest poll interval.
+pub fn retire_after(longest_poll: Duration) -> Duration {
+    (longest_poll * 4).max(Duration::from_secs(15))
+}
+
 /// Installs the global Prometheus recorder and describes every metric, so
-/// each has a HELP line before its first sample.
-pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+/// each has a HELP line before its first sample. Series unchanged for
+/// `retire_after` are dropped (see [`retire_after`]).
+pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
         .set_buckets(SCAN_BUCKETS)
         .map_err(|e| anyhow::anyhow!("histogram buckets: {e}"))?
+        .idle_timeout(MetricKindMask::ALL, Some(retire_after))
         .install_recorder()
         .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     describe_gauge!(
@@ -126,8 +142,12 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         CONTIGUOUS_POSITION,
         "The highest position at or below which every position, from the scan's start on, is a committed event or a tombstone."
     );
-    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    build_info().set(1.0);
     Ok(handle)
+}
+
+fn build_info() -> Gauge {
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"))
 }
 
 /// The `outcome` label values of [`FILL_ATTEMPTS`], in [`Series::fill`]'s order.
@@ -138,6 +158,9 @@ const FILL_OUTCOMES: [&str; 4] = ["filled", "committed", "held", "error"];
 /// the store's [`Health`]; created at zero, so `rate()` and alerts see each
 /// one before its first sample, except head and contiguous position, which
 /// appear with the first scan (a zero there would be a false claim).
+/// [`Series::touch`] keeps them all from being dropped as idle while the
+/// store is healed; the scan histogram is looked up at each scan instead,
+/// so it comes back after being dropped (see [`retire_after`]).
 pub struct Series {
     store: String,
     pub open_gaps: Gauge,
@@ -145,10 +168,11 @@ pub struct Series {
     pub oldest_gap_age: Gauge,
     pub leader: Gauge,
     pub tombstones: Counter,
-    pub scan_duration: Histogram,
     fills: [Counter; 4],
+    db_errors: Vec<(&'static str, Counter)>,
     head: OnceLock<Gauge>,
     contiguous: OnceLock<Gauge>,
+    checkpoints: Mutex<BTreeMap<String, Gauge>>,
 }
 
 impl Series {
@@ -163,10 +187,15 @@ impl Series {
             c.absolute(0);
             c
         });
-        for operation in DB_OPERATIONS {
-            metrics::counter!(DB_ERRORS, &[("operation", operation.to_string()), label()])
-                .absolute(0);
-        }
+        let db_errors = DB_OPERATIONS
+            .iter()
+            .map(|operation| {
+                let c =
+                    metrics::counter!(DB_ERRORS, &[("operation", operation.to_string()), label()]);
+                c.absolute(0);
+                (*operation, c)
+            })
+            .collect();
         let tombstones = metrics::counter!(TOMBSTONES_INSERTED, &[label()]);
         tombstones.absolute(0);
         Series {
@@ -176,10 +205,48 @@ impl Series {
             oldest_gap_age: zero(metrics::gauge!(OLDEST_GAP_AGE, &[label()])),
             leader: zero(metrics::gauge!(LEADER, &[label()])),
             tombstones,
-            scan_duration: metrics::histogram!(SCAN_DURATION, &[label()]),
             fills,
+            db_errors,
             head: OnceLock::new(),
             contiguous: OnceLock::new(),
+            checkpoints: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// [`SCAN_DURATION`]: one scan step took `seconds`.
+    pub fn scan_took(&self, seconds: f64) {
+        let h: Histogram = metrics::histogram!(SCAN_DURATION, STORE_LABEL => self.store.clone());
+        h.record(seconds);
+    }
+
+    /// Marks every counter and gauge as updated, without changing a value,
+    /// so the exporter keeps them ([`retire_after`]).
+    fn touch(&self) {
+        let gauges = [
+            &self.open_gaps,
+            &self.open_gap_positions,
+            &self.oldest_gap_age,
+            &self.leader,
+        ];
+        for g in gauges
+            .into_iter()
+            .chain(self.head.get())
+            .chain(self.contiguous.get())
+        {
+            g.increment(0.0);
+        }
+        if let Ok(checkpoints) = self.checkpoints.lock() {
+            for g in checkpoints.values() {
+                g.increment(0.0);
+            }
+        }
+        for c in self
+            .fills
+            .iter()
+            .chain(self.db_errors.iter().map(|(_, c)| c))
+            .chain([&self.tombstones])
+        {
+            c.increment(0);
         }
     }
 
@@ -193,14 +260,26 @@ impl Series {
         &self.fills[i]
     }
 
-    /// [`DB_ERRORS`] for `operation` (errors are rare: made when counted).
+    /// [`DB_ERRORS`] for `operation`.
     pub fn db_error(&self, operation: &'static str) -> Counter {
-        metrics::counter!(DB_ERRORS, "operation" => operation, STORE_LABEL => self.store.clone())
+        match self.db_errors.iter().find(|(op, _)| *op == operation) {
+            Some((_, c)) => c.clone(),
+            None => {
+                metrics::counter!(DB_ERRORS, "operation" => operation, STORE_LABEL => self.store.clone())
+            }
+        }
     }
 
-    /// [`CHECKPOINT_LAG`] for one Checkpoints row.
+    /// [`CHECKPOINT_LAG`] for one Checkpoints row (kept, so it is touched).
     pub fn checkpoint_lag(&self, checkpoint: String) -> Gauge {
-        metrics::gauge!(CHECKPOINT_LAG, "checkpoint" => checkpoint, STORE_LABEL => self.store.clone())
+        let make = |c: &str| metrics::gauge!(CHECKPOINT_LAG, "checkpoint" => c.to_string(), STORE_LABEL => self.store.clone());
+        match self.checkpoints.lock() {
+            Ok(mut kept) => kept
+                .entry(checkpoint)
+                .or_insert_with_key(|c| make(c))
+                .clone(),
+            Err(_) => make(&checkpoint),
+        }
     }
 
     pub fn head(&self) -> &Gauge {
@@ -429,10 +508,14 @@ impl Health {
     }
 }
 
-/// Every store's [`Health`], for the endpoints; stores come and go.
+/// Every store's [`Health`], for the endpoints; stores come and go, and a
+/// store taken off the board loses its series ([`retire_after`]).
 #[derive(Debug, Default)]
 pub struct Board {
     stores: RwLock<BTreeMap<String, Arc<Health>>>,
+    /// Series of the daemon's own (a store set's discovery errors), kept
+    /// like the stores'.
+    kept: Mutex<Vec<Counter>>,
 }
 
 impl Board {
@@ -450,6 +533,26 @@ impl Board {
         if let Ok(mut stores) = self.stores.write() {
             stores.remove(store);
         }
+    }
+
+    /// Keeps `counter` in the scrape as long as the process runs.
+    pub fn keep(&self, counter: Counter) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.push(counter);
+        }
+    }
+
+    /// Marks the series of every store on the board, and the kept ones, as
+    /// updated: what is not touched is dropped once idle for
+    /// [`retire_after`]. Called before every render.
+    fn touch(&self) {
+        self.each(|h| h.series.touch());
+        if let Ok(kept) = self.kept.lock() {
+            for c in kept.iter() {
+                c.increment(0);
+            }
+        }
+        build_info().set(1.0);
     }
 
     fn each<T>(&self, f: impl Fn(&Health) -> T) -> Vec<T> {
@@ -537,6 +640,7 @@ async fn metrics_handler(
     State(s): State<AppState>,
 ) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     s.board.count_states();
+    s.board.touch();
     s.metrics.run_upkeep();
     (
         [(

@@ -6,9 +6,11 @@
 //!                                                  # prints the table, writes docs/benchmarks.md
 //! cargo bench --bench harness -- --size smoke      # under a minute, writes nothing (CI: .ci/bench-smoke)
 //! cargo bench --bench harness -- --size full       # longer runs, no extrapolation
-//!     --only footprint,latency,wide,overhead,lock,idle   sections to run (default: all;
-//!                                                        with --only, nothing is written
-//!                                                        unless --write PATH)
+//!     --only footprint,latency,wide,overhead,lock,idle,fleet   sections to run (default:
+//!                                                        all; with --only, nothing is written
+//!                                                        unless --write PATH, and then only
+//!                                                        those sections' rows and blocks are
+//!                                                        replaced, the others kept)
 //!     --rows 100000,1000000,10000000                     idle-poll table sizes
 //!     --write PATH | --no-write                          where the results go
 //! ```
@@ -19,6 +21,7 @@
 //! reported as missed. The pure parts (hole tracking, fill planning) are in
 //! the criterion bench `benches/pure.rs`.
 
+mod fleet;
 mod footprint;
 mod idle;
 mod latency;
@@ -35,7 +38,30 @@ use anyhow::{bail, Context, Result};
 
 use support::{Report, Size};
 
-const SECTIONS: [&str; 6] = ["footprint", "latency", "wide", "overhead", "lock", "idle"];
+const SECTIONS: [&str; 7] = [
+    "footprint",
+    "latency",
+    "wide",
+    "overhead",
+    "lock",
+    "idle",
+    "fleet",
+];
+
+/// The number each section's summary rows (`N. ...`) and detail block
+/// (`### N. ...`) start with in the generated text: the issue's numbering.
+fn number(section: &str) -> &'static str {
+    match section {
+        "latency" => "1.",
+        "wide" => "2.",
+        "idle" => "3.",
+        "overhead" => "4.",
+        "lock" => "5.",
+        "footprint" => "6.",
+        "fleet" => "7.",
+        _ => unreachable!("sections are checked when parsed"),
+    }
+}
 const BEGIN: &str = "<!-- harness:begin -->";
 const END: &str = "<!-- harness:end -->";
 
@@ -51,7 +77,7 @@ struct Args {
 
 fn usage() -> &'static str {
     "usage: cargo bench --bench harness -- [--size smoke|default|full] [--only SECTION,...] \
-     [--rows N,N,...] [--write PATH | --no-write]\nsections: footprint, latency, wide, overhead, lock, idle"
+     [--rows N,N,...] [--write PATH | --no-write]\nsections: footprint, latency, wide, overhead, lock, idle, fleet"
 }
 
 fn parse_args() -> Result<Args> {
@@ -227,7 +253,14 @@ async fn run(args: Args) -> Result<bool> {
     let text = render(&args, &report, &server, total, background);
     println!("\n{text}");
     if let Some(path) = &args.write {
-        write_docs(path, &text)?;
+        if args.only.len() == SECTIONS.len() {
+            write_docs(path, &text)?;
+        } else if ok {
+            merge_docs(path, &args, &report, &text)?;
+        } else {
+            println!("not written to {}: a section failed", path.display());
+            return Ok(ok);
+        }
         println!("written to {}", path.display());
     }
     Ok(ok)
@@ -248,6 +281,7 @@ async fn run_section(section: &str, args: &Args, report: &mut Report) -> Result<
         "wide" => wide::run(args.size, report).await,
         "overhead" => overhead::run(args.size, report).await,
         "lock" => lock::run(args.size, report).await,
+        "fleet" => fleet::run(args.size, report).await,
         "idle" => {
             let polls = args.size.pick(200, 1_000, 2_000);
             idle::run(&args.rows, polls, report).await
@@ -342,5 +376,115 @@ fn write_docs(path: &PathBuf, text: &str) -> Result<()> {
         _ if old.is_empty() => format!("# Benchmarks\n\n{region}\n"),
         _ => format!("{}\n\n{region}\n", old.trim_end()),
     };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A partial run (`--only ... --write PATH`): in the generated part of
+/// `path`, replaces the summary rows and detail blocks of the sections run
+/// (found by their number, see [`number`]) and keeps every other section's,
+/// with a line saying when and how these were measured. Without a generated
+/// part yet, writes the partial text as it is.
+fn merge_docs(path: &PathBuf, args: &Args, report: &Report, text: &str) -> Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let (Some(b), Some(e)) = (old.find(BEGIN), old.find(END)) else {
+        return write_docs(path, text);
+    };
+    if b > e {
+        return write_docs(path, text);
+    }
+    let region = &old[b + BEGIN.len()..e];
+    let ours = |line: &str| {
+        args.only.iter().any(|s| {
+            let n = number(s);
+            line.starts_with(&format!("| {n} ")) || line.starts_with(&format!("### {n} "))
+        })
+    };
+    // Header, summary table, then detail blocks (each starts with "### ").
+    let (head, details) = match region.find("\n### ") {
+        Some(i) => (&region[..i], &region[i + 1..]),
+        None => (region, ""),
+    };
+    let mut lines: Vec<String> = Vec::new();
+    let mut in_table = false;
+    let mut table_end = None;
+    for line in head.trim_matches('\n').lines() {
+        if line.starts_with("| what | figure |") {
+            in_table = true;
+        }
+        if in_table && !line.starts_with('|') {
+            in_table = false;
+            table_end.get_or_insert(lines.len());
+        }
+        if in_table && ours(line) {
+            continue;
+        }
+        lines.push(line.to_string());
+    }
+    let at = table_end.unwrap_or(lines.len());
+    let new_rows: Vec<String> = report
+        .summary
+        .iter()
+        .map(|[w, f, t, v]| format!("| {w} | {f} | {t} | {v} |"))
+        .collect();
+    lines.splice(at..at, new_rows);
+    // The partial run's own header (command, date, commit, time; the
+    // machine and its load) says when and where these sections were measured.
+    let mut paragraphs = text.split("\n\n");
+    let first = paragraphs.next().unwrap_or_default();
+    let machine = paragraphs
+        .next()
+        .filter(|p| p.starts_with("Machine:"))
+        .unwrap_or_default();
+    let note = format!(
+        "Section(s) {} measured separately: {} {machine}",
+        args.only.join(", "),
+        first.replace(
+            &format!("--size {}`", args.size.name()),
+            &format!(
+                "--size {} --only {}`",
+                args.size.name(),
+                args.only.join(",")
+            )
+        )
+    )
+    .trim_end()
+    .to_string();
+    // Replaces an earlier note about the same sections.
+    let prefix = format!("Section(s) {} measured separately:", args.only.join(", "));
+    lines.retain(|l| !l.starts_with(&prefix));
+    let insert_at = lines
+        .iter()
+        .position(|l| l.starts_with("| what | figure |"))
+        .unwrap_or(lines.len());
+    lines.splice(insert_at..insert_at, [note, String::new()]);
+    let mut blocks: Vec<String> = details
+        .split("\n### ")
+        .filter(|b| !b.trim().is_empty())
+        .map(|b| {
+            let b = b.trim_matches('\n');
+            if b.starts_with("### ") {
+                b.to_string()
+            } else {
+                format!("### {b}")
+            }
+        })
+        .filter(|b| !ours(b))
+        .collect();
+    blocks.extend(
+        report
+            .details
+            .iter()
+            .map(|d| d.trim_matches('\n').to_string()),
+    );
+    let mut merged = lines.join("\n");
+    for block in blocks {
+        merged.push_str("\n\n");
+        merged.push_str(&block);
+    }
+    let new = format!(
+        "{}{BEGIN}\n{merged}\n{END}{}",
+        &old[..b],
+        &old[e + END.len()..]
+    );
     std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
 }

@@ -190,23 +190,34 @@ async fn measure(schema: &Store, size: Size, report: &mut Report) -> Result<()> 
     }
     share.sort_by(f64::total_cmp);
     let cpu_share = quantile(&share, 0.5).unwrap_or(0.0);
-    // The verdict uses the groups no other work disturbed, when there are enough.
+    // The verdict uses the groups no other work disturbed, when there are
+    // enough; the median is given with the spread of the per-group ratios
+    // it comes from, and a spread wider than the effect is said so.
     let summary = |mode: Mode| {
         let (all, clean, pooled) = ratios(mode);
-        let median = quantile(&all, 0.5).unwrap_or(0.0);
-        match quantile(&clean, 0.5) {
-            Some(m) if clean.len() >= 3 => (
-                m,
-                format!(
-                    "{m:.3} (median of {} quiet groups; all {median:.3}, pooled {pooled:.3})",
-                    clean.len()
-                ),
-            ),
-            _ => (
-                median,
-                format!("{median:.3} (median of all {groups} groups, pooled {pooled:.3})"),
-            ),
+        let median_all = quantile(&all, 0.5).unwrap_or(0.0);
+        let (used, what) = if clean.len() >= 3 {
+            (&clean, format!("{} quiet groups", clean.len()))
+        } else {
+            (&all, format!("all {} groups", all.len()))
+        };
+        let spread = Spread::of(used);
+        let mut text = format!(
+            "{m:.3} (median of {what}; per-group ratios {lo:.3}-{hi:.3}, IQR {q1:.3}-{q3:.3}",
+            m = spread.median,
+            lo = spread.min,
+            hi = spread.max,
+            q1 = spread.q1,
+            q3 = spread.q3,
+        );
+        if used.len() != all.len() {
+            text.push_str(&format!("; all groups {median_all:.3}"));
         }
+        text.push_str(&format!(", pooled {pooled:.3})"));
+        if let Some(why) = spread.wider_than_effect() {
+            text.push_str(&format!("; the spread is wider than the effect ({why})"));
+        }
+        (spread.median, text)
     };
     let (on, on_text) = summary(Mode::On);
     let (_, nojit_text) = summary(Mode::OnNoJit);
@@ -247,4 +258,47 @@ async fn measure(schema: &Store, size: Size, report: &mut Report) -> Result<()> 
         share = cpu_share * 100.0,
     ));
     Ok(())
+}
+
+/// The spread of per-group ratios around their median.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+    q1: f64,
+    q3: f64,
+}
+
+impl Spread {
+    /// Of sorted ratios.
+    fn of(sorted: &[f64]) -> Spread {
+        let q = |p: f64| quantile(sorted, p).unwrap_or(f64::NAN);
+        Spread {
+            median: q(0.5),
+            min: sorted.first().copied().unwrap_or(f64::NAN),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            q1: q(0.25),
+            q3: q(0.75),
+        }
+    }
+
+    /// Why the effect (|1 - median|) cannot be told from the noise: the
+    /// interquartile range or the whole range covers 1.0, or the
+    /// interquartile range is wider than the effect. `None` when it can.
+    fn wider_than_effect(&self) -> Option<String> {
+        let effect = (1.0 - self.median).abs();
+        let iqr = self.q3 - self.q1;
+        if self.q1 <= 1.0 && 1.0 <= self.q3 {
+            Some(format!("the IQR {:.3}-{:.3} covers 1.0", self.q1, self.q3))
+        } else if iqr > effect {
+            Some(format!("the IQR is {iqr:.3} wide, the effect {effect:.3}"))
+        } else if self.min <= 1.0 && 1.0 <= self.max {
+            Some(format!(
+                "the groups range {:.3}-{:.3}, across 1.0",
+                self.min, self.max
+            ))
+        } else {
+            None
+        }
+    }
 }

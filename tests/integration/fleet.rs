@@ -379,9 +379,17 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
         "store set: a new tenant database healed {:?} after it was created (discover_interval 1s)",
         created.elapsed()
     );
+    // Every tenant's series are in the scrape, under its own label.
+    let label = |db: &str| format!("store=\"tenants/{db}\"");
+    let series = |body: &str, db: &str| body.lines().filter(|l| l.contains(&label(db))).count();
+    let body = d.get("/metrics").await.1;
+    for db in [&a, &b, &c] {
+        assert!(series(&body, db) > 0, "no series of {db} in\n{body}");
+    }
     // A dropped one is no longer healed, and leaves /status.
     drop(tb);
     drop_database(&b).await;
+    let dropped = Instant::now();
     let gone = format!("tenants/{b}");
     assert!(
         wait_for(Duration::from_secs(10), || async {
@@ -402,6 +410,42 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
         "{}",
         d.get("/readyz").await.1
     );
+    // ... and its series leave /metrics once idle (15 s with these polls),
+    // while the others' stay.
+    assert!(
+        wait_for(Duration::from_secs(40), || async {
+            series(&d.get("/metrics").await.1, &b) == 0
+        })
+        .await,
+        "series of the dropped store still in\n{}",
+        d.get("/metrics").await.1
+    );
+    println!(
+        "store set: the dropped tenant's series left /metrics {:?} after its database was dropped",
+        dropped.elapsed()
+    );
+    let body = d.get("/metrics").await.1;
+    for db in [&a, &c] {
+        for name in [
+            "gap_healer_tombstones_inserted_total",
+            "gap_healer_open_gaps",
+            "gap_healer_leader",
+            "gap_healer_head_position",
+            "gap_healer_db_errors_total",
+            "gap_healer_scan_duration_seconds_count",
+        ] {
+            assert!(
+                body.lines()
+                    .any(|l| l.starts_with(name) && l.contains(&label(db))),
+                "{name} of {db} missing in\n{body}"
+            );
+        }
+    }
+    assert!(
+        body.contains("gap_healer_db_errors_total{operation=\"discover\",store=\"tenants\"} 0"),
+        "{body}"
+    );
+    assert!(body.contains("gap_healer_build_info{"), "{body}");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("its database is gone"), "{log}");

@@ -209,13 +209,7 @@ async fn check_names_a_missing_or_unwritable_watermark_table() {
     // SQL Server: the table's DDL comes with the setup script (the table is
     // checked and written on a server in mssql::watermark_published_...).
     let out = cli(
-        &[
-            "sql",
-            "--engine",
-            "mssql",
-            "--watermark-table",
-            "dbo.w",
-        ],
+        &["sql", "--engine", "mssql", "--watermark-table", "dbo.w"],
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.all());
