@@ -8,7 +8,8 @@
 //! cargo bench --bench harness -- --size full       # longer runs, no extrapolation
 //!     --only footprint,latency,wide,overhead,lock,idle   sections to run (default: all;
 //!                                                        with --only, nothing is written
-//!                                                        unless --write PATH)
+//!                                                        unless --write PATH, which then
+//!                                                        replaces only those sections' results)
 //!     --rows 100000,1000000,10000000                     idle-poll table sizes
 //!     --write PATH | --no-write                          where the results go
 //! ```
@@ -23,6 +24,7 @@ mod footprint;
 mod idle;
 mod latency;
 mod lock;
+mod merge;
 mod overhead;
 mod support;
 mod wide;
@@ -112,8 +114,8 @@ fn parse_args() -> Result<Args> {
     });
     rows.sort_unstable();
     rows.dedup();
-    // A partial run (--only) would replace the whole generated part of the
-    // docs with its few sections: it writes only where --write says.
+    // A partial run (--only) writes only where --write says, and then
+    // replaces only its sections' results (merge.rs).
     let write = write.unwrap_or_else(|| {
         (size != Size::Smoke && only.is_none())
             .then(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md"))
@@ -227,7 +229,11 @@ async fn run(args: Args) -> Result<bool> {
     let text = render(&args, &report, &server, total, background);
     println!("\n{text}");
     if let Some(path) = &args.write {
-        write_docs(path, &text)?;
+        if args.only.len() < SECTIONS.len() {
+            merge::write_partial(path, &text, &args.only.join(","))?;
+        } else {
+            write_docs(path, &text)?;
+        }
         println!("written to {}", path.display());
     }
     Ok(ok)
