@@ -534,10 +534,10 @@ async fn writer(
         .prepare("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
         .await?;
     let mut rng = StdRng::seed_from_u64(0x3003 + id as u64);
-    let streams: Vec<(Uuid, i64)> = (0..50)
+    // (stream, the version this writer loaded)
+    let mut streams: Vec<(Uuid, i64)> = (0..50)
         .map(|_| (Uuid::from_u128(rng.random()), 0))
         .collect();
-    let mut streams = streams;
     let category = "account";
     let mut out = Appended::default();
     while !stop.load(Ordering::Relaxed) {
