@@ -138,8 +138,8 @@ fn parse_args() -> Result<Args> {
     });
     rows.sort_unstable();
     rows.dedup();
-    // A partial run (--only) would replace the whole generated part of the
-    // docs with its few sections: it writes only where --write says.
+    // A partial run (--only) writes only where --write says, and then
+    // replaces only its sections' results (merge.rs).
     let write = write.unwrap_or_else(|| {
         (size != Size::Smoke && only.is_none())
             .then(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md"))
