@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use gap_healer::config::StartFrom;
+use gap_healer::engine::postgres::render_sql;
+use gap_healer::engine::profile::Profile;
 use gap_healer::engine::Engine;
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::Options;
@@ -234,7 +236,7 @@ async fn load(schema: &Store, have: i64, rows: i64) -> Result<()> {
 /// of the scan at `head`.
 async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
     let c = &schema.client;
-    let sql = SCAN_SQL.replace("__schema__", &schema.schema);
+    let sql = render_sql(SCAN_SQL, &schema.schema, &Profile::Eventuous);
     c.batch_execute(&format!("PREPARE ghb_idle_scan (bigint, bigint) AS {sql}"))
         .await?;
     let mut buffers = 0;
@@ -262,7 +264,7 @@ async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
 /// JIT time (ms) that EXPLAIN ANALYZE of the probe reports for `ranges`.
 async fn probe_jit_ms(schema: &Store, ranges: &[PosRange]) -> Result<f64> {
     let c = &schema.client;
-    let sql = PROBE_SQL.replace("__schema__", &schema.schema);
+    let sql = render_sql(PROBE_SQL, &schema.schema, &Profile::Eventuous);
     c.batch_execute(&format!(
         "PREPARE ghb_idle_probe (bigint[], bigint[]) AS {sql}"
     ))

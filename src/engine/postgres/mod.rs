@@ -42,7 +42,7 @@ mod watermark;
 pub use self::conn::STALLED_SESSION_TIMEOUT;
 pub use self::errors::classify_code;
 pub use self::leader::{advisory_key, PgLeaderSession};
-pub use self::sql::setup_sql;
+pub use self::sql::{render as render_sql, setup_sql};
 pub use self::watermark::watermark_sql;
 
 pub(crate) use self::conn::Manager;

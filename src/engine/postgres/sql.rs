@@ -43,18 +43,7 @@ const GRANTS: &str = include_str!("../../../sql/postgres/grants.sql");
 
 impl Queries {
     pub(crate) fn new(schema: &str, profile: &Profile) -> Self {
-        let (table, position) = match profile {
-            Profile::Eventuous => (format!("{schema}.messages"), "global_position".to_string()),
-            Profile::Table(t) => (
-                format!("{}.{}", quoted(schema), quoted(&t.table)),
-                quoted(&t.position),
-            ),
-        };
-        let s = |sql: &str| {
-            sql.replace("__table__", &table)
-                .replace("__position__", &position)
-                .replace("__schema__", schema)
-        };
+        let s = |sql: &str| render(sql, schema, profile);
         Queries {
             scan: s(include_str!("../../../sql/postgres/scan.sql")),
             probe: s(include_str!("../../../sql/postgres/probe.sql")),
@@ -86,6 +75,21 @@ impl Queries {
             &self.tombstone_stream,
         ]
     }
+}
+
+/// One of `sql/postgres/*.sql` with the store's schema, table and position
+/// column spliced in (validated identifiers), as the engine runs it.
+pub fn render(sql: &str, schema: &str, profile: &Profile) -> String {
+    let (table, position) = match profile {
+        Profile::Eventuous => (format!("{schema}.messages"), "global_position".to_string()),
+        Profile::Table(t) => (
+            format!("{}.{}", quoted(schema), quoted(&t.table)),
+            quoted(&t.position),
+        ),
+    };
+    sql.replace("__table__", &table)
+        .replace("__position__", &position)
+        .replace("__schema__", schema)
 }
 
 /// A validated identifier, double-quoted (lower case already: the same name
