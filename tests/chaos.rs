@@ -57,8 +57,8 @@
 //! <= (SELECT position FROM <watermark table> WHERE store = 'default')`,
 //! polling) must read every committed event exactly once in position order;
 //! a second one without the watermark predicate runs beside it and its
-//! skipped events are counted, not judged; tombstone versions are 1..=n in
-//! position order. `CHAOS_LEDGER_NO_WATERMARK=1` drops the predicate from
+//! skipped events are counted, not judged; tombstone versions are each of
+//! 1..=n once (in fill order). `CHAOS_LEDGER_NO_WATERMARK=1` drops the predicate from
 //! the checked reader: the run must then fail. The runs of this binary take
 //! turns, one at a time.
 //!

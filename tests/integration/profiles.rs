@@ -20,7 +20,8 @@ fn run_args(ledger: &Ledger, more: &[&str]) -> Vec<String> {
     args
 }
 
-/// Tombstone versions must be exactly 1..=n in position order.
+/// Tombstone versions must be exactly 1..=n in position order (true here:
+/// every fill of these tests covers higher positions than the one before).
 fn assert_versions_follow_positions(tombstones: &[(i64, i64)]) {
     let versions: Vec<i64> = tombstones.iter().map(|(_, v)| *v).collect();
     let want: Vec<i64> = (1..=tombstones.len() as i64).collect();
