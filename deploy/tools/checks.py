@@ -70,6 +70,8 @@ CONFIG_KEYS = {
     "engine", "connection_string", "connection_string_file", "schema", "gap_timeout", "poll_interval",
     "lock_timeout", "connect_timeout", "metrics_addr", "start_from", "lookback", "scan_page_size", "dry_run",
     "log_format", "log_level", "tombstone_stream", "tombstone_type", "leader_election",
+    "leader_key", "watermark_table", "give_up_after", "discover_interval", "profile", "table",
+    "position_column", "columns", "tombstone_stream_id", "stores", "store_sets",
 }
 
 METRIC_RE = re.compile(r"gap_healer_[a-z_]+")

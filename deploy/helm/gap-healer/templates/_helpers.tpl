@@ -75,6 +75,15 @@ plain printing, which would turn 1000000 into 1e+06).
 # connection_string is not here: it comes from GAP_HEALER_CONNECTION_STRING (a Secret).
 metrics_addr = {{ printf "0.0.0.0:%d" (int .Values.service.port) | quote }}
 {{- range $key, $value := .Values.config }}
+{{- if not (kindIs "map" $value) }}
 {{ $key }} = {{ $value | toJson }}
+{{- end }}
+{{- end }}
+{{- /* Tables (the custom profile's `columns`) after every plain key, as TOML wants. */}}
+{{- range $key, $value := .Values.config }}
+{{- if kindIs "map" $value }}
+
+{{ toToml (dict $key $value) }}
+{{- end }}
 {{- end }}
 {{- end -}}
