@@ -298,6 +298,9 @@ pub struct Driven {
     pub heads: Vec<i64>,
 }
 
+/// A server restart under way: how long until it answered, and what was restarted.
+type Restarting<'a> = Pin<Box<dyn Future<Output = (Duration, String)> + Send + 'a>>;
+
 /// The chaos: for `seconds`, kill healers at random (the leader half of the
 /// time) and restart them after a while, restart the server once (through
 /// `server`) at 45 %, and `extra`'s events. Then the end: the writers stop,
@@ -322,10 +325,7 @@ pub async fn drive<B: Backend, E: Extra>(
     // The restart runs beside the loop, not in it: the kills go on while the
     // server is down (a slow restart, 63 s once on a loaded machine, must not
     // stop the leadership churn the run is judged on).
-    let mut restarting: Option<(
-        f64,
-        Pin<Box<dyn Future<Output = (Duration, String)> + Send + '_>>,
-    )> = None;
+    let mut restarting: Option<(f64, Restarting<'_>)> = None;
     let mut next_kill = started + Duration::from_millis(rng.random_range(1_500..4_000));
 
     while Instant::now() < deadline {
