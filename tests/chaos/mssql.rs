@@ -5,8 +5,8 @@
 //! GAP_HEALER_CHAOS_MSSQL_RESTART (a shell command restarting the server) or
 //! the database taken OFFLINE WITH ROLLBACK IMMEDIATE and brought back.
 //!
-//! Written and compiled here; never run on this machine (no SQL Server and
-//! no Docker engine). The reads are plain SELECTs under the database's
+//! Run here against Babelfish 4.2 (not SQL Server; docs/sqlserver.md has
+//! the figures); never against SQL Server on this machine. The reads are plain SELECTs under the database's
 //! default isolation, as an Eventuous reader's are: with
 //! READ_COMMITTED_SNAPSHOT off they wait on an open append's key instead of
 //! seeing a hole, which shows in the subscriber's stalls, not as a failure.
@@ -58,10 +58,19 @@ impl SqlServer {
     }
 }
 
+/// How long one login (and first query) may take while the server may be
+/// coming back.
+const ATTEMPT: Duration = Duration::from_secs(10);
+
 /// Connects, retrying every 100 ms (the server or database may be coming
-/// back) for up to `limit`.
+/// back) for up to `limit`, each attempt bounded by [`ATTEMPT`].
 async fn connect_within(cs: &str, limit: Duration) -> Client {
-    connect_retrying("SQL Server", limit, || ms::connect(cs)).await
+    connect_retrying("SQL Server", limit, || async {
+        tokio::time::timeout(ATTEMPT, ms::connect(cs))
+            .await
+            .unwrap_or_else(|_| Err(format!("no login within {ATTEMPT:?}")))
+    })
+    .await
 }
 
 async fn batch(c: &mut Client, sql: &str) -> Result<(), tiberius::error::Error> {
@@ -232,15 +241,22 @@ impl Backend for SqlServer {
                     .to_string()
             }
         };
-        // Back when the database answers a query again.
+        // Back when the database answers a query again. Each attempt is
+        // bounded: a login to a server coming back may hang (Babelfish
+        // accepts the TCP connection before it can answer a login), and an
+        // attempt that never ends would stop the retries.
         connect_retrying(
             "the database after its restart",
             Duration::from_secs(120),
             || async {
-                let mut c = ms::connect(&self.cs).await?;
-                batch(&mut c, "SELECT TOP (1) 1 FROM eventuous.Messages;")
-                    .await
-                    .map_err(|e| e.to_string())
+                tokio::time::timeout(ATTEMPT, async {
+                    let mut c = ms::connect(&self.cs).await?;
+                    batch(&mut c, "SELECT TOP (1) 1 FROM eventuous.Messages;")
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {ATTEMPT:?}")))
             },
         )
         .await;

@@ -169,11 +169,17 @@ impl Sql {
     /// Its two lock timeouts are literals: `SET LOCK_TIMEOUT @variable` is
     /// T-SQL that Babelfish refuses ("invalid value for parameter"); a
     /// literal works on both servers. With `session_fence` (Babelfish), the
-    /// leader fence asks `sys.dm_exec_sessions` whether the leader's lock
-    /// session (which holds the lock until it ends) is still there, instead
-    /// of `APPLOCK_TEST`, each of which leaks an error-stack entry there
-    /// when it finds the lock held, the fifth crashing the server. Every
-    /// value spliced is an integer the engine computed, never outside text.
+    /// leader fence asks PostgreSQL's `pg_stat_activity` whether the
+    /// leader's lock session (which holds the lock until it ends; its
+    /// `@@SPID` is its backend's pid) is still there, instead of
+    /// `APPLOCK_TEST`, each of which leaks an error-stack entry there when it
+    /// finds the lock held, the fifth crashing the server. Not
+    /// `sys.dm_exec_sessions`: in Babelfish 4.2 that view walks only as many
+    /// of its own session slots as PostgreSQL counts live backends, and the
+    /// slots of ended sessions stay in front, so after sessions come and go
+    /// a live session goes missing from it (the chaos run's leader was
+    /// refused at the fence for 90 s while it held the lock). Every value
+    /// spliced is an integer the engine computed, never outside text.
     pub(crate) fn direct_fill(
         &self,
         key_ms: i32,
@@ -192,7 +198,7 @@ impl Sql {
             );
         if let Some(session_id) = session_fence {
             let gone = format!(
-                "NOT EXISTS (SELECT 1 FROM sys.dm_exec_sessions WHERE session_id = {session_id})"
+                "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = {session_id})"
             );
             for owner in ["Session", "Transaction"] {
                 text = text.replace(
@@ -411,7 +417,7 @@ mod tests {
         );
         assert_eq!(
             fenced
-                .matches("NOT EXISTS (SELECT 1 FROM sys.dm_exec_sessions WHERE session_id = 40123)")
+                .matches("NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = 40123)")
                 .count(),
             2
         );
