@@ -348,10 +348,10 @@ async fn seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time() 
     assert_eq!(b, burned + 1);
 
     let bound = gap_timeout + poll + Duration::from_secs(1);
-    // On Babelfish the one-position fill statement alone takes about 1 s
-    // (1.0-1.2 s measured; a T-SQL batch's first run in a session was seen
-    // taking 2.2 s under load), so the bound cannot hold there: it is
-    // reported, and B must still be handled within 10 s more.
+    // On Babelfish the one-position fill statement alone took 0.75-1.2 s
+    // (a T-SQL batch's first run in a session was seen taking 2.2 s under
+    // load), so the bound may not hold there: a miss is reported as skipped
+    // on Babelfish, and B must still be handled within 10 s more.
     let babelfish = ms::is_babelfish().await;
     let allowed = if babelfish {
         bound + Duration::from_secs(10)
