@@ -28,6 +28,8 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use tokio_postgres::types::Type;
+
 mod conn;
 mod errors;
 mod fill;
@@ -223,8 +225,14 @@ impl Engine for PostgresEngine {
 
     async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
         let conn = self.pool.checkout().await?;
+        // Typed parameters: one round trip (Parse, Bind, Execute together)
+        // instead of a prepare before every poll.
+        let limit = i64::from(limit);
         let rows = conn
-            .query(&self.sql.scan, &[&after, &i64::from(limit)])
+            .query_typed(
+                &self.sql.scan,
+                &[(&after, Type::INT8), (&limit, Type::INT8)],
+            )
             .await
             .map_err(|e| self.error(&e, "scan"))?;
         let mut page = ScanPage {
@@ -254,7 +262,10 @@ impl Engine for PostgresEngine {
             let starts: Vec<i64> = batch.iter().map(|r| r.start).collect();
             let ends: Vec<i64> = batch.iter().map(|r| r.end).collect();
             let rows = conn
-                .query(&self.sql.probe, &[&starts, &ends])
+                .query_typed(
+                    &self.sql.probe,
+                    &[(&starts, Type::INT8_ARRAY), (&ends, Type::INT8_ARRAY)],
+                )
                 .await
                 .map_err(|e| self.error(&e, "probe"))?;
             for row in &rows {
