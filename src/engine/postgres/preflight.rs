@@ -64,8 +64,11 @@ pub(crate) enum Tombstones {
     Failed(String),
 }
 
+/// What every profile's preflight reads about the server, the session and
+/// the schema (the first columns of `preflight.sql` and
+/// `preflight_table.sql`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Facts {
+pub(crate) struct Session {
     pub version: String,
     pub version_num: i32,
     /// Whether this session is encrypted (`pg_stat_ssl`); `None` if unknown.
@@ -73,6 +76,23 @@ pub(crate) struct Facts {
     /// The role the session runs as (`CURRENT_USER`): whom a GRANT names.
     pub login: String,
     pub schema_exists: bool,
+}
+
+impl Session {
+    pub(super) fn from_row(row: &Row) -> DbResult<Session> {
+        Ok(Session {
+            version: get(row, "server_version")?,
+            version_num: get(row, "server_version_num")?,
+            encrypted: get(row, "encrypted")?,
+            login: get(row, "login")?,
+            schema_exists: get(row, "schema_exists")?,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Facts {
+    pub session: Session,
     pub columns: Vec<Column>,
     pub pkey_name: Option<String>,
     pub pkey_columns: Vec<String>,
@@ -99,11 +119,7 @@ impl Facts {
             })
             .collect();
         Ok(Facts {
-            version: get(row, "server_version")?,
-            version_num: get(row, "server_version_num")?,
-            encrypted: get(row, "encrypted")?,
-            login: get(row, "login")?,
-            schema_exists: get(row, "schema_exists")?,
+            session: Session::from_row(row)?,
             columns,
             pkey_name: get(row, "pkey_name")?,
             pkey_columns: get(row, "pkey_columns")?,
@@ -177,8 +193,8 @@ pub(crate) struct Expected<'a> {
 /// The verdicts, in the order `check` prints them. Pure.
 pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
     let schema = want.schema;
-    let mut out = session(&f.version, f.version_num, f.encrypted, want.tls).to_vec();
-    if !f.schema_exists {
+    let mut out = session(&f.session, want.tls).to_vec();
+    if !f.session.schema_exists {
         out.push(Finding::fail(
             Check::Schema,
             format!("schema {schema} does not exist"),
@@ -252,13 +268,9 @@ pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
 }
 
 /// The server's version and the session's encryption, for every profile.
-pub(super) fn session(
-    version: &str,
-    version_num: i32,
-    encrypted: Option<bool>,
-    tls: &TlsMode,
-) -> [Finding; 2] {
-    let connection = if version_num >= 130_000 {
+pub(super) fn session(s: &Session, tls: &TlsMode) -> [Finding; 2] {
+    let version = &s.version;
+    let connection = if s.version_num >= 130_000 {
         Finding::pass(Check::Connection, format!("PostgreSQL {version}"))
     } else {
         Finding::fail(
@@ -266,7 +278,7 @@ pub(super) fn session(
             format!("PostgreSQL {version}: 13 or later is needed (gen_random_uuid)"),
         )
     };
-    let tls = match (tls, encrypted) {
+    let tls = match (tls, s.encrypted) {
         (TlsMode::Off, _) => Finding::pass(
             Check::Tls,
             "off: not encrypted (sslmode=require or verify-full, with sslrootcert=FILE for a private CA, turns it on)",
@@ -330,7 +342,7 @@ fn position(f: &Facts) -> Finding {
 /// GRANT statements that give the missing ones to this login.
 fn rights(f: &Facts, schema: &str) -> Finding {
     let r = &f.rights;
-    let to = quote_role(&f.login);
+    let to = quote_role(&f.session.login);
     let mut missing = Vec::new();
     let mut grants = Vec::new();
     if r.schema_usage == Some(false) {
@@ -479,11 +491,13 @@ mod tests {
         columns.push(col("checkpoints", "id", "text", false));
         let yes = Some(true);
         Facts {
-            version: "15.19".into(),
-            version_num: 150_019,
-            encrypted: Some(false),
-            login: "gap_healer".into(),
-            schema_exists: true,
+            session: Session {
+                version: "15.19".into(),
+                version_num: 150_019,
+                encrypted: Some(false),
+                login: "gap_healer".into(),
+                schema_exists: true,
+            },
             columns,
             pkey_name: Some("messages_pkey".into()),
             pkey_columns: vec!["global_position".into()],
@@ -531,14 +545,14 @@ mod tests {
     #[test]
     fn an_old_server_fails_connection() {
         let mut f = healthy();
-        f.version_num = 120_010;
+        f.session.version_num = 120_010;
         assert!(!find(&judge(&f), Check::Connection).ok);
     }
 
     #[test]
     fn a_missing_schema_stops_the_checks() {
         let mut f = healthy();
-        f.schema_exists = false;
+        f.session.schema_exists = false;
         let out = judge(&f);
         assert_eq!(out.last().unwrap().check, Check::Schema);
         assert!(shape_verdict(&out).is_err());
@@ -605,7 +619,7 @@ mod tests {
 
         // Nothing at all: every grant of grants.sql, each statement valid as it is.
         let mut f = healthy();
-        f.login = "App User".into();
+        f.session.login = "App User".into();
         f.rights = Rights {
             schema_usage: Some(false),
             messages_select: Some(false),

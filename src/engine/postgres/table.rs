@@ -21,7 +21,7 @@ use tokio_postgres::Row;
 use super::errors::{describe, get, Stage};
 use super::fill::{at, bounds, set_lock_timeout, Failed, STREAM_LOCK_TIMEOUT};
 use super::leader::advisory_key;
-use super::preflight::{quote_role, session};
+use super::preflight::{quote_role, session, Session};
 use super::sql::{quoted, PREFLIGHT_TABLE};
 use super::tls::TlsMode;
 use super::PostgresEngine;
@@ -137,13 +137,9 @@ pub(crate) struct TableColumn {
 }
 
 /// What `check` reads about a table profile's table.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TableFacts {
-    pub version: String,
-    pub version_num: i32,
-    pub encrypted: Option<bool>,
-    pub login: String,
-    pub schema_exists: bool,
+    pub session: Session,
     pub schema_usage: Option<bool>,
     pub table_exists: bool,
     pub columns: Vec<TableColumn>,
@@ -180,11 +176,7 @@ impl TableFacts {
         let unique_names: Vec<String> = get(row, "unique_names")?;
         let unique_columns: Vec<String> = get(row, "unique_columns")?;
         Ok(TableFacts {
-            version: get(row, "server_version")?,
-            version_num: get(row, "server_version_num")?,
-            encrypted: get(row, "encrypted")?,
-            login: get(row, "login")?,
-            schema_exists: get(row, "schema_exists")?,
+            session: Session::from_row(row)?,
             schema_usage: get(row, "schema_usage")?,
             table_exists: get(row, "table_exists")?,
             columns,
@@ -215,9 +207,9 @@ pub(crate) fn table_findings(
     schema: &str,
     tls: &TlsMode,
 ) -> Vec<Finding> {
-    let mut out = session(&f.version, f.version_num, f.encrypted, tls).to_vec();
+    let mut out = session(&f.session, tls).to_vec();
     let table = format!("{schema}.{}", shape.table);
-    if !f.schema_exists {
+    if !f.session.schema_exists {
         out.push(Finding::fail(
             Check::Schema,
             format!("schema {schema} does not exist"),
@@ -363,7 +355,7 @@ fn columns(f: &TableFacts, shape: &TableShape) -> Finding {
 
 /// SELECT and INSERT on the table, USAGE on the schema, with the GRANTs.
 fn rights(f: &TableFacts, schema: &str, table: &str) -> Finding {
-    let to = quote_role(&f.login);
+    let to = quote_role(&f.session.login);
     let mut missing = Vec::new();
     let mut grants = Vec::new();
     if f.schema_usage == Some(false) {
@@ -452,11 +444,13 @@ mod tests {
         let mut position = col("position", "bigint", true, true);
         position.identity = true;
         TableFacts {
-            version: "15.20".into(),
-            version_num: 150_020,
-            encrypted: Some(false),
-            login: "healer".into(),
-            schema_exists: true,
+            session: Session {
+                version: "15.20".into(),
+                version_num: 150_020,
+                encrypted: Some(false),
+                login: "healer".into(),
+                schema_exists: true,
+            },
             schema_usage: Some(true),
             table_exists: true,
             columns: vec![
