@@ -50,7 +50,9 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::postgres::{connect_within, is_connection_error, restart_cluster, try_connect};
+use crate::postgres::{
+    connect_within, end_append, is_connection_error, restart_cluster, try_connect,
+};
 use crate::run::*;
 use crate::support::*;
 use crate::watermark::{create_watermark_table, Watermark};
@@ -238,18 +240,7 @@ impl Backend for LedgerStore {
                 }
             }
         }
-        if let Some(hold) = append.hold {
-            tokio::time::sleep(hold).await;
-        }
-        if !append.kind.commits() {
-            let _ = c.batch_execute("ROLLBACK").await;
-            return append.rolled_back();
-        }
-        match c.batch_execute("COMMIT").await {
-            Ok(()) => Attempt::Committed(events),
-            Err(e) if is_connection_error(&e) => Attempt::Unknown(events),
-            Err(e) => refused(&e, "COMMIT"),
-        }
+        end_append(c, append, events, refused).await
     }
 
     async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
@@ -270,17 +261,7 @@ impl Backend for LedgerStore {
             .await
             .expect("read back an append")
             .get(0);
-        if found == events.len() as i64 {
-            true
-        } else if found == 0 {
-            false
-        } else {
-            journal.violation(format!(
-                "an append whose COMMIT got no answer is half there: {found} of {} events",
-                events.len()
-            ));
-            true
-        }
+        journal.read_back(usize::try_from(found).unwrap_or(0), events.len())
     }
 
     async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {

@@ -193,17 +193,7 @@ impl Backend for SqlServer {
             .await;
             found += rows.first().and_then(|r| r.get::<i64, _>(0)).unwrap_or(0);
         }
-        if found == events.len() as i64 {
-            true
-        } else if found == 0 {
-            false
-        } else {
-            journal.violation(format!(
-                "an append whose COMMIT got no answer is half there: {found} of {} events",
-                events.len()
-            ));
-            true
-        }
+        journal.read_back(usize::try_from(found).unwrap_or(0), events.len())
     }
 
     async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {

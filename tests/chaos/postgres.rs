@@ -199,18 +199,7 @@ impl Backend for Postgres {
                 return refused(&e, "the version update");
             }
         }
-        if let Some(hold) = append.hold {
-            tokio::time::sleep(hold).await;
-        }
-        if !append.kind.commits() {
-            let _ = c.batch_execute("ROLLBACK").await;
-            return append.rolled_back();
-        }
-        match c.batch_execute("COMMIT").await {
-            Ok(()) => Attempt::Committed(events),
-            Err(e) if is_connection_error(&e) => Attempt::Unknown(events),
-            Err(e) => refused(&e, "COMMIT"),
-        }
+        end_append(c, append, events, refused).await
     }
 
     async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
@@ -365,6 +354,29 @@ pub async fn connect_within(url: &str, limit: Duration) -> Client {
     .await
 }
 
+/// The end of an append on PostgreSQL, once its rows are inserted: held
+/// open as long as the append says, then rolled back or committed; a
+/// COMMIT without an answer leaves its outcome unknown.
+pub async fn end_append(
+    c: &Client,
+    append: &Append<'_>,
+    events: Vec<Event>,
+    refused: impl Fn(&tokio_postgres::Error, &str) -> Attempt,
+) -> Attempt {
+    if let Some(hold) = append.hold {
+        tokio::time::sleep(hold).await;
+    }
+    if !append.kind.commits() {
+        let _ = c.batch_execute("ROLLBACK").await;
+        return append.rolled_back();
+    }
+    match c.batch_execute("COMMIT").await {
+        Ok(()) => Attempt::Committed(events),
+        Err(e) if is_connection_error(&e) => Attempt::Unknown(events),
+        Err(e) => refused(&e, "COMMIT"),
+    }
+}
+
 pub fn is_connection_error(e: &tokio_postgres::Error) -> bool {
     e.is_closed()
         || e.code().is_none()
@@ -395,16 +407,5 @@ async fn resolve(url: &str, s: &str, journal: &Journal, events: &[Event]) -> boo
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    if found.len() == events.len() {
-        true
-    } else if found.is_empty() {
-        false
-    } else {
-        journal.violation(format!(
-            "an append whose COMMIT got no answer is half there: {} of {} events",
-            found.len(),
-            events.len()
-        ));
-        true
-    }
+    journal.read_back(found.len(), events.len())
 }

@@ -168,6 +168,22 @@ impl Journal {
         eprintln!("VIOLATION: {what}");
         self.violations.lock().unwrap().push(what);
     }
+
+    /// An append whose COMMIT got no answer, read back: `found` of its
+    /// `total` events are there. All: it committed; none: it did not; some:
+    /// a violation (it counts as committed, so its events are checked).
+    pub fn read_back(&self, found: usize, total: usize) -> bool {
+        if found == total {
+            true
+        } else if found == 0 {
+            false
+        } else {
+            self.violation(format!(
+                "an append whose COMMIT got no answer is half there: {found} of {total} events"
+            ));
+            true
+        }
+    }
 }
 
 /// One stream's part of an append.
