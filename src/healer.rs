@@ -12,6 +12,10 @@
 //! - Nothing is written in dry-run mode or while [`Leader::is_leader`] is false;
 //!   leadership is checked before every fill statement.
 //! - A refused fill is split, never retried whole, so every cycle makes progress.
+//! - A daemon poll with no hole tracked may skip its own scan when the head
+//!   read for every store of its database at once, after the poll was due,
+//!   is no higher than `examined` (nothing new can lie below it). Polls fall
+//!   on one grid per poll interval, shared by the daemon's stores.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +55,21 @@ fn describe(batch: &[PosRange]) -> String {
 /// store was reseeded before its first append, which the seed does not show).
 fn start_floor(seed: i64, first_row: Option<i64>) -> i64 {
     first_row.map_or(seed, |first| first.max(seed))
+}
+
+/// The first instant after now on a grid of `every` that all the daemon's
+/// stores share: stores with one poll interval poll at the same moments, so
+/// the stores of a database read their heads in one statement
+/// ([`Engine::shared_head`]). A poll comes at most `every` after the last.
+fn next_tick(every: Duration) -> Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = Instant::from_std(*EPOCH.get_or_init(std::time::Instant::now));
+    let now = Instant::now();
+    let every_ns = every.as_nanos().max(1);
+    let since = now.saturating_duration_since(epoch).as_nanos();
+    let ticks = since / every_ns + 1;
+    let at = u64::try_from(ticks * every_ns).unwrap_or(u64::MAX);
+    epoch + Duration::from_nanos(at)
 }
 
 /// Checkpoints are re-read at most this often (for lag metrics only, which
@@ -317,6 +336,32 @@ impl<E: Engine> Healer<E> {
             .scan_took(started.elapsed().as_secs_f64());
         self.health.scan_completed();
         Ok(step)
+    }
+
+    /// The daemon's poll, due at `due`: with no hole tracked, first the head
+    /// read for every store of the database at once
+    /// ([`Engine::shared_head`]); the store scans itself only when that
+    /// shows rows above `examined`, or is not to be had. With holes tracked
+    /// it scans (the probe re-checks them).
+    pub async fn poll(&mut self, due: Instant) -> DbResult<ScanStep> {
+        if let (true, Some(examined)) = (self.tracker.is_empty(), self.examined) {
+            let started = std::time::Instant::now();
+            // A failed shared reading is not this store's failure: its own
+            // scan decides.
+            if let Some(Ok(head)) = self.engine.shared_head(due).await {
+                if head.is_none_or(|h| h <= examined) {
+                    self.health
+                        .series
+                        .scan_took(started.elapsed().as_secs_f64());
+                    self.health.scan_completed();
+                    return Ok(ScanStep {
+                        caught_up: true,
+                        ..ScanStep::default()
+                    });
+                }
+            }
+        }
+        self.scan_step().await
     }
 
     /// Scans until the head is reached, calling `progress(examined)` after each step.
@@ -721,7 +766,7 @@ impl<E: Engine> Healer<E> {
                 let scan_started = Instant::now();
                 let result = tokio::select! {
                     _ = stop.cancelled() => break,
-                    r = self.scan_step() => r,
+                    r = self.poll(next_poll) => r,
                 };
                 if let Some(start) = self.start.filter(|s| s.above_head() && !s.empty) {
                     error!(
@@ -745,7 +790,7 @@ impl<E: Engine> Healer<E> {
                         failing_since = None;
                         // Behind (a backfill): go on at once instead of waiting a poll.
                         next_poll = if step.caught_up {
-                            Instant::now() + self.opts.poll_interval
+                            next_tick(self.opts.poll_interval)
                         } else {
                             Instant::now()
                         };
@@ -840,6 +885,10 @@ mod tests {
         attempts: Vec<(Vec<PosRange>, Duration)>,
         /// The published watermark's row.
         watermark: Option<i64>,
+        /// Answer [`Engine::shared_head`] (else `None`, as an engine
+        /// without shared readings does), counting the readings.
+        shared: bool,
+        shared_reads: usize,
     }
 
     struct Fake(Mutex<Model>);
@@ -885,6 +934,14 @@ mod tests {
                 high: prev,
                 rows: rows.len() as u64,
             })
+        }
+        async fn shared_head(&self, _not_before: Instant) -> Option<DbResult<Option<i64>>> {
+            let mut m = self.0.lock().unwrap();
+            if !m.shared {
+                return None;
+            }
+            m.shared_reads += 1;
+            Some(Ok(m.committed.last().copied()))
         }
         async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
             let mut m = self.0.lock().unwrap();
@@ -1149,6 +1206,67 @@ mod tests {
         let start = h.begin().await.unwrap();
         assert_eq!((start.after, start.head, start.empty), (4, 4, false));
         assert!(!start.above_head());
+    }
+
+    /// With a shared head reading, an idle store sends no scan of its own;
+    /// a row above what it examined brings its own scan back, and so do
+    /// tracked holes (their probe) until they are filled.
+    #[tokio::test(start_paused = true)]
+    async fn idle_polls_use_the_shared_head_until_something_moves() {
+        let (fake, h) = healer(1..=10, opts());
+        fake.0.lock().unwrap().shared = true;
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(h.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (scans, reads) = {
+            let m = fake.0.lock().unwrap();
+            (m.scans.clone(), m.shared_reads)
+        };
+        assert_eq!(
+            scans,
+            vec![0],
+            "one scan at the start, then shared readings"
+        );
+        assert!(
+            (10..=13).contains(&reads),
+            "{reads} shared readings in 3 s at 250 ms"
+        );
+        // A row two above the head: the next poll scans and finds hole 11.
+        fake.0.lock().unwrap().committed.insert(12);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(fake.0.lock().unwrap().scans, vec![0, 10]);
+        // Tracked until filled at gap_timeout (5 s): scans and probes meanwhile.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let scans_after_fill = {
+            let m = fake.0.lock().unwrap();
+            assert_eq!(m.filled.len(), 1);
+            assert!(!m.probes.is_empty());
+            m.scans.len()
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop.cancel();
+        task.await.unwrap();
+        let m = fake.0.lock().unwrap();
+        assert!(
+            m.scans.len() <= scans_after_fill + 1,
+            "idle again: {} scans after the fill, {scans_after_fill} before",
+            m.scans.len()
+        );
+    }
+
+    #[test]
+    fn polls_fall_on_one_grid_at_most_one_interval_apart() {
+        let every = Duration::from_millis(250);
+        let a = next_tick(every);
+        std::thread::sleep(Duration::from_millis(30));
+        let b = next_tick(every);
+        let now = Instant::now();
+        assert!(b > now && b <= now + every);
+        let apart = b
+            .duration_since(a)
+            .as_nanos()
+            .max(a.duration_since(b).as_nanos());
+        assert_eq!(apart % every.as_nanos(), 0, "{apart} ns apart");
     }
 
     #[tokio::test(start_paused = true)]

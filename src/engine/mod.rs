@@ -57,6 +57,8 @@ pub enum Fence {
 #[derive(Default)]
 pub struct Pools {
     pub(crate) postgres: pool::Shared<postgres::Manager>,
+    /// The head readings shared by each PostgreSQL pool's stores.
+    pub(crate) postgres_heads: postgres::HeadsByPool,
     pub(crate) mssql: pool::Shared<mssql::Manager>,
 }
 
@@ -237,6 +239,17 @@ pub trait Engine: Send + Sync + 'static {
     /// so the cost is proportional to the rows read, not the table size, and must
     /// never wait on an open append.
     fn scan(&self, after: i64, limit: u32) -> impl Future<Output = DbResult<ScanPage>> + Send;
+
+    /// The store's highest committed position (`None`: an empty table) as
+    /// read together with the other stores of its database, by a reading
+    /// that began no earlier than `not_before`. `None` when the engine has
+    /// no such reading for this store (the healer then scans as usual).
+    fn shared_head(
+        &self,
+        _not_before: tokio::time::Instant,
+    ) -> impl Future<Output = Option<DbResult<Option<i64>>>> + Send {
+        async { None }
+    }
 
     /// Which positions inside `ranges` exist now. Never waits on an open append.
     fn probe(&self, ranges: &[PosRange]) -> impl Future<Output = DbResult<Probe>> + Send;

@@ -278,6 +278,75 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
+/// The stores of one database poll together: one statement reads every
+/// store's head, a row committed after a poll was due shows only in a later
+/// reading, a store only joins the readings once its own scan succeeded, and
+/// a store whose table vanished fails the reading once, then on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_of_one_database_read_their_heads_in_one_statement() {
+    use gap_healer::engine::{Engine, Pools};
+    use gap_healer_testkit::engine::{postgres_sharing, settings};
+    use gap_healer_testkit::pg::Ending;
+    use tokio::time::Instant as Due;
+
+    let a = Store::new("heads_a").await;
+    let b = Store::new("heads_b").await;
+    let c = Store::new("heads_c").await;
+    let head_a = *a.append("s", 3, Ending::Commit).await.last().unwrap();
+    let head_b = *b.append("s", 2, Ending::Commit).await.last().unwrap();
+    let pools = Pools::default();
+    let engine = |s: &Store| {
+        postgres_sharing(
+            &settings(&s.url(), &s.schema, Duration::from_secs(5)),
+            &pools,
+        )
+        .unwrap()
+    };
+    let (ea, eb, ec) = (engine(&a), engine(&b), engine(&c));
+
+    // Not read with the others before its own scan succeeded.
+    assert!(ea.shared_head(Due::now()).await.is_none());
+    for e in [&ea, &eb, &ec] {
+        e.scan(0, 100).await.unwrap();
+    }
+    let due = Due::now();
+    let (ha, hb, hc) = tokio::join!(
+        ea.shared_head(due),
+        eb.shared_head(due),
+        ec.shared_head(due)
+    );
+    assert_eq!(ha.unwrap().unwrap(), Some(head_a));
+    assert_eq!(hb.unwrap().unwrap(), Some(head_b));
+    assert_eq!(hc.unwrap().unwrap(), None, "an empty table has no head");
+    assert_eq!(ea.shared_readings(), 1, "three stores, one statement");
+
+    // A row committed after the poll was due: that poll's reading stands,
+    // the next poll's reading shows it.
+    let later = *a.append("s", 1, Ending::Commit).await.last().unwrap();
+    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(head_a));
+    let due = Due::now();
+    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
+    assert_eq!(eb.shared_head(due).await.unwrap().unwrap(), Some(head_b));
+    assert_eq!(ea.shared_readings(), 2);
+
+    // c's schema vanishes: the next reading fails for all (each then scans
+    // on its own); c's own scan fails, so the reading after leaves c out.
+    c.drop_schema().await;
+    let due = Due::now();
+    assert!(ea.shared_head(due).await.unwrap().is_err());
+    assert!(ec.scan(0, 100).await.is_err());
+    let due = Due::now();
+    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
+    assert!(ec.shared_head(due).await.is_none(), "c scans alone now");
+    // A store that is dropped leaves the readings.
+    drop(eb);
+    let due = Due::now();
+    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
+    assert_eq!(ea.shared_readings(), 5);
+    a.drop_schema().await;
+    b.drop_schema().await;
+}
+
 /// A database `name` with the Eventuous tables in schema `eventuous` and
 /// holes of the given widths.
 async fn tenant(name: &str, widths: &[usize]) -> Store {

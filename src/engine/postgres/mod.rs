@@ -33,6 +33,7 @@ use tokio_postgres::types::Type;
 mod conn;
 mod errors;
 mod fill;
+mod heads;
 mod leader;
 pub mod npgsql;
 mod preflight;
@@ -50,6 +51,7 @@ pub use self::watermark::watermark_sql;
 pub(crate) use self::conn::Manager;
 use self::conn::Target;
 use self::errors::{db_error, get};
+pub(crate) use self::heads::HeadsByPool;
 use super::pool::{Pool, MAX_POOLED_SESSIONS};
 use super::profile::Profile;
 use super::{
@@ -77,6 +79,8 @@ pub struct PostgresEngine {
     /// means "committed"; on any other constraint, something else writes
     /// the tombstone stream.
     position_keys: OnceLock<Vec<String>>,
+    /// Its place in the head readings shared by the stores of its pool.
+    heads: heads::Membership,
 }
 
 impl PostgresEngine {
@@ -110,6 +114,10 @@ impl PostgresEngine {
             )
         });
         let schema = settings.schema.to_ascii_lowercase();
+        let heads = pools
+            .postgres_heads
+            .get(&settings.sharing_key(), &pool, &settings.connection_string)
+            .join(&render_sql(sql::SHARED_HEAD, &schema, &settings.profile));
         Ok(PostgresEngine {
             pool,
             target,
@@ -120,7 +128,14 @@ impl PostgresEngine {
             watermark_table: settings.watermark_table.clone(),
             profile: settings.profile.clone(),
             position_keys: OnceLock::new(),
+            heads,
         })
+    }
+
+    /// Head readings the stores of its pool have sent together
+    /// ([`Engine::shared_head`]), for tests and diagnostics.
+    pub fn shared_readings(&self) -> u64 {
+        self.heads.readings()
     }
 
     /// Classifies a driver error and scrubs its text.
@@ -234,7 +249,9 @@ impl Engine for PostgresEngine {
                 &[(&after, Type::INT8), (&limit, Type::INT8)],
             )
             .await
-            .map_err(|e| self.error(&e, "scan"))?;
+            .map_err(|e| self.error(&e, "scan"));
+        self.heads.scanned(rows.is_ok());
+        let rows = rows?;
         let mut page = ScanPage {
             holes: Vec::new(),
             high: after,
@@ -250,6 +267,10 @@ impl Engine for PostgresEngine {
             }
         }
         Ok(page)
+    }
+
+    async fn shared_head(&self, not_before: tokio::time::Instant) -> Option<DbResult<Option<i64>>> {
+        self.heads.head(not_before).await
     }
 
     async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {

@@ -32,6 +32,15 @@ pub fn postgres(settings: &StoreSettings) -> DbResult<Arc<PostgresEngine>> {
     Ok(Arc::new(PostgresEngine::new(settings)?))
 }
 
+/// The PostgreSQL engine as the daemon builds it for a fleet: sharing
+/// `pools` (and its head readings) with the stores of one database.
+pub fn postgres_sharing(
+    settings: &StoreSettings,
+    pools: &gap_healer::engine::Pools,
+) -> DbResult<Arc<PostgresEngine>> {
+    Ok(Arc::new(PostgresEngine::sharing(settings, pools)?))
+}
+
 /// The SQL Server engine, as the daemon builds it.
 pub fn mssql(settings: &StoreSettings) -> DbResult<MssqlEngine> {
     MssqlEngine::new(settings)
