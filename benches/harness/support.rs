@@ -632,6 +632,16 @@ impl Report {
             Some(false) => "**missed**",
             None => "",
         };
+        self.row_with(what, figure, target, verdict);
+    }
+
+    /// A row whose figure cannot decide its target (its spread is wider
+    /// than the effect): neither met nor missed.
+    pub fn row_unsettled(&mut self, what: &str, figure: String, target: &str) {
+        self.row_with(what, figure, target, "not settled");
+    }
+
+    fn row_with(&mut self, what: &str, figure: String, target: &str, verdict: &str) {
         self.summary.push([
             what.to_string(),
             figure,
