@@ -343,8 +343,53 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let due = Due::now();
     assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
     assert_eq!(ea.shared_readings(), 5);
+
+    // d's table held by DDL in an open transaction: the reading fails after
+    // its lock timeout instead of holding a; d's own scan then waits alone,
+    // and while it does, the readings leave d out and serve a.
+    let d = Store::new("heads_d").await;
+    d.append("s", 1, Ending::Commit).await;
+    let ed = engine(&d);
+    ed.scan(0, 100).await.unwrap();
+    let locker = connect().await;
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {}.messages IN ACCESS EXCLUSIVE MODE",
+            d.schema
+        ))
+        .await
+        .unwrap();
+    let waited = Instant::now();
+    let reading = tokio::time::timeout(Duration::from_secs(5), ea.shared_head(Due::now()))
+        .await
+        .expect("the reading waited for the lock: every store of the pool would wait");
+    assert!(reading.unwrap().is_err());
+    let waited = waited.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the reading waited {waited:?}"
+    );
+    let held = tokio::spawn({
+        let ed = ed.clone();
+        async move { ed.scan(0, 100).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "d's own scan waits for the lock");
+    let served = Instant::now();
+    assert_eq!(
+        ea.shared_head(Due::now()).await.unwrap().unwrap(),
+        Some(later)
+    );
+    println!(
+        "a locked table failed the shared reading after {waited:?}; without it the next reading took {:?}",
+        served.elapsed()
+    );
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    held.await.unwrap().unwrap();
+    assert!(ed.shared_head(Due::now()).await.unwrap().is_ok());
     a.drop_schema().await;
     b.drop_schema().await;
+    d.drop_schema().await;
 }
 
 /// A database `name` with the Eventuous tables in schema `eventuous` and

@@ -10,25 +10,48 @@
 //! reading. A store scans itself only when its head has moved past what it
 //! examined, or when it tracks holes (they need the probe).
 //!
+//! A reading waits at most [`LOCK_TIMEOUT`] for a table lock: DDL holding
+//! one store's table fails the reading (every store scans on its own for
+//! that poll), and the held store, whose own scan is then in flight, is left
+//! out of the readings until that scan ends.
+//!
 //! Architecture invariants:
 //! - A reading is used only by a poll due no later than the reading began,
 //!   so it shows every row committed before the poll was due: using it is a
 //!   poll at that moment.
-//! - A store is in a reading only after its own scan last succeeded: a store
-//!   whose table is gone or refused fails on its own, and a reading that
-//!   failed sends every store of it back to its own scan for that poll.
+//! - A store is in a reading only after its own scan last succeeded, and
+//!   not while one runs: a store whose table is gone, refused or locked
+//!   fails or waits on its own, and a reading that failed sends every store
+//!   of it back to its own scan for that poll.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_postgres::SimpleQueryMessage;
 
 use super::conn::Manager;
-use super::errors::{db_error, get};
+use super::errors::db_error;
+use super::sql::SHARED_HEADS;
 use crate::engine::pool::Pool;
 use crate::engine::{DbError, DbResult};
 use crate::secret::ConnectionString;
+
+/// How long a reading waits for a table lock (DDL on one store's table)
+/// before it fails and every store of it scans on its own.
+const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// `sql/postgres/*.sql` without its comment lines, on one line.
+fn without_comments(sql: &str) -> String {
+    let lines: Vec<&str> = sql
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+        .collect();
+    lines.join(" ")
+}
 
 /// The shared head readings of the stores of one pool (one database and
 /// login), by the pool's sharing key.
@@ -95,15 +118,10 @@ impl Heads {
     /// rendered; its comments are left out of the reading).
     pub(crate) fn join(self: &Arc<Self>, head_sql: &str) -> Membership {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let head: Vec<&str> = head_sql
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("--"))
-            .collect();
         self.members().insert(
             id,
             Member {
-                head: head.join(" "),
+                head: without_comments(head_sql),
                 scans: false,
             },
         );
@@ -127,26 +145,45 @@ impl Heads {
                 ids.push(*id);
                 heads.push(m.head.as_str());
             }
-            (
-                ids,
-                format!("SELECT ARRAY[{}]::bigint [] AS heads", heads.join(", ")),
-            )
+            let sql = without_comments(SHARED_HEADS)
+                .replace("__lock_timeout_ms__", &LOCK_TIMEOUT.as_millis().to_string())
+                .replace("__heads__", &heads.join(", "));
+            (ids, sql)
         };
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
         let conn = self.pool.checkout().await?;
         self.readings.fetch_add(1, Ordering::Relaxed);
-        let rows = conn
-            .query_typed(&sql, &[])
+        let messages = conn
+            .simple_query(&sql)
             .await
             .map_err(|e| db_error(&self.cs, &e, "shared head reading"))?;
-        let row = rows
-            .first()
-            .ok_or_else(|| DbError::transient("shared head reading: no row"))?;
-        let heads: Vec<Option<i64>> = get(row, "heads")?;
-        Ok(ids.into_iter().zip(heads).collect())
+        let mut heads = HashMap::with_capacity(ids.len());
+        for message in messages {
+            let SimpleQueryMessage::Row(row) = message else {
+                continue;
+            };
+            let column = |name: &str| row.try_get(name).map_err(|_| unexpected(name));
+            let n: usize = parse(column("n")?)?.ok_or_else(|| unexpected("n"))?;
+            let id = *ids.get(n.wrapping_sub(1)).ok_or_else(|| unexpected("n"))?;
+            heads.insert(id, parse(column("h")?)?);
+        }
+        if heads.len() != ids.len() {
+            return Err(unexpected("the number of rows"));
+        }
+        Ok(heads)
     }
+}
+
+/// A column of the reading's text rows, `None` for NULL.
+fn parse<T: std::str::FromStr>(text: Option<&str>) -> Result<Option<T>, DbError> {
+    text.map(|t| t.parse().map_err(|_| unexpected(t)))
+        .transpose()
+}
+
+fn unexpected(what: &str) -> DbError {
+    DbError::transient(format!("shared head reading: unexpected {what}"))
 }
 
 /// A store's place in its pool's shared readings; leaves them when dropped.

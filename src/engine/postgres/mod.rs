@@ -239,6 +239,9 @@ impl Engine for PostgresEngine {
     }
 
     async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
+        // Out of the shared readings while its own scan runs: a scan held by
+        // a lock on this table keeps only this store waiting.
+        self.heads.scanned(false);
         let conn = self.pool.checkout().await?;
         // Typed parameters: one round trip (Parse, Bind, Execute together)
         // instead of a prepare before every poll.

@@ -42,6 +42,8 @@ pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader
 /// One store's part of the head reading its pool's stores share
 /// ([`super::heads`]): an expression, not a statement.
 pub(crate) const SHARED_HEAD: &str = include_str!("../../../sql/postgres/shared_head.sql");
+/// The reading itself, around one [`SHARED_HEAD`] per store.
+pub(crate) const SHARED_HEADS: &str = include_str!("../../../sql/postgres/shared_heads.sql");
 const GRANTS: &str = include_str!("../../../sql/postgres/grants.sql");
 
 impl Queries {
