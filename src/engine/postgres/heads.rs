@@ -34,7 +34,7 @@ use tokio_postgres::SimpleQueryMessage;
 
 use super::conn::Manager;
 use super::errors::db_error;
-use super::sql::SHARED_HEADS;
+use super::sql::{without_comments, SHARED_HEADS};
 use crate::engine::pool::Pool;
 use crate::engine::{DbError, DbResult};
 use crate::secret::ConnectionString;
@@ -42,16 +42,6 @@ use crate::secret::ConnectionString;
 /// How long a reading waits for a table lock (DDL on one store's table)
 /// before it fails and every store of it scans on its own.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// `sql/postgres/*.sql` without its comment lines, on one line.
-fn without_comments(sql: &str) -> String {
-    let lines: Vec<&str> = sql
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("--"))
-        .collect();
-    lines.join(" ")
-}
 
 /// The shared head readings of the stores of one pool (one database and
 /// login), by the pool's sharing key.

@@ -46,9 +46,23 @@ pub(crate) const SHARED_HEAD: &str = include_str!("../../../sql/postgres/shared_
 pub(crate) const SHARED_HEADS: &str = include_str!("../../../sql/postgres/shared_heads.sql");
 const GRANTS: &str = include_str!("../../../sql/postgres/grants.sql");
 
+/// A statement without its whole-line comments and blank lines: each
+/// store keeps its own copies (500 stores, 2 MB with the comments) and
+/// sends them every poll.
+pub(crate) fn without_comments(sql: &str) -> String {
+    let lines: Vec<&str> = sql
+        .lines()
+        .filter(|l| {
+            let l = l.trim();
+            !l.is_empty() && !l.starts_with("--")
+        })
+        .collect();
+    lines.join("\n")
+}
+
 impl Queries {
     pub(crate) fn new(schema: &str, profile: &Profile) -> Self {
-        let s = |sql: &str| render(sql, schema, profile);
+        let s = |sql: &str| without_comments(&render(sql, schema, profile));
         Queries {
             scan: s(include_str!("../../../sql/postgres/scan.sql")),
             probe: s(include_str!("../../../sql/postgres/probe.sql")),
@@ -166,6 +180,14 @@ pub fn setup_sql(schema: &str, profile: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn comments_are_left_out_and_lines_kept() {
+        let sql = "-- what it does\nSELECT a, -- inline\n\n    b\n  -- more\nFROM t;\n";
+        assert_eq!(without_comments(sql), "SELECT a, -- inline\n    b\nFROM t;");
+        let q = Queries::new("store_1", &Profile::Eventuous);
+        assert!(q.all().iter().all(|sql| !sql.trim_start().starts_with("--")));
+    }
 
     #[test]
     fn sql_uses_the_schema_and_no_placeholder_survives() {
