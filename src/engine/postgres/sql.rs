@@ -186,7 +186,10 @@ mod tests {
         let sql = "-- what it does\nSELECT a, -- inline\n\n    b\n  -- more\nFROM t;\n";
         assert_eq!(without_comments(sql), "SELECT a, -- inline\n    b\nFROM t;");
         let q = Queries::new("store_1", &Profile::Eventuous);
-        assert!(q.all().iter().all(|sql| !sql.trim_start().starts_with("--")));
+        assert!(q
+            .all()
+            .iter()
+            .all(|sql| !sql.trim_start().starts_with("--")));
     }
 
     #[test]
