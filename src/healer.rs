@@ -331,11 +331,17 @@ impl<E: Engine> Healer<E> {
                 break;
             }
         }
+        self.scanned(started);
+        Ok(step)
+    }
+
+    /// A poll's scan (its own, or the shared head) that began at `started`
+    /// has read the database.
+    fn scanned(&self, started: std::time::Instant) {
         self.health
             .series
             .scan_took(started.elapsed().as_secs_f64());
         self.health.scan_completed();
-        Ok(step)
     }
 
     /// The daemon's poll, due at `due`: with no hole tracked, first the head
@@ -350,10 +356,7 @@ impl<E: Engine> Healer<E> {
             // scan decides.
             if let Some(Ok(head)) = self.engine.shared_head(due).await {
                 if head.is_none_or(|h| h <= examined) {
-                    self.health
-                        .series
-                        .scan_took(started.elapsed().as_secs_f64());
-                    self.health.scan_completed();
+                    self.scanned(started);
                     return Ok(ScanStep {
                         caught_up: true,
                         ..ScanStep::default()

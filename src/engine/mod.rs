@@ -56,10 +56,10 @@ pub enum Fence {
 /// database share one pool.
 #[derive(Default)]
 pub struct Pools {
-    pub(crate) postgres: pool::Shared<postgres::Manager>,
+    pub(crate) postgres: pool::Shared<pool::Pool<postgres::Manager>>,
     /// The head readings shared by each PostgreSQL pool's stores.
-    pub(crate) postgres_heads: postgres::HeadsByPool,
-    pub(crate) mssql: pool::Shared<mssql::Manager>,
+    pub(crate) postgres_heads: pool::Shared<postgres::Heads>,
+    pub(crate) mssql: pool::Shared<pool::Pool<mssql::Manager>>,
 }
 
 impl Pools {

@@ -183,48 +183,60 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
     }
 }
 
-/// Pools shared by the stores of one database: stores whose connection
-/// strings (and connect timeouts) are the same get the same pool, which
-/// grows by one session per store from [`MAX_POOLED_SESSIONS`] up to
-/// [`MAX_SHARED_SESSIONS`] while it has not connected yet.
-pub struct Shared<M: ManageConnection<Error = DbError>> {
-    pools: Mutex<HashMap<String, Weak<Pool<M>>>>,
+/// Things shared by the stores of one database, by key: stores whose
+/// connection strings (and connect timeouts) are the same get the same
+/// pool ([`Pool::shared`]) and, on PostgreSQL, the same head readings. Held
+/// weakly: a value goes when its last store does.
+pub struct Shared<T> {
+    items: Mutex<HashMap<String, Weak<T>>>,
 }
 
-impl<M: ManageConnection<Error = DbError>> Default for Shared<M> {
+impl<T> Default for Shared<T> {
     fn default() -> Self {
         Shared {
-            pools: Mutex::new(HashMap::new()),
+            items: Mutex::new(HashMap::new()),
         }
     }
 }
 
-impl<M: ManageConnection<Error = DbError>> Shared<M> {
-    /// The pool for `key` (the connection string and connect timeout), made
-    /// by `make` for the first store that asks.
-    pub fn get(&self, key: String, make: impl FnOnce() -> Pool<M>) -> Arc<Pool<M>> {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        pools.retain(|_, pool| pool.strong_count() > 0);
-        if let Some(pool) = pools.get(&key).and_then(Weak::upgrade) {
+impl<T> Shared<T> {
+    /// The value for `key`, made by `make` for the first store that asks;
+    /// `joined` is told of each later store that gets it.
+    pub fn get(&self, key: &str, make: impl FnOnce() -> T, joined: impl FnOnce(&T)) -> Arc<T> {
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        items.retain(|_, item| item.strong_count() > 0);
+        if let Some(item) = items.get(key).and_then(Weak::upgrade) {
+            joined(&item);
+            return item;
+        }
+        let item = Arc::new(make());
+        items.insert(key.to_string(), Arc::downgrade(&item));
+        item
+    }
+
+    /// Distinct values alive now.
+    pub fn len(&self) -> usize {
+        let items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        items.values().filter(|i| i.strong_count() > 0).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<M: ManageConnection<Error = DbError>> Pool<M> {
+    /// The pool stores of one database share: made by `make` for the first
+    /// store, grown by one session per later store from
+    /// [`MAX_POOLED_SESSIONS`] up to [`MAX_SHARED_SESSIONS`] while it has
+    /// not connected yet.
+    pub fn shared(pools: &Shared<Self>, key: &str, make: impl FnOnce() -> Self) -> Arc<Self> {
+        pools.get(key, make, |pool| {
             let _ = pool
                 .max_size
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     Some((n + 1).min(MAX_SHARED_SESSIONS))
                 });
-            return pool;
-        }
-        let pool = Arc::new(make());
-        pools.insert(key, Arc::downgrade(&pool));
-        pool
-    }
-
-    /// Distinct pools alive now.
-    pub fn len(&self) -> usize {
-        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        pools.values().filter(|p| p.strong_count() > 0).count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        })
     }
 }

@@ -443,22 +443,7 @@ async fn identity_jump_of_10000_filled_in_one_heal_cycle() {
     assert_eq!(code, 1, "scan exits 1 when it finds holes\n{out}");
 
     let started = Instant::now();
-    let (code, out) = bin::run(
-        healer(
-            &cs,
-            &["heal", "--once"],
-            &[
-                "--start-from",
-                "0",
-                "--gap-timeout",
-                "0s",
-                "--lock-timeout",
-                "2s",
-            ],
-        ),
-        Duration::from_secs(180),
-    )
-    .await;
+    let (code, out) = heal_everything_once(&cs, Duration::from_secs(180)).await;
     assert_eq!(code, 0, "heal --once\n{out}");
     println!(
         "heal --once filled 10,000 positions in {:?}",
@@ -1947,6 +1932,27 @@ async fn a_store_set_heals_every_database_its_pattern_finds() {
 // Figures for docs/benchmarks.md (issue 11): a held position inside a wide
 // hole, and the idle poll at 100k and 1M rows.
 
+/// `heal --once` from position 0 with gap_timeout 0 (every hole due) and a
+/// 2 s lock timeout, bounded by `within`: its exit code and output.
+async fn heal_everything_once(cs: &str, within: Duration) -> (i32, String) {
+    bin::run(
+        healer(
+            cs,
+            &["heal", "--once"],
+            &[
+                "--start-from",
+                "0",
+                "--gap-timeout",
+                "0s",
+                "--lock-timeout",
+                "2s",
+            ],
+        ),
+        within,
+    )
+    .await
+}
+
 fn healer_options(gap_timeout: Duration) -> gap_healer::healer::Options {
     gap_healer::healer::Options {
         gap_timeout,
@@ -1985,18 +1991,8 @@ async fn ten_thousand_wide_hole_with_one_held_position() {
         std::sync::Arc::new(db.engine()),
         healer_options(Duration::ZERO),
     );
-    h.scan_step().await.unwrap();
-    assert_eq!(
-        h.tracker().ranges(),
-        vec![PosRange::new(first + 1, last - 1).unwrap()]
-    );
-    let started = Instant::now();
-    let report = h.fill_due(&CancellationToken::new()).await;
-    let took = started.elapsed();
-    println!(
-        "10,000-wide hole with one held position: {} tombstones in {took:?}, {} statements, {} lock timeouts",
-        report.tombstones, report.statements, report.held
-    );
+    let report =
+        gap_healer_testkit::engine::fill_wide_hole_around_one_held(&mut h, first, last).await;
     assert_eq!(report.tombstones, 9_999);
     let messages = db.messages().await;
     let at: std::collections::HashMap<i64, &ms::Message> =
@@ -2186,22 +2182,7 @@ async fn two_hundred_thousand_scattered_holes_healed_once() {
     let ident = db.ident_current().await;
 
     let started = Instant::now();
-    let (code, out) = bin::run(
-        healer(
-            &db.connection_string(),
-            &["heal", "--once"],
-            &[
-                "--start-from",
-                "0",
-                "--gap-timeout",
-                "0s",
-                "--lock-timeout",
-                "2s",
-            ],
-        ),
-        Duration::from_secs(420),
-    )
-    .await;
+    let (code, out) = heal_everything_once(&db.connection_string(), Duration::from_secs(420)).await;
     let took = started.elapsed();
     // One Created value per fill transaction.
     let fills = db

@@ -11,6 +11,7 @@ use gap_healer::engine::{DbErrorKind, Engine, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Ended, Healer, Options};
 use gap_healer_testkit::bin::{timing, Daemon};
+use gap_healer_testkit::engine::fill_wide_hole_around_one_held;
 use gap_healer_testkit::eventuous::EVENT_TYPE;
 use gap_healer_testkit::pg::{connect, Ending, Store};
 use gap_healer_testkit::subscriber::Subscriber;
@@ -234,18 +235,7 @@ async fn ten_thousand_wide_hole_with_one_held_position() {
     assert_eq!(last - first - 1, 10_000);
 
     let mut h = healer(&store, options(Duration::ZERO));
-    h.scan_step().await.unwrap();
-    assert_eq!(
-        h.tracker().ranges(),
-        vec![PosRange::new(first + 1, last - 1).unwrap()]
-    );
-    let started = Instant::now();
-    let report = h.fill_due(&CancellationToken::new()).await;
-    let took = started.elapsed();
-    println!(
-        "10,000-wide hole with one held position: {} tombstones in {took:?}, {} statements, {} lock timeouts",
-        report.tombstones, report.statements, report.held
-    );
+    let report = fill_wide_hole_around_one_held(&mut h, first, last).await;
     assert_eq!(report.tombstones, 9_999);
     assert_eq!(store.missing().await, vec![held]);
     assert_eq!(

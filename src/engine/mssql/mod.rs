@@ -195,7 +195,7 @@ impl MssqlEngine {
             &settings.tombstone_type,
         )?;
         let key = format!("{max_connections}\n{}", settings.sharing_key());
-        let pool = pools.mssql.get(key, || {
+        let pool = Pool::shared(&pools.mssql, &key, || {
             Pool::new(
                 "SQL Server",
                 Manager::new(config.clone(), settings.connection_string.clone()),

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -42,39 +42,6 @@ use crate::secret::ConnectionString;
 /// How long a reading waits for a table lock (DDL on one store's table)
 /// before it fails and every store of it scans on its own.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// The shared head readings of the stores of one pool (one database and
-/// login), by the pool's sharing key.
-#[derive(Default)]
-pub(crate) struct HeadsByPool {
-    heads: Mutex<HashMap<String, Weak<Heads>>>,
-}
-
-impl HeadsByPool {
-    /// The readings of `key`'s stores, made for the first store that asks.
-    pub(crate) fn get(
-        &self,
-        key: &str,
-        pool: &Arc<Pool<Manager>>,
-        cs: &ConnectionString,
-    ) -> Arc<Heads> {
-        let mut all = self.heads.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|_, h| h.strong_count() > 0);
-        if let Some(heads) = all.get(key).and_then(Weak::upgrade) {
-            return heads;
-        }
-        let heads = Arc::new(Heads {
-            pool: pool.clone(),
-            cs: cs.clone(),
-            members: Mutex::new(HashMap::new()),
-            last: tokio::sync::Mutex::new(None),
-            next_id: AtomicU64::new(0),
-            readings: AtomicU64::new(0),
-        });
-        all.insert(key.to_string(), Arc::downgrade(&heads));
-        heads
-    }
-}
 
 /// The stores of one pool and their last reading.
 pub(crate) struct Heads {
@@ -103,15 +70,34 @@ struct Reading {
     heads: Result<HashMap<u64, Option<i64>>, DbError>,
 }
 
+/// `sql/postgres/shared_heads.sql` as sent, but for its `__heads__`.
+static READING: LazyLock<String> = LazyLock::new(|| {
+    without_comments(SHARED_HEADS)
+        .replace("__lock_timeout_ms__", &LOCK_TIMEOUT.as_millis().to_string())
+});
+
 impl Heads {
+    /// The readings of the stores of `pool` (one database and login);
+    /// `cs` names it in errors.
+    pub(crate) fn new(pool: Arc<Pool<Manager>>, cs: ConnectionString) -> Self {
+        Heads {
+            pool,
+            cs,
+            members: Mutex::new(HashMap::new()),
+            last: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(0),
+            readings: AtomicU64::new(0),
+        }
+    }
+
     /// Joins a store whose head is `head_sql` (`sql/postgres/shared_head.sql`
-    /// rendered; its comments are left out of the reading).
-    pub(crate) fn join(self: &Arc<Self>, head_sql: &str) -> Membership {
+    /// as [`super::sql::statement`] renders it).
+    pub(crate) fn join(self: &Arc<Self>, head_sql: String) -> Membership {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.members().insert(
             id,
             Member {
-                head: without_comments(head_sql),
+                head: head_sql,
                 scans: false,
             },
         );
@@ -135,10 +121,7 @@ impl Heads {
                 ids.push(*id);
                 heads.push(m.head.as_str());
             }
-            let sql = without_comments(SHARED_HEADS)
-                .replace("__lock_timeout_ms__", &LOCK_TIMEOUT.as_millis().to_string())
-                .replace("__heads__", &heads.join(", "));
-            (ids, sql)
+            (ids, READING.replace("__heads__", &heads.join(", ")))
         };
         if ids.is_empty() {
             return Ok(HashMap::new());

@@ -51,7 +51,7 @@ pub use self::watermark::watermark_sql;
 pub(crate) use self::conn::Manager;
 use self::conn::Target;
 use self::errors::{db_error, get};
-pub(crate) use self::heads::HeadsByPool;
+pub(crate) use self::heads::Heads;
 use super::pool::{Pool, MAX_POOLED_SESSIONS};
 use super::profile::Profile;
 use super::{
@@ -105,7 +105,8 @@ impl PostgresEngine {
     /// `pools` that connect with the same connection string.
     pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<Self> {
         let target = Target::new(&settings.connection_string, settings.connect_timeout)?;
-        let pool = pools.postgres.get(settings.sharing_key(), || {
+        let key = settings.sharing_key();
+        let pool = Pool::shared(&pools.postgres, &key, || {
             Pool::new(
                 "PostgreSQL",
                 Manager(target.clone()),
@@ -116,8 +117,12 @@ impl PostgresEngine {
         let schema = settings.schema.to_ascii_lowercase();
         let heads = pools
             .postgres_heads
-            .get(&settings.sharing_key(), &pool, &settings.connection_string)
-            .join(&render_sql(sql::SHARED_HEAD, &schema, &settings.profile));
+            .get(
+                &key,
+                || Heads::new(pool.clone(), settings.connection_string.clone()),
+                |_| {},
+            )
+            .join(sql::statement(sql::SHARED_HEAD, &schema, &settings.profile));
         Ok(PostgresEngine {
             pool,
             target,

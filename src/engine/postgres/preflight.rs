@@ -193,18 +193,10 @@ pub(crate) struct Expected<'a> {
 /// The verdicts, in the order `check` prints them. Pure.
 pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
     let schema = want.schema;
-    let mut out = session(&f.session, want.tls).to_vec();
+    let mut out = session(&f.session, want.tls, schema);
     if !f.session.schema_exists {
-        out.push(Finding::fail(
-            Check::Schema,
-            format!("schema {schema} does not exist"),
-        ));
         return out;
     }
-    out.push(Finding::pass(
-        Check::Schema,
-        format!("schema {schema} exists"),
-    ));
 
     for (check, table) in [
         (Check::MessagesTable, "messages"),
@@ -267,8 +259,9 @@ pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
     out
 }
 
-/// The server's version and the session's encryption, for every profile.
-pub(super) fn session(s: &Session, tls: &TlsMode) -> [Finding; 2] {
+/// The server's version, the session's encryption and whether `schema`
+/// exists, for every profile (the checks after these need the schema).
+pub(super) fn session(s: &Session, tls: &TlsMode, schema: &str) -> Vec<Finding> {
     let version = &s.version;
     let connection = if s.version_num >= 130_000 {
         Finding::pass(Check::Connection, format!("PostgreSQL {version}"))
@@ -296,7 +289,12 @@ pub(super) fn session(s: &Session, tls: &TlsMode) -> [Finding; 2] {
             "TLS was asked for but this session is not encrypted",
         ),
     };
-    [connection, tls]
+    let schema = if s.schema_exists {
+        Finding::pass(Check::Schema, format!("schema {schema} exists"))
+    } else {
+        Finding::fail(Check::Schema, format!("schema {schema} does not exist"))
+    };
+    vec![connection, tls, schema]
 }
 
 /// messages.global_position: bigint identity, and the primary key on exactly it.

@@ -60,9 +60,15 @@ pub(crate) fn without_comments(sql: &str) -> String {
     lines.join("\n")
 }
 
+/// One of `sql/postgres/*.sql` as a store keeps and sends it: rendered
+/// ([`render`]) and without its comment lines.
+pub(crate) fn statement(sql: &str, schema: &str, profile: &Profile) -> String {
+    without_comments(&render(sql, schema, profile))
+}
+
 impl Queries {
     pub(crate) fn new(schema: &str, profile: &Profile) -> Self {
-        let s = |sql: &str| without_comments(&render(sql, schema, profile));
+        let s = |sql: &str| statement(sql, schema, profile);
         Queries {
             scan: s(include_str!("../../../sql/postgres/scan.sql")),
             probe: s(include_str!("../../../sql/postgres/probe.sql")),

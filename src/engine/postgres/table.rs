@@ -207,19 +207,11 @@ pub(crate) fn table_findings(
     schema: &str,
     tls: &TlsMode,
 ) -> Vec<Finding> {
-    let mut out = session(&f.session, tls).to_vec();
-    let table = format!("{schema}.{}", shape.table);
+    let mut out = session(&f.session, tls, schema);
     if !f.session.schema_exists {
-        out.push(Finding::fail(
-            Check::Schema,
-            format!("schema {schema} does not exist"),
-        ));
         return out;
     }
-    out.push(Finding::pass(
-        Check::Schema,
-        format!("schema {schema} exists"),
-    ));
+    let table = format!("{schema}.{}", shape.table);
     if !f.table_exists {
         out.push(Finding::fail(
             Check::Table,

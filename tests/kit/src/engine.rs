@@ -7,7 +7,8 @@ use std::time::Duration;
 use gap_healer::engine::mssql::MssqlEngine;
 use gap_healer::engine::postgres::PostgresEngine;
 use gap_healer::engine::{DbResult, Engine, StoreSettings};
-use gap_healer::healer::{Healer, Options};
+use gap_healer::gaps::PosRange;
+use gap_healer::healer::{FillReport, Healer, Options};
 use gap_healer::leader::Leader;
 use gap_healer::secret::ConnectionString;
 use gap_healer::telemetry::Health;
@@ -51,4 +52,31 @@ pub fn mssql(settings: &StoreSettings) -> DbResult<MssqlEngine> {
 pub fn healer<E: Engine>(engine: Arc<E>, options: Options) -> Healer<E> {
     let health = Health::new(options.poll_interval, options.lock_timeout);
     Healer::new(engine, options, Leader::always(), health)
+}
+
+/// The 10,000-wide hole around one held position, both engines' test: one
+/// scan must track exactly `first + 1 ..= last - 1`; then everything due is
+/// filled, the figures printed, and every position but the held one must be
+/// a tombstone.
+pub async fn fill_wide_hole_around_one_held<E: Engine>(
+    h: &mut Healer<E>,
+    first: i64,
+    last: i64,
+) -> FillReport {
+    h.scan_step().await.unwrap();
+    assert_eq!(
+        h.tracker().ranges(),
+        vec![PosRange::new(first + 1, last - 1).unwrap()]
+    );
+    let started = std::time::Instant::now();
+    let report = h
+        .fill_due(&tokio_util::sync::CancellationToken::new())
+        .await;
+    let took = started.elapsed();
+    println!(
+        "10,000-wide hole with one held position: {} tombstones in {took:?}, {} statements, {} lock timeouts",
+        report.tombstones, report.statements, report.held
+    );
+    assert_eq!(report.tombstones, (last - first - 2) as u64);
+    report
 }
