@@ -178,7 +178,12 @@ pub struct FillReport {
     pub statements: u64,
     pub tombstones: u64,
     pub committed: u64,
+    /// Refusals that mean "try later": held positions, a busy tombstone
+    /// stream, a waiting writer.
     pub held: u64,
+    /// Of `held`: fills refused because another writer was waiting for a
+    /// lock ([`FillOutcome::WriterWaiting`]).
+    pub writer_waiting: u64,
     pub errors: u64,
 }
 
@@ -584,6 +589,26 @@ impl<E: Engine> Healer<E> {
                 // The same holds for the rest of this cycle's batches.
                 for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
                     self.tracker.defer(*range, at);
+                }
+            }
+            Ok(FillOutcome::WriterWaiting {
+                sessions,
+                first_session,
+            }) => {
+                self.health.series.fill("writer_waiting").increment(1);
+                report.held += 1;
+                report.writer_waiting += 1;
+                info!(
+                    range = %what,
+                    ms,
+                    sessions,
+                    session = first_session,
+                    outcome = "writer_waiting",
+                    "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
+                );
+                // The check is table-wide: the rest of the cycle would meet it too.
+                for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+                    self.defer_held(*range);
                 }
             }
             Ok(FillOutcome::Held) => {

@@ -111,7 +111,7 @@ pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandl
         TOMBSTONES_INSERTED,
         "Tombstone rows committed by this process."
     );
-    describe_counter!(FILL_ATTEMPTS, "Fill transactions by outcome: filled, committed (an append got there), held (an open append holds a position), error.");
+    describe_counter!(FILL_ATTEMPTS, "Fill transactions by outcome: filled, committed (an append got there), held (an open append holds a position), writer_waiting (another writer of the table was waiting for a lock, perhaps with a position drawn and no key yet: nothing written), error.");
     describe_histogram!(
         SCAN_DURATION,
         Unit::Seconds,
@@ -151,7 +151,7 @@ fn build_info() -> Gauge {
 }
 
 /// The `outcome` label values of [`FILL_ATTEMPTS`], in [`Series::fill`]'s order.
-const FILL_OUTCOMES: [&str; 4] = ["filled", "committed", "held", "error"];
+const FILL_OUTCOMES: [&str; 5] = ["filled", "committed", "held", "writer_waiting", "error"];
 
 /// One store's series, registered once with its `store` label, so the
 /// healer loop sets handles instead of building keys every turn. Made with
@@ -168,7 +168,7 @@ pub struct Series {
     pub oldest_gap_age: Gauge,
     pub leader: Gauge,
     pub tombstones: Counter,
-    fills: [Counter; 4],
+    fills: [Counter; 5],
     db_errors: Vec<(&'static str, Counter)>,
     head: OnceLock<Gauge>,
     contiguous: OnceLock<Gauge>,
@@ -251,12 +251,12 @@ impl Series {
     }
 
     /// [`FILL_ATTEMPTS`] for `outcome` (one of `filled`, `committed`,
-    /// `held`, `error`).
+    /// `held`, `writer_waiting`, `error`).
     pub fn fill(&self, outcome: &str) -> &Counter {
         let i = FILL_OUTCOMES
             .iter()
             .position(|o| *o == outcome)
-            .unwrap_or(3);
+            .unwrap_or(FILL_OUTCOMES.len() - 1);
         &self.fills[i]
     }
 

@@ -141,6 +141,19 @@ pub enum FillOutcome {
     /// Another filler held the tombstone stream past the lock timeout, or this
     /// process's leader lock session no longer holds the lock (the fence).
     Busy,
+    /// Another session that writes to the healed table was waiting for a
+    /// lock: it may have drawn a position of the range and be waiting before
+    /// the position's key exists (PostgreSQL's ON CONFLICT arbiter check, or
+    /// the unique check of an index inserted before the position's key), so
+    /// there is no key for the fill to wait on. Nothing was written; like
+    /// `Held`, a reason to try later, never to skip.
+    WriterWaiting {
+        /// How many such sessions were waiting.
+        sessions: u32,
+        /// The lowest of their server session ids (PostgreSQL backend pid),
+        /// for the log line.
+        first_session: i64,
+    },
 }
 
 impl FillOutcome {
@@ -150,6 +163,7 @@ impl FillOutcome {
             FillOutcome::Filled { .. } => "filled",
             FillOutcome::Committed => "committed",
             FillOutcome::Held | FillOutcome::Busy => "held",
+            FillOutcome::WriterWaiting { .. } => "writer_waiting",
         }
     }
 }

@@ -5,6 +5,7 @@
 //! tests are ignored unless a server is given (see the kit's `mssql` module).
 
 mod cli;
+mod explorer;
 mod faults;
 mod fleet;
 mod hostile;

@@ -5,8 +5,10 @@
 //!
 //! Order inside Eventuous's transaction: lock the tombstone stream's row (creating it
 //! on the first fill) under a short lock timeout, check the leader fence,
-//! then insert every position with `OVERRIDING SYSTEM VALUE` under the
-//! caller's lock timeout, move the stream's Version by exactly the rows
+//! refuse to go on while another writer of the table waits for a lock
+//! (the abandonment proof for positions without a key, see
+//! [`PostgresEngine::writer_waiting`]), then insert every position with
+//! `OVERRIDING SYSTEM VALUE` under the caller's lock timeout, move the stream's Version by exactly the rows
 //! inserted, commit. The insert must check the primary key: it waits on an
 //! open append's key and then fails with 55P03 (still open: Held), fails with
 //! 23505 on the primary key (it committed: Committed), or succeeds (it rolled
@@ -18,7 +20,7 @@ use tokio_postgres::error::SqlState;
 
 use super::errors::{db_error, get, Stage};
 use super::leader::advisory_key;
-use super::sql::{LEADER_CHECK, POSITION_KEYS};
+use super::sql::{LEADER_CHECK, POSITION_KEYS, WAITING_WRITERS};
 use super::PostgresEngine;
 use crate::engine::profile::Profile;
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
@@ -181,6 +183,28 @@ impl PostgresEngine {
         Ok(get::<bool>(&held, "held")?)
     }
 
+    /// Inside a fill's transaction, as its last step before the insert
+    /// (after `SET LOCAL lock_timeout`): the abandonment proof for
+    /// positions without a key. `Some`: other sessions that write to the
+    /// healed table are waiting for a lock, and one of them may have drawn
+    /// a position of this fill and be waiting before its key exists; the
+    /// fill must write nothing ([`FillOutcome::WriterWaiting`]). The
+    /// argument that this suffices is in ARCHITECTURE.md.
+    pub(super) async fn writer_waiting(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<Option<FillOutcome>, Failed> {
+        let row = tx
+            .query_one(WAITING_WRITERS, &[&self.table_name()])
+            .await
+            .map_err(at(Stage::Stream))?;
+        let pids: Vec<i32> = get(&row, "pids")?;
+        Ok((!pids.is_empty()).then(|| FillOutcome::WriterWaiting {
+            sessions: u32::try_from(pids.len()).unwrap_or(u32::MAX),
+            first_session: i64::from(pids[0]),
+        }))
+    }
+
     /// The transaction itself; it rolls back when dropped.
     async fn fill_transaction(
         &self,
@@ -219,6 +243,9 @@ impl PostgresEngine {
         let version: i32 = get(&row, "version")?;
         let (starts, ends) = bounds(ranges);
         set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
+        if let Some(waiting) = self.writer_waiting(&tx).await? {
+            return Ok(waiting);
+        }
         let inserted = tx
             .execute(
                 &q.fill,

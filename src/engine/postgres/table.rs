@@ -71,6 +71,9 @@ impl PostgresEngine {
         };
         let (starts, ends) = bounds(ranges);
         set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
+        if let Some(waiting) = self.writer_waiting(&tx).await? {
+            return Ok(waiting);
+        }
         let inserted = match &version {
             Some(v) => tx.execute(&q.fill, &[&starts, &ends, &literals, v]).await,
             None => tx.execute(&q.fill, &[&starts, &ends, &literals]).await,

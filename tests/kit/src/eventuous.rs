@@ -1,7 +1,12 @@
-//! Appends the way Eventuous writes them: the stream row (created when new)
-//! locked, the messages inserted with the identity, the stream's Version
-//! moved, all in the caller's transaction. The statements live here once;
-//! callers string them together and decide how the transaction ends.
+//! Appends the way Eventuous writes them. Two forms on PostgreSQL:
+//! [`pg::append_events`] calls the fixture's `append_events`, which does
+//! what Eventuous's function does statement by statement (no row lock in
+//! its version check, one INSERT ... SELECT with a bare ON CONFLICT DO
+//! NOTHING, the Version read back); the step-by-step statements below lock
+//! the stream row first, a stricter writer than Eventuous's, kept for tests
+//! that need an append held open between its statements. The statements
+//! live here once; callers string them together and decide how the
+//! transaction ends.
 
 /// The message type of the tests' events.
 pub const EVENT_TYPE: &str = "TestEvent";
@@ -72,6 +77,33 @@ pub mod pg {
             )
             .await?;
         Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    /// Eventuous's own append: the fixture's `append_events` function, one
+    /// statement in the caller's transaction (or its own, in autocommit),
+    /// one event of `message_type` per message id. What it reports:
+    /// (Version, global position) of the stream's last row, also when a
+    /// row was dropped by its bare `ON CONFLICT DO NOTHING`.
+    pub async fn append_events(
+        c: &Client,
+        schema: &str,
+        stream: &str,
+        expected_version: i32,
+        message_ids: &[Uuid],
+        message_type: &str,
+    ) -> Result<(i32, i64), Error> {
+        let row = c
+            .query_one(
+                &format!(
+                    "SELECT current_version, current_position FROM {schema}.append_events(
+                         $1, $2, (now() AT TIME ZONE 'utc')::timestamp,
+                         ARRAY(SELECT ROW(id, $4::varchar, '{{}}'::jsonb, NULL::jsonb)::{schema}.stream_message
+                               FROM UNNEST($3::uuid []) WITH ORDINALITY AS m (id, n) ORDER BY n))"
+                ),
+                &[&stream, &expected_version, &message_ids, &message_type],
+            )
+            .await?;
+        Ok((row.get(0), row.get(1)))
     }
 
     /// Moves the stream's Version.

@@ -1,0 +1,36 @@
+-- The abandonment proof's question, asked inside every fill transaction
+-- right before its insert: which other sessions hold a write lock
+-- (RowExclusiveLock) on the healed table, or on a partition of it, and are
+-- waiting for a lock now. Such a session may be an insert that has drawn
+-- its position and waits BEFORE the position's key exists (ON CONFLICT's
+-- arbiter check, or the unique check of an index inserted before the
+-- position's key): a tombstone at that position would not wait for it, and
+-- would take its place. While any is waiting the fill writes nothing.
+-- pg_locks is readable by every login. $1 is the table's qualified name.
+WITH healed AS (
+    SELECT TO_REGCLASS($1::text) AS oid
+),
+
+tables AS (
+    SELECT h.oid FROM healed AS h
+    UNION
+    SELECT t.relid FROM healed AS h
+    CROSS JOIN LATERAL PG_PARTITION_TREE(h.oid) AS t
+)
+
+SELECT COALESCE(ARRAY_AGG(DISTINCT w.pid ORDER BY w.pid), '{}') AS pids
+FROM pg_locks AS w
+WHERE
+    NOT w.granted
+    AND w.pid <> PG_BACKEND_PID()
+    AND EXISTS (
+        SELECT 1
+        FROM pg_locks AS r
+        WHERE
+            r.pid = w.pid
+            AND r.granted
+            AND r.locktype = 'relation'
+            AND r.mode = 'RowExclusiveLock'
+            AND r.database = (SELECT d.oid FROM pg_database AS d WHERE d.datname = CURRENT_DATABASE())
+            AND r.relation IN (SELECT t.oid FROM tables AS t)
+    );
