@@ -50,6 +50,9 @@ pub enum Check {
     FillProcedure,
     /// The identity cache (SQL Server: `IDENTITY_CACHE`).
     IdentityCache,
+    /// The sequence behind the position (PostgreSQL): CACHE 1, INCREMENT 1,
+    /// drawn from by this table alone, not behind the table's head.
+    IdentitySequence,
     /// Read committed snapshot isolation (SQL Server).
     ReadCommittedSnapshot,
     /// The table the contiguous watermark is published in.
@@ -78,6 +81,7 @@ impl Check {
                 | Check::GlobalPosition
                 | Check::MessagesColumns
                 | Check::StreamsColumns
+                | Check::IdentitySequence
         )
     }
 
@@ -102,6 +106,7 @@ impl Check {
             Check::FillMode => "fill mode",
             Check::FillProcedure => "fill procedure",
             Check::IdentityCache => "identity cache",
+            Check::IdentitySequence => "identity sequence",
             Check::ReadCommittedSnapshot => "READ_COMMITTED_SNAPSHOT",
             Check::OptimizedLocking => "optimized locking",
             Check::AcceleratedDatabaseRecovery => "accelerated database recovery",

@@ -405,7 +405,8 @@ async fn wrong_shape(tag: &str, alter: &str) -> Store {
             "INSERT INTO {s}.streams (stream_name, version) VALUES ('A', 1);
              INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
              OVERRIDING SYSTEM VALUE VALUES
-               (gen_random_uuid(), 'E', 1, 0, 1, '{{}}', now()), (gen_random_uuid(), 'E', 1, 1, 3, '{{}}', now());"
+               (gen_random_uuid(), 'E', 1, 0, 1, '{{}}', now()), (gen_random_uuid(), 'E', 1, 1, 3, '{{}}', now());
+             SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), 3);"
         ))
         .await
         .unwrap();

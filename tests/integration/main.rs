@@ -13,4 +13,5 @@ mod leader;
 mod mssql;
 mod pg;
 mod profiles;
+mod sequence;
 mod watermark;

@@ -51,7 +51,8 @@ async fn rows_at_even_positions(store: &Store, n: i32) {
             "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', {n} - 1);
              INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
              OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, {n}) g;"
+             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, {n}) g;
+             SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), 2 * {n});"
         ))
         .await
         .unwrap();

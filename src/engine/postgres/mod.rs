@@ -319,6 +319,9 @@ impl Engine for PostgresEngine {
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
         if let Profile::Table(shape) = &self.profile {
             let mut findings = self.table_findings(shape).await?;
+            if findings.iter().all(|f| f.ok || !f.check.is_shape()) {
+                findings.extend(self.sequence_finding().await);
+            }
             findings.extend(self.watermark_finding().await);
             return Ok(findings);
         }
@@ -331,6 +334,9 @@ impl Engine for PostgresEngine {
                 tls: &self.target.mode,
             },
         );
+        if findings.iter().all(|f| f.ok || !f.check.is_shape()) {
+            findings.extend(self.sequence_finding().await);
+        }
         findings.extend(self.watermark_finding().await);
         Ok(findings)
     }

@@ -183,6 +183,131 @@ impl PostgresEngine {
     }
 }
 
+/// The sequence that hands out the positions (`sql/postgres/sequence.sql`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Sequence {
+    pub name: String,
+    pub start: i64,
+    pub increment: i64,
+    pub cache: i64,
+    /// Its last value handed out; `None` when it has handed out none or
+    /// the login may not read it (`readable`).
+    pub last_value: Option<i64>,
+    pub readable: bool,
+    /// Other tables that draw from it or own it.
+    pub other_tables: Vec<String>,
+}
+
+impl Sequence {
+    pub(super) fn from_row(row: &Row) -> DbResult<Sequence> {
+        Ok(Sequence {
+            name: get(row, "name")?,
+            start: get(row, "start")?,
+            increment: get(row, "increment")?,
+            cache: get(row, "cache")?,
+            last_value: get(row, "last_value")?,
+            readable: get(row, "readable")?,
+            other_tables: get(row, "other_tables")?,
+        })
+    }
+}
+
+impl PostgresEngine {
+    /// The identity sequence's finding, for every profile: `None` when the
+    /// position has no sequence (the position's own check says so); when
+    /// the facts cannot be read, a failed preflight finding that says why.
+    pub(super) async fn sequence_finding(&self) -> Option<Finding> {
+        self.sequence_facts().await.unwrap_or_else(|e| {
+            Some(Finding::fail(
+                Check::Preflight,
+                format!("identity sequence: {e}"),
+            ))
+        })
+    }
+
+    async fn sequence_facts(&self) -> DbResult<Option<Finding>> {
+        let conn = self.pool.checkout().await?;
+        let row = conn
+            .query_opt(
+                super::sql::SEQUENCE,
+                &[&self.table_name(), &self.position_column()],
+            )
+            .await
+            .map_err(|e| self.error(&e, "identity sequence"))?;
+        let Some(row) = row else { return Ok(None) };
+        let seq = Sequence::from_row(&row)?;
+        let head = conn
+            .query_one(&self.sql.head, &[])
+            .await
+            .map_err(|e| self.error(&e, "head"))?;
+        let head: Option<i64> = get(&head, "head")?;
+        let login: String = conn
+            .query_one("SELECT CURRENT_USER::text AS login", &[])
+            .await
+            .map_err(|e| self.error(&e, "login"))
+            .and_then(|r| get(&r, "login"))?;
+        Ok(Some(sequence(&seq, head, &login)))
+    }
+}
+
+/// The identity sequence's verdict. Pure. Positions must be drawn by the
+/// inserting statement itself, one at a time, from a sequence this table
+/// alone draws from (the abandonment proof in ARCHITECTURE.md rests on
+/// it), and nothing may lie above what it has handed out.
+pub(crate) fn sequence(seq: &Sequence, head: Option<i64>, login: &str) -> Finding {
+    let name = &seq.name;
+    let mut wrong = Vec::new();
+    if seq.cache > 1 {
+        wrong.push(format!(
+            "CACHE {}: each session pre-allocates {} values, so a hole may be a position another \
+             session has drawn and will still insert (a tombstone there makes that insert fail, \
+             or vanish under ON CONFLICT DO NOTHING); run ALTER SEQUENCE {name} CACHE 1",
+            seq.cache, seq.cache
+        ));
+    }
+    if seq.increment != 1 {
+        wrong.push(format!(
+            "INCREMENT {}: positions are not handed out one after another; gap-healer needs INCREMENT 1",
+            seq.increment
+        ));
+    }
+    if !seq.other_tables.is_empty() {
+        wrong.push(format!(
+            "also drawn from by {}: a hole may be a value another table took",
+            seq.other_tables.join(", ")
+        ));
+    }
+    if let (true, Some(head)) = (seq.readable, head) {
+        let last = seq.last_value.unwrap_or(seq.start - 1);
+        if last < head {
+            wrong.push(format!(
+                "its last value {last} lies below the table's highest position {head}: rows were \
+                 written above what the identity has handed out (OVERRIDING SYSTEM VALUE without \
+                 setval), so positions up to {head} will still be handed out and must not be \
+                 filled; run SELECT setval('{name}', {head})"
+            ));
+        }
+    }
+    if !wrong.is_empty() {
+        return Finding::fail(
+            Check::IdentitySequence,
+            format!("{name}: {}", wrong.join("; ")),
+        );
+    }
+    let current = match (seq.readable, seq.last_value) {
+        (true, Some(v)) => format!("last value {v}"),
+        (true, None) => "no value handed out yet".into(),
+        (false, _) => format!(
+            "its last value is not readable, so a sequence behind the head goes unnoticed \
+             (GRANT SELECT ON SEQUENCE {name} TO {login})"
+        ),
+    };
+    Finding::pass(
+        Check::IdentitySequence,
+        format!("{name}: INCREMENT 1, CACHE 1, drawn from by this table alone, {current}"),
+    )
+}
+
 /// What the configuration says, beside the facts.
 pub(crate) struct Expected<'a> {
     pub schema: &'a str,
@@ -706,5 +831,118 @@ mod tests {
             },
         );
         assert!(!find(&out, Check::Tls).ok);
+    }
+
+    fn seq() -> Sequence {
+        Sequence {
+            name: "es.messages_global_position_seq".into(),
+            start: 1,
+            increment: 1,
+            cache: 1,
+            last_value: Some(10),
+            readable: true,
+            other_tables: vec![],
+        }
+    }
+
+    #[test]
+    fn a_sequence_drawn_one_by_one_by_this_table_alone_passes() {
+        let f = sequence(&seq(), Some(10), "healer");
+        assert!(f.ok, "{}", f.detail);
+        assert!(f.detail.contains("last value 10"), "{}", f.detail);
+        assert!(Check::IdentitySequence.is_shape());
+        // Unreadable: passes, and says what it cannot see and which grant shows it.
+        let f = sequence(
+            &Sequence {
+                readable: false,
+                last_value: None,
+                ..seq()
+            },
+            Some(10),
+            "healer",
+        );
+        assert!(f.ok);
+        assert!(
+            f.detail
+                .contains("GRANT SELECT ON SEQUENCE es.messages_global_position_seq TO healer"),
+            "{}",
+            f.detail
+        );
+        // An empty table whose sequence handed out nothing yet.
+        assert!(
+            sequence(
+                &Sequence {
+                    last_value: None,
+                    ..seq()
+                },
+                None,
+                "h"
+            )
+            .ok
+        );
+    }
+
+    #[test]
+    fn cache_increment_other_tables_and_a_sequence_behind_the_head_each_fail_and_say_why() {
+        let f = sequence(&Sequence { cache: 20, ..seq() }, Some(10), "h");
+        assert!(!f.ok);
+        assert!(f.detail.contains("CACHE 20"), "{}", f.detail);
+        assert!(f
+            .detail
+            .contains("ALTER SEQUENCE es.messages_global_position_seq CACHE 1"));
+        let f = sequence(
+            &Sequence {
+                increment: 5,
+                ..seq()
+            },
+            Some(10),
+            "h",
+        );
+        assert!(!f.ok && f.detail.contains("INCREMENT 5"), "{}", f.detail);
+        let f = sequence(
+            &Sequence {
+                other_tables: vec!["es.audit".into()],
+                ..seq()
+            },
+            Some(10),
+            "h",
+        );
+        assert!(
+            !f.ok && f.detail.contains("also drawn from by es.audit"),
+            "{}",
+            f.detail
+        );
+        let f = sequence(&seq(), Some(100), "h");
+        assert!(!f.ok);
+        assert!(
+            f.detail
+                .contains("last value 10 lies below the table's highest position 100"),
+            "{}",
+            f.detail
+        );
+        assert!(f
+            .detail
+            .contains("setval('es.messages_global_position_seq', 100)"));
+        // Never called, yet rows exist (all written with OVERRIDING SYSTEM VALUE).
+        let f = sequence(
+            &Sequence {
+                last_value: None,
+                ..seq()
+            },
+            Some(3),
+            "h",
+        );
+        assert!(!f.ok && f.detail.contains("last value 0"), "{}", f.detail);
+        // Several reasons at once, all named.
+        let f = sequence(
+            &Sequence {
+                cache: 2,
+                increment: 2,
+                ..seq()
+            },
+            Some(10),
+            "h",
+        );
+        assert!(f.detail.contains("CACHE 2") && f.detail.contains("INCREMENT 2"));
     }
 }

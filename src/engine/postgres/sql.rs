@@ -39,6 +39,7 @@ pub(crate) const PREFLIGHT_TABLE: &str = include_str!("../../../sql/postgres/pre
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/postgres/leader_lock.sql");
 pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases.sql");
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
+pub(crate) const SEQUENCE: &str = include_str!("../../../sql/postgres/sequence.sql");
 pub(crate) const WAITING_WRITERS: &str = include_str!("../../../sql/postgres/waiting_writers.sql");
 /// One store's part of the head reading its pool's stores share
 /// ([`super::heads`]): an expression, not a statement.
