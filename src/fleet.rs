@@ -279,13 +279,16 @@ async fn heal<E: Engine, L: LeaderLock>(
     );
     // The election ends with the healer, whether stopped or given up.
     let own = stop.child_token();
-    let (leader, election) = if store.leader_election {
+    let (leader, election) = if store.dry_run {
+        info!("dry run: not taking part in the leader election, so a healer that fills can lead");
+        (Leader::never(), None)
+    } else if store.leader_election {
         let (tx, leader) = Leader::channel();
         let election = tokio::spawn(
             leader::elect(
                 lock,
                 store.leader_key.clone(),
-                store.name.clone(),
+                health.clone(),
                 tx,
                 own.clone(),
             )

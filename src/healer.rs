@@ -545,6 +545,7 @@ impl<E: Engine> Healer<E> {
         report.statements += 1;
         match outcome {
             Ok(FillOutcome::Filled { rows }) => {
+                self.health.fill_succeeded();
                 if log_each {
                     info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
                 } else {
@@ -621,6 +622,9 @@ impl<E: Engine> Healer<E> {
                 self.health.series.fill("error").increment(1);
                 report.errors += 1;
                 self.db_error("fill", &e);
+                if e.kind == crate::engine::DbErrorKind::Permanent {
+                    self.health.fill_refused(&format!("fill: {e}"));
+                }
                 warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
                 self.defer_after_error(&batch);
                 // Whatever broke (connection, rights) will break the rest too.

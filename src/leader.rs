@@ -49,6 +49,14 @@ impl Leader {
         Leader { rx }
     }
 
+    /// Never the leader: a dry run, which fills nothing and so must not
+    /// keep a healer that can fill from leading.
+    pub fn never() -> Self {
+        let (tx, rx) = watch::channel(None);
+        drop(tx);
+        Leader { rx }
+    }
+
     /// A leadership flag someone else sets; starts as a follower.
     pub fn channel() -> (LeaderSender, Leader) {
         let (tx, rx) = watch::channel(None);
@@ -83,21 +91,42 @@ impl LeaderSender {
 /// while a follower; while the leader, checks every interval that the lock's
 /// session is alive and still holds it, and steps down (the sender goes false
 /// first) as soon as a check fails or does not answer within the interval.
+///
+/// Only a healer that can fill takes part: while `health` says it cannot
+/// (its scans fail, or its fills are refused for good: no rights, a
+/// shape it must not fill), it does not try the lock, and a leader gives
+/// the lock up at its next check, so a healthy replica takes over within
+/// about two intervals. It tries again after its next successful scan.
 pub async fn elect<L: LeaderLock>(
     lock: Arc<L>,
     key: String,
-    store: String,
+    health: Arc<t::Health>,
     tx: LeaderSender,
     stop: CancellationToken,
 ) {
-    let errors = metrics::counter!(t::DB_ERRORS, "operation" => "leader", t::STORE_LABEL => store);
+    let errors = metrics::counter!(t::DB_ERRORS, "operation" => "leader", t::STORE_LABEL => health.store().to_string());
     info!(key = %key, "leader election: trying the store's leader lock");
     let mut said_follower = false;
     // Say it once when the database goes away, not every second.
     let mut unreachable = false;
+    // Why this healer stays out of the election, once said.
+    let mut said_unable: Option<String> = None;
     // A follower's session, kept between tries.
     let mut idle: Option<L::Session> = None;
     loop {
+        if let Some(why) = health.cannot_fill() {
+            if said_unable.as_deref() != Some(why.as_str()) {
+                warn!(key = %key, reason = %why, "not taking the leader lock: this healer cannot fill the store");
+                said_unable = Some(why);
+            }
+            said_follower = false;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+            }
+            continue;
+        }
+        said_unable = None;
         match lock.try_lead_reusing(&key, &mut idle).await {
             Ok(Some(mut session)) => {
                 let token = session.fence_token();
@@ -112,6 +141,15 @@ pub async fn elect<L: LeaderLock>(
                             return;
                         }
                         _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+                    }
+                    if let Some(why) = health.cannot_fill() {
+                        // Step down before giving the lock up.
+                        tx.set(None);
+                        warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
+                        lock.release(session, &key).await;
+                        health.fill_refusal_handled();
+                        said_unable = Some(why);
+                        break;
                     }
                     let check = tokio::time::timeout(
                         ELECTION_INTERVAL,
@@ -240,6 +278,24 @@ impl<L: LeaderLock> LeaderLock for SharedLock<L> {
         let won = taken.then(|| (slot.0, session.fence_token()));
         slot.1 = Some(session);
         Ok((taken, SharedPart { won }))
+    }
+
+    async fn release(&self, part: SharedPart, key: &str) {
+        let mut slot = self.session.lock().await;
+        if part.won.as_ref().is_none_or(|(g, _)| *g != slot.0) {
+            return;
+        }
+        let Some(mut session) = slot.1.take() else {
+            return;
+        };
+        match self.lock.unlock(&mut session, key).await {
+            Ok(()) => slot.1 = Some(session),
+            // The session is dropped: every lock on it goes, and the stores
+            // that led through it step down at their next check.
+            Err(e) => {
+                warn!(key = %key, error = %e, "could not release one leader lock; closing the shared lock session")
+            }
+        }
     }
 
     async fn still_held(&self, part: &mut SharedPart, key: &str) -> DbResult<bool> {

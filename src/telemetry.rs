@@ -347,6 +347,9 @@ pub struct Health {
     last_scan_ms: AtomicU64,
     /// When the scans started failing; `u64::MAX` while they succeed.
     failing_since_ms: AtomicU64,
+    /// A fill was refused for good (no rights, a shape it must not fill)
+    /// since the last fill that succeeded: this healer cannot fill.
+    fill_refused: std::sync::atomic::AtomicBool,
     status: Mutex<Status>,
     live_within: Duration,
     ready_within: Duration,
@@ -392,6 +395,7 @@ impl Health {
             last_loop_ms: AtomicU64::new(0),
             last_scan_ms: AtomicU64::new(u64::MAX),
             failing_since_ms: AtomicU64::new(u64::MAX),
+            fill_refused: std::sync::atomic::AtomicBool::new(false),
             status: Mutex::new(Status::default()),
             // A fill may wait on lock timeouts for a while; the loop is only
             // dead when it stops turning for much longer than that.
@@ -451,6 +455,42 @@ impl Health {
 
     pub fn status(&self) -> Status {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// A fill failed in a way retrying will not mend (`error`, free of
+    /// secrets): until a fill succeeds, this healer does not lead.
+    pub fn fill_refused(&self, error: &str) {
+        self.fill_refused.store(true, Ordering::Relaxed);
+        self.record_error(error);
+    }
+
+    pub fn fill_succeeded(&self) {
+        self.fill_refused.store(false, Ordering::Relaxed);
+    }
+
+    /// The election gave the lock up for a refused fill: after its next
+    /// successful scan this healer may lead again (and learn whether the
+    /// fill still fails).
+    pub fn fill_refusal_handled(&self) {
+        self.fill_refused.store(false, Ordering::Relaxed);
+    }
+
+    /// Why this healer cannot fill its store now (its scans fail, or have
+    /// not succeeded yet; or a fill was refused for good); `None`: it can.
+    pub fn cannot_fill(&self) -> Option<String> {
+        let last = || self.status().last_error.unwrap_or_default();
+        if self.last_scan_ms.load(Ordering::Relaxed) == u64::MAX
+            && self.failing_since_ms.load(Ordering::Relaxed) == u64::MAX
+        {
+            return Some("no scan has succeeded yet".into());
+        }
+        if self.failing() {
+            return Some(format!("its scans fail: {}", last()));
+        }
+        if self.fill_refused.load(Ordering::Relaxed) {
+            return Some(format!("its fills are refused: {}", last()));
+        }
+        None
     }
 
     /// Its last scan failed (and none has succeeded since).

@@ -410,6 +410,29 @@ pub trait LeaderLock: Send + Sync + 'static {
         key: &str,
     ) -> impl Future<Output = DbResult<bool>> + Send;
 
+    /// Gives the lock named `key` up, keeping `session` open (for a session
+    /// whose other locks other stores hold). Engines that cannot release one
+    /// lock of a session say so with an error; the caller then closes it.
+    fn unlock(
+        &self,
+        session: &mut Self::Session,
+        key: &str,
+    ) -> impl Future<Output = DbResult<()>> + Send {
+        let _ = (session, key);
+        async {
+            Err(DbError::permanent(
+                "this lock is released only with its session",
+            ))
+        }
+    }
+
+    /// Gives up the lock named `key` that `session` won. By default the
+    /// session is closed, which releases it.
+    fn release(&self, session: Self::Session, key: &str) -> impl Future<Output = ()> + Send {
+        let _ = key;
+        async move { drop(session) }
+    }
+
     /// Tries to take the lock named `key` without waiting, on the session in
     /// `idle` (a follower's, kept from its last try) or else on a new
     /// dedicated session. `Ok(None)`: another session holds it, and the

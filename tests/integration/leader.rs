@@ -158,3 +158,145 @@ async fn a_follower_keeps_one_session_between_tries() {
     assert!(b.still_held(&mut leading, &key).await.unwrap());
     store.drop_schema().await;
 }
+
+/// A dry run fills nothing, so it must not lead: before, a `run --dry-run`
+/// started first took the leader lock and a normal `run` beside it only
+/// followed, and the holes stayed open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_never_takes_the_leader_lock_from_a_healer_that_fills() {
+    let store = Store::with_holes("dry_leader", &[2]).await;
+    let flags = timing("200ms", "50ms", &[]);
+    let dry = Daemon::start(&store, &[&flags[..], &["--dry-run"]].concat());
+    // The dry run has scanned and seen the holes before the other starts.
+    let seen = dry
+        .wait_metric(
+            r#"gap_healer_open_gaps{store="default"}"#,
+            1.0,
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(seen >= 1.0, "{}", dry.log());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let filler = Daemon::start(&store, &flags);
+    store.wait_until_healed(Duration::from_secs(10)).await;
+    assert!(store.missing().await.is_empty(), "{}", filler.log());
+    assert_eq!(dry.metric("gap_healer_leader").await, Some(0.0));
+    assert_eq!(filler.metric("gap_healer_leader").await, Some(1.0));
+    assert!(
+        !dry.lines_containing("not taking part in the leader election")
+            .is_empty(),
+        "{}",
+        dry.log()
+    );
+    assert!(
+        dry.lines_containing("became the leader").is_empty(),
+        "{}",
+        dry.log()
+    );
+    store.drop_schema().await;
+}
+
+/// What a healer's role needs on `store` (`gap-healer sql`'s grants).
+async fn grant_healer_rights(store: &Store, role: &str) {
+    let s = &store.schema;
+    store
+        .client
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {s} TO {role};
+             GRANT SELECT, INSERT ON {s}.messages TO {role};
+             GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role};
+             GRANT SELECT ON {s}.checkpoints TO {role};"
+        ))
+        .await
+        .unwrap();
+}
+
+/// `gap-healer run` on `store` logging in with `cs`.
+fn daemon_at(store: &Store, cs: &str, flags: &[&str]) -> Daemon {
+    let args: Vec<String> = ["run".to_string()]
+        .into_iter()
+        .chain(store.args_at(cs))
+        .chain(["--log-format".into(), "json".into()])
+        .chain(flags.iter().map(|f| f.to_string()))
+        .collect();
+    Daemon::spawn(&args, &[])
+}
+
+/// A healer whose login may connect but not read the store starts first:
+/// every scan fails (42501). Before, it kept the lock (`leader` 1) and the
+/// healthy one beside it only followed. Now it never takes the lock; and a
+/// leader whose scans start failing gives it up, so another that can fill
+/// takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healer_that_cannot_scan_gives_the_lock_to_one_that_can() {
+    let store = Store::with_holes("blind_leader", &[1]).await;
+    let (role_a, role_b) = (format!("{}_a", store.schema), format!("{}_b", store.schema));
+    let cs_a = store.create_login(&role_a).await;
+    let cs_b = store.create_login(&role_b).await;
+    grant_healer_rights(&store, &role_b).await;
+    let flags = timing("200ms", "50ms", &[]);
+    let a = daemon_at(&store, &cs_a, &flags);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        a.metric("gap_healer_leader").await,
+        Some(0.0),
+        "{}",
+        a.log()
+    );
+    let b = daemon_at(&store, &cs_b, &flags);
+    assert!(
+        store.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        b.log()
+    );
+    assert_eq!(b.metric("gap_healer_leader").await, Some(1.0));
+    assert!(
+        !a.lines_containing("not taking the leader lock").is_empty(),
+        "{}",
+        a.log()
+    );
+
+    // The leader loses its rights, the other is given them: the leader's
+    // scans fail, it steps down, and the other takes over and fills.
+    grant_healer_rights(&store, &role_a).await;
+    let s = &store.schema;
+    store
+        .client
+        .batch_execute(&format!("REVOKE SELECT ON {s}.messages FROM {role_b}"))
+        .await
+        .unwrap();
+    let took = time_until(Instant::now(), Duration::from_secs(15), || async {
+        a.metric("gap_healer_leader").await == Some(1.0)
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "A leads once it can fill:\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    println!("a leader whose scans fail: the other leads {took:?} later");
+    assert_eq!(b.metric("gap_healer_leader").await, Some(0.0));
+    assert!(
+        !b.lines_containing("stepped down as leader: this healer cannot fill")
+            .is_empty(),
+        "{}",
+        b.log()
+    );
+    store.append("X", 1, Ending::RollbackAfterInsert).await;
+    store.append("C", 1, Ending::Commit).await;
+    assert!(
+        store.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        a.log()
+    );
+    drop((a, b));
+    let url = store.url();
+    store.drop_schema().await;
+    let c = gap_healer_testkit::pg::connect_to(&url).await;
+    for role in [role_a, role_b] {
+        c.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+            .await
+            .unwrap();
+    }
+}

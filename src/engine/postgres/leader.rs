@@ -86,6 +86,19 @@ impl LeaderLock for PostgresEngine {
         Ok((get(&row, "taken")?, session))
     }
 
+    async fn unlock(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<()> {
+        let row = session
+            .client
+            .query_one(
+                "SELECT PG_ADVISORY_UNLOCK($1::bigint) AS released",
+                &[&advisory_key(key)],
+            )
+            .await
+            .map_err(|e| self.error(&e, "leader unlock"))?;
+        let _: bool = get(&row, "released")?;
+        Ok(())
+    }
+
     async fn still_held(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<bool> {
         // The same question the fill fence asks, from the session itself.
         let row = session

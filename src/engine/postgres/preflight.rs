@@ -227,6 +227,15 @@ impl PostgresEngine {
 
     async fn sequence_facts(&self) -> DbResult<Option<Finding>> {
         let conn = self.pool.checkout().await?;
+        // The head first: every row committed by then was drawn before, so
+        // a sequence read afterwards stands at least as high unless rows
+        // were written above it (read the other way round, an append
+        // between the two reads looks like exactly that).
+        let head = conn
+            .query_one(&self.sql.head, &[])
+            .await
+            .map_err(|e| self.error(&e, "head"))?;
+        let head: Option<i64> = get(&head, "head")?;
         let row = conn
             .query_opt(
                 super::sql::SEQUENCE,
@@ -236,11 +245,6 @@ impl PostgresEngine {
             .map_err(|e| self.error(&e, "identity sequence"))?;
         let Some(row) = row else { return Ok(None) };
         let seq = Sequence::from_row(&row)?;
-        let head = conn
-            .query_one(&self.sql.head, &[])
-            .await
-            .map_err(|e| self.error(&e, "head"))?;
-        let head: Option<i64> = get(&head, "head")?;
         let login: String = conn
             .query_one("SELECT CURRENT_USER::text AS login", &[])
             .await
