@@ -268,7 +268,19 @@ impl<E: Engine> Healer<E> {
             // or from the identity's seed when none is published, whatever
             // start_from says. Not from the first row: an append still open
             // (or about to roll back) below it looks exactly like a reseed.
-            let proven = self.engine.read_watermark(self.health.store()).await?;
+            // A watermark that cannot be read (its table missing, no
+            // right) stops no healing: the proof then starts at the seed,
+            // which lies at or below anything published before, and the
+            // upsert only ever raises the row.
+            let proven = match self.engine.read_watermark(self.health.store()).await {
+                Ok(proven) => proven,
+                Err(e) => {
+                    self.db_error("watermark", &e);
+                    self.health.watermark_failed(&format!("read: {e}"));
+                    warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
+                    None
+                }
+            };
             self.published = proven;
             after = proven.unwrap_or(floor - 1).max(floor - 1);
         }
@@ -592,6 +604,24 @@ impl<E: Engine> Healer<E> {
                     self.tracker.defer(*range, at);
                 }
             }
+            Ok(FillOutcome::TableLocked) => {
+                self.health.series.fill("table_locked").increment(1);
+                report.held += 1;
+                warn!(
+                    range = %what,
+                    ms,
+                    outcome = "table_locked",
+                    "the table itself is locked (DDL, CREATE INDEX, LOCK TABLE): no fill of this store can run; backing off"
+                );
+                self.health.record_error(
+                    "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
+                );
+                // One backoff for the whole store: every range of the cycle.
+                self.defer_after_error(&batch);
+                for rest in std::mem::take(queue) {
+                    self.defer_after_error(&rest);
+                }
+            }
             Ok(FillOutcome::WriterWaiting {
                 sessions,
                 first_session,
@@ -725,6 +755,7 @@ impl<E: Engine> Healer<E> {
             head: self.examined,
             watermark,
             last_error: None,
+            watermark_error: None,
         });
     }
 
@@ -748,9 +779,11 @@ impl<E: Engine> Healer<E> {
             Ok(()) => {
                 debug!(watermark, "published the contiguous watermark");
                 self.published = Some(watermark);
+                self.health.watermark_published();
             }
             Err(e) => {
                 self.db_error("watermark", &e);
+                self.health.watermark_failed(&format!("publish: {e}"));
                 warn!(error = %e, "cannot publish the contiguous watermark; retrying next turn");
             }
         }

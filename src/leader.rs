@@ -110,13 +110,17 @@ pub async fn elect<L: LeaderLock>(
     // Say it once when the database goes away, not every second.
     let mut unreachable = false;
     // Why this healer stays out of the election, once said.
-    let mut said_unable: Option<String> = None;
+    let mut said_unable: Option<t::CannotFill> = None;
     // A follower's session, kept between tries.
     let mut idle: Option<L::Session> = None;
     loop {
         if let Some(why) = health.cannot_fill() {
-            if said_unable.as_deref() != Some(why.as_str()) {
-                warn!(key = %key, reason = %why, "not taking the leader lock: this healer cannot fill the store");
+            if said_unable.as_ref() != Some(&why) {
+                if why == t::CannotFill::NotScannedYet {
+                    debug!(key = %key, "not taking the leader lock before the first scan");
+                } else {
+                    warn!(key = %key, reason = %why, "not taking the leader lock: this healer cannot fill the store");
+                }
                 said_unable = Some(why);
             }
             said_follower = false;

@@ -111,7 +111,7 @@ pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandl
         TOMBSTONES_INSERTED,
         "Tombstone rows committed by this process."
     );
-    describe_counter!(FILL_ATTEMPTS, "Fill transactions by outcome: filled, committed (an append got there), held (an open append holds a position), writer_waiting (another writer of the table was waiting for a lock, perhaps with a position drawn and no key yet: nothing written), error.");
+    describe_counter!(FILL_ATTEMPTS, "Fill transactions by outcome: filled, committed (an append got there), held (an open append holds a position), writer_waiting (another writer of the table was waiting for a lock, perhaps with a position drawn and no key yet: nothing written), table_locked (the table itself was locked, by DDL or LOCK TABLE: the store backs off), error.");
     describe_histogram!(
         SCAN_DURATION,
         Unit::Seconds,
@@ -151,7 +151,14 @@ fn build_info() -> Gauge {
 }
 
 /// The `outcome` label values of [`FILL_ATTEMPTS`], in [`Series::fill`]'s order.
-const FILL_OUTCOMES: [&str; 5] = ["filled", "committed", "held", "writer_waiting", "error"];
+const FILL_OUTCOMES: [&str; 6] = [
+    "filled",
+    "committed",
+    "held",
+    "writer_waiting",
+    "table_locked",
+    "error",
+];
 
 /// One store's series, registered once with its `store` label, so the
 /// healer loop sets handles instead of building keys every turn. Made with
@@ -168,7 +175,7 @@ pub struct Series {
     pub oldest_gap_age: Gauge,
     pub leader: Gauge,
     pub tombstones: Counter,
-    fills: [Counter; 5],
+    fills: [Counter; 6],
     db_errors: Vec<(&'static str, Counter)>,
     head: OnceLock<Gauge>,
     contiguous: OnceLock<Gauge>,
@@ -251,7 +258,7 @@ impl Series {
     }
 
     /// [`FILL_ATTEMPTS`] for `outcome` (one of `filled`, `committed`,
-    /// `held`, `writer_waiting`, `error`).
+    /// `held`, `writer_waiting`, `table_locked`, `error`).
     pub fn fill(&self, outcome: &str) -> &Counter {
         let i = FILL_OUTCOMES
             .iter()
@@ -334,6 +341,27 @@ fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
+/// Why a healer cannot fill its store (and so stays out of the election).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CannotFill {
+    /// It has not scanned yet: it starts as a follower.
+    NotScannedYet,
+    /// Its scans fail (the error).
+    ScansFail(String),
+    /// A fill was refused for good (the error).
+    FillsRefused(String),
+}
+
+impl std::fmt::Display for CannotFill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CannotFill::NotScannedYet => f.write_str("no scan has succeeded yet"),
+            CannotFill::ScansFail(e) => write!(f, "its scans fail: {e}"),
+            CannotFill::FillsRefused(e) => write!(f, "its fills are refused: {e}"),
+        }
+    }
+}
+
 /// What one store reports: written by its healer loop, read by the
 /// endpoints.
 #[derive(Debug)]
@@ -368,6 +396,9 @@ pub struct Status {
     /// See [`CONTIGUOUS_POSITION`].
     pub watermark: Option<i64>,
     pub last_error: Option<String>,
+    /// Why the watermark could not be read or published, until it is
+    /// published again (`None`: it is, or none is configured).
+    pub watermark_error: Option<String>,
 }
 
 impl Health {
@@ -442,14 +473,31 @@ impl Health {
         }
     }
 
-    /// Replaces the figures `/status` shows (keeping the last error).
+    /// Replaces the figures `/status` shows (keeping the last error and
+    /// the watermark's).
     pub fn update(&self, figures: Status) {
         if let Ok(mut status) = self.status.lock() {
             let last_error = status.last_error.take();
+            let watermark_error = status.watermark_error.take();
             *status = Status {
                 last_error,
+                watermark_error,
                 ..figures
             };
+        }
+    }
+
+    /// The watermark could not be read or published (`error` free of
+    /// secrets); healing goes on.
+    pub fn watermark_failed(&self, error: &str) {
+        if let Ok(mut status) = self.status.lock() {
+            status.watermark_error = Some(error.to_string());
+        }
+    }
+
+    pub fn watermark_published(&self) {
+        if let Ok(mut status) = self.status.lock() {
+            status.watermark_error = None;
         }
     }
 
@@ -475,20 +523,19 @@ impl Health {
         self.fill_refused.store(false, Ordering::Relaxed);
     }
 
-    /// Why this healer cannot fill its store now (its scans fail, or have
-    /// not succeeded yet; or a fill was refused for good); `None`: it can.
-    pub fn cannot_fill(&self) -> Option<String> {
+    /// Why this healer cannot fill its store now; `None`: it can.
+    pub fn cannot_fill(&self) -> Option<CannotFill> {
         let last = || self.status().last_error.unwrap_or_default();
         if self.last_scan_ms.load(Ordering::Relaxed) == u64::MAX
             && self.failing_since_ms.load(Ordering::Relaxed) == u64::MAX
         {
-            return Some("no scan has succeeded yet".into());
+            return Some(CannotFill::NotScannedYet);
         }
         if self.failing() {
-            return Some(format!("its scans fail: {}", last()));
+            return Some(CannotFill::ScansFail(last()));
         }
         if self.fill_refused.load(Ordering::Relaxed) {
-            return Some(format!("its fills are refused: {}", last()));
+            return Some(CannotFill::FillsRefused(last()));
         }
         None
     }

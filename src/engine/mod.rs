@@ -147,6 +147,11 @@ pub enum FillOutcome {
     /// the unique check of an index inserted before the position's key), so
     /// there is no key for the fill to wait on. Nothing was written; like
     /// `Held`, a reason to try later, never to skip.
+    /// The table itself was locked past the lock timeout (DDL, a
+    /// non-concurrent `CREATE INDEX`, `LOCK TABLE`, `TABLOCK`): no key
+    /// was tried. Every fill of the store would meet the same lock, so the
+    /// store backs off as a whole; no position is taken for held.
+    TableLocked,
     WriterWaiting {
         /// How many such sessions were waiting.
         sessions: u32,
@@ -164,6 +169,7 @@ impl FillOutcome {
             FillOutcome::Committed => "committed",
             FillOutcome::Held | FillOutcome::Busy => "held",
             FillOutcome::WriterWaiting { .. } => "writer_waiting",
+            FillOutcome::TableLocked => "table_locked",
         }
     }
 }

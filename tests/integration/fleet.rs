@@ -570,3 +570,111 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// One store's table held by `LOCK TABLE ... IN SHARE MODE` (what a
+/// non-concurrent `CREATE INDEX` takes) in a daemon of two stores. Before,
+/// each fill's lock timeout on the table lock was taken for a held key:
+/// bisected into 25 ms probes and every position then filled alone. Now a
+/// fill meets the table lock once per backoff (`table_locked`), the daemon
+/// stays live, the other store heals meanwhile, and the locked one heals
+/// when the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_lock_on_one_store_backs_it_off_and_delays_neither_the_other_nor_liveness() {
+    let a = Store::with_holes("tablelock_a", &[5, 5, 5]).await;
+    let b = Store::new("tablelock_b").await;
+    let locker = connect().await;
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {}.messages IN SHARE MODE",
+            a.schema
+        ))
+        .await
+        .unwrap();
+    let file = fleet_file(
+        "tablelock",
+        "gap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\nlock_timeout = \"200ms\"",
+        &[("locked", pg_url(), &a.schema), ("free", pg_url(), &b.schema)],
+    );
+    let d = Daemon::spawn(
+        &[
+            "run".to_string(),
+            "--config".into(),
+            file.display().to_string(),
+            "--log-format".into(),
+            "json".into(),
+        ],
+        &[],
+    );
+    // The free store heals holes made while the other's table is locked.
+    b.append_holes(&[2]).await;
+    assert!(
+        b.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        d.log()
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let sample = |outcome: &str| {
+        format!(r#"gap_healer_fill_attempts_total{{outcome="{outcome}",store="locked"}}"#)
+    };
+    let locked = d.metric(&sample("table_locked")).await.unwrap_or(0.0);
+    let held = d.metric(&sample("held")).await.unwrap_or(0.0);
+    println!("table locked 6 s: {locked} table_locked fill attempts, {held} held");
+    assert!(locked >= 1.0, "{}", d.log());
+    assert_eq!(held, 0.0, "a table lock is not a held key");
+    // At most one attempt per backoff step (0.5 s, doubling, up to 30 s).
+    assert!(locked <= 8.0, "{locked} attempts in 6 s");
+    assert_eq!(d.get("/healthz").await.0, 200);
+    assert!(a.tombstone_positions().await.is_empty());
+    locker.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        a.wait_until_healed(Duration::from_secs(40)).await,
+        "{}",
+        d.log()
+    );
+    drop(d);
+    a.drop_schema().await;
+    b.drop_schema().await;
+}
+
+/// DDL holding a table (ACCESS EXCLUSIVE: `ALTER TABLE`, `VACUUM FULL`)
+/// makes a scan or a probe of its store fail after the sessions' lock
+/// timeout (5 s) instead of waiting as long as the DDL runs (before, they
+/// had none: the store's loop froze with the DDL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_or_probe_behind_ddl_fails_after_the_lock_timeout() {
+    use gap_healer::engine::Engine;
+    let store = Store::with_holes("ddl_scan", &[1]).await;
+    let engine = store.engine();
+    engine.scan(0, 100).await.unwrap();
+    let ddl = connect().await;
+    ddl.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {}.messages IN ACCESS EXCLUSIVE MODE",
+        store.schema
+    ))
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let scan = tokio::time::timeout(Duration::from_secs(15), engine.scan(0, 100)).await;
+    let scan_took = started.elapsed();
+    let started = Instant::now();
+    let range = gap_healer::gaps::PosRange::new(2, 2).unwrap();
+    let probe = tokio::time::timeout(Duration::from_secs(15), engine.probe(&[range])).await;
+    let probe_took = started.elapsed();
+    ddl.batch_execute("COMMIT").await.unwrap();
+    println!("behind ACCESS EXCLUSIVE: the scan failed after {scan_took:?}, the probe after {probe_took:?}");
+    for (what, result, took) in [
+        ("scan", scan.map(|r| r.map(|_| ())), scan_took),
+        ("probe", probe.map(|r| r.map(|_| ())), probe_took),
+    ] {
+        let err = result
+            .unwrap_or_else(|_| panic!("the {what} waited for the DDL"))
+            .expect_err("it cannot read the table");
+        assert_eq!(err.code.as_deref(), Some("55P03"), "{what}: {err}");
+        assert!(took < Duration::from_secs(10), "{what}: {took:?}");
+    }
+    engine
+        .scan(0, 100)
+        .await
+        .expect("reads again once the DDL is gone");
+    store.drop_schema().await;
+}

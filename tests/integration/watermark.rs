@@ -220,3 +220,46 @@ async fn check_names_a_missing_or_unwritable_watermark_table() {
     );
     store.drop_schema().await;
 }
+
+/// A watermark table that is missing stops no healing: before, every scan
+/// failed "read the watermark: 42P01" and a hole stayed open. Now the holes
+/// are filled, `/status` and the watermark error counter say why nothing is
+/// published, and once the table exists the watermark is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watermark_that_cannot_be_published_stops_no_healing() {
+    let store = Store::with_holes("watermark_missing", &[2]).await;
+    let table = format!("{}.watermarks", store.schema);
+    let daemon = Daemon::start(
+        &store,
+        &timing("200ms", "50ms", &["--watermark-table", &table]),
+    );
+    assert!(
+        store.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        daemon.log()
+    );
+    let errors = daemon
+        .metric(r#"gap_healer_db_errors_total{operation="watermark",store="default"}"#)
+        .await
+        .unwrap_or(0.0);
+    assert!(errors >= 1.0, "{}", daemon.log());
+    let (_, status) = daemon.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let why = status["stores"][0]["watermark_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(why.contains("watermarks"), "{status}");
+    create_watermark_table(&store, &table).await;
+    let head = *store.rows().await.iter().map(|r| &r.0).max().unwrap();
+    let published = gap_healer_testkit::wait::until(Duration::from_secs(10), || async {
+        watermark(&store, &table).await == Some(head)
+    })
+    .await;
+    assert!(published, "{}", daemon.log());
+    let (_, status) = daemon.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(status["stores"][0]["watermark_error"].is_null(), "{status}");
+    drop(daemon);
+    store.drop_schema().await;
+}

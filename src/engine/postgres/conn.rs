@@ -27,6 +27,12 @@ use crate::secret::ConnectionString;
 /// tombstone stream's row.
 pub const STALLED_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long any statement of the healer's sessions waits for a lock unless
+/// it sets its own (fills do, per transaction): a scan or probe of a table
+/// that DDL holds (`ALTER TABLE`, `VACUUM FULL`, `TRUNCATE`) fails after
+/// this long instead of freezing its store's loop.
+pub const READ_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How to reach the server: the parsed configuration and its TLS.
 #[derive(Clone)]
 pub(crate) struct Target {
@@ -48,8 +54,9 @@ impl Target {
             config.application_name("gap-healer");
         }
         let ours = format!(
-            "-c jit=off -c idle_in_transaction_session_timeout={}",
-            STALLED_SESSION_TIMEOUT.as_millis()
+            "-c jit=off -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
+            STALLED_SESSION_TIMEOUT.as_millis(),
+            READ_LOCK_TIMEOUT.as_millis()
         );
         let options = match config.get_options() {
             Some(given) if !given.trim().is_empty() => format!("{given} {ours}"),

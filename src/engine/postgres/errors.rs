@@ -14,6 +14,8 @@ use crate::secret::ConnectionString;
 pub(crate) enum Stage {
     Begin,
     Stream,
+    /// The healed table's own lock (ROW EXCLUSIVE), taken before the insert.
+    Table,
     Insert,
     Commit,
 }

@@ -105,6 +105,7 @@ impl PostgresEngine {
         match (e.code(), stage) {
             (Some(&SqlState::LOCK_NOT_AVAILABLE), Stage::Insert) => Ok(FillOutcome::Held),
             (Some(&SqlState::LOCK_NOT_AVAILABLE), Stage::Stream) => Ok(FillOutcome::Busy),
+            (Some(&SqlState::LOCK_NOT_AVAILABLE), Stage::Table) => Ok(FillOutcome::TableLocked),
             (Some(&SqlState::UNIQUE_VIOLATION), Stage::Insert) => {
                 let constraint = e
                     .as_db_error()
@@ -205,6 +206,23 @@ impl PostgresEngine {
         }))
     }
 
+    /// Inside a fill's transaction, before the insert: the healed table's
+    /// ROW EXCLUSIVE lock, taken explicitly under the caller's lock
+    /// timeout. A lock timeout here is a TABLE lock (a non-concurrent
+    /// `CREATE INDEX`, `LOCK TABLE`, DDL), never an append's key: the whole
+    /// store backs off ([`FillOutcome::TableLocked`]) instead of taking it
+    /// for a held position. Once it is held, the insert's lock timeouts can
+    /// only come from keys and rows.
+    pub(super) async fn lock_table(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<(), Failed> {
+        let table = super::sql::render("__table__", &self.schema, &self.profile);
+        tx.batch_execute(&format!("LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
+            .await
+            .map_err(at(Stage::Table))
+    }
+
     /// The transaction itself; it rolls back when dropped.
     async fn fill_transaction(
         &self,
@@ -243,6 +261,7 @@ impl PostgresEngine {
         let version: i32 = get(&row, "version")?;
         let (starts, ends) = bounds(ranges);
         set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
+        self.lock_table(&tx).await?;
         if let Some(waiting) = self.writer_waiting(&tx).await? {
             return Ok(waiting);
         }

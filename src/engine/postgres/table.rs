@@ -71,6 +71,7 @@ impl PostgresEngine {
         };
         let (starts, ends) = bounds(ranges);
         set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
+        self.lock_table(&tx).await?;
         if let Some(waiting) = self.writer_waiting(&tx).await? {
             return Ok(waiting);
         }
