@@ -393,7 +393,14 @@ fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
         settings.poll_interval,
         settings.lock_timeout,
     );
-    Healer::new(engine, Options::from(settings), Leader::always(), health)
+    // A one-shot command honours --start-from and so never publishes the
+    // watermark: its scan may begin above the published one, and a value
+    // published from there would claim positions it never examined.
+    let opts = Options {
+        publish_watermark: false,
+        ..Options::from(settings)
+    };
+    Healer::new(engine, opts, Leader::always(), health)
 }
 
 async fn scan<E: Engine>(
@@ -564,6 +571,20 @@ async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> R
     match engine.preflight().await {
         Ok(more) => findings.extend(more),
         Err(e) => findings.push(engine::Finding::fail(engine::Check::Connection, e.message)),
+    }
+    let watermark_usable = findings
+        .iter()
+        .any(|f| f.check == engine::Check::Watermark && f.ok);
+    if watermark_usable {
+        // The row itself: it must describe this store's table.
+        match engine.read_watermark(&settings.name).await {
+            Ok(Some(p)) => findings.push(engine::Finding::pass(
+                engine::Check::Watermark,
+                format!("store {}: published up to position {p}", settings.name),
+            )),
+            Ok(None) => {}
+            Err(e) => findings.push(engine::Finding::fail(engine::Check::Watermark, e.message)),
+        }
     }
     let failed = findings.iter().filter(|f| !f.ok).count();
     match format {

@@ -263,3 +263,98 @@ async fn a_watermark_that_cannot_be_published_stops_no_healing() {
     drop(daemon);
     store.drop_schema().await;
 }
+
+/// Two single-store daemons, both stores named `default`, publish to one
+/// watermark table (as a README example invited). Before, B's daemon
+/// started its proof from A's row (never examining its own hole) and raised
+/// A's row to its own head, above an append A could still commit. Now a
+/// row describes one table: A's stays A's, B heals its hole anyway and says
+/// why it does not publish, and `check` names the row's table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watermark_row_is_never_shared_by_two_stores() {
+    let a = Store::new("watermark_a").await;
+    let b = Store::new("watermark_b").await;
+    let table = format!("{}.watermarks", a.schema);
+    create_watermark_table(&a, &table).await;
+    a.append("S", 100, Ending::Commit).await;
+    b.append("S", 40, Ending::Commit).await;
+    b.append("X", 19, Ending::RollbackAfterInsert).await;
+    b.append("S", 141, Ending::Commit).await;
+    let flags = timing("200ms", "50ms", &["--watermark-table", table.as_str()]);
+    let da = Daemon::start(&a, &flags);
+    let published = wait_for(Duration::from_secs(10), || async {
+        watermark(&a, &table).await == Some(100)
+    })
+    .await;
+    assert!(published, "{}", da.log());
+    let db = Daemon::start(&b, &flags);
+    assert!(
+        b.wait_until_healed(Duration::from_secs(10)).await,
+        "B heals its own hole: {}",
+        db.log()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        watermark(&a, &table).await,
+        Some(100),
+        "B never raises A's row"
+    );
+    let (_, status) = db.get("/status").await;
+    assert!(status.contains("describes"), "{status}");
+    drop((da, db));
+    let out = b.cli(&["check", "--watermark-table", &table]);
+    assert_eq!(out.code, 3, "{}", out.all());
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("FAIL watermark table"))
+        .unwrap_or_else(|| panic!("{}", out.all()));
+    assert!(
+        line.contains(&format!(".{}.messages, not ", a.schema)),
+        "{line}"
+    );
+    let out = a.cli(&["check", "--watermark-table", &table]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout.contains("published up to position 100"),
+        "{}",
+        out.stdout
+    );
+    b.drop_schema().await;
+    a.drop_schema().await;
+}
+
+/// `scan` and `heal --once` honour `--start-from` with a watermark table
+/// set (before, they started from the published watermark whatever the
+/// flag said), and publish nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_commands_honour_start_from_beside_a_watermark_table() {
+    let store = Store::with_holes("watermark_oneshot", &[1, 1]).await;
+    let table = format!("{}.watermarks", store.schema);
+    create_watermark_table(&store, &table).await;
+    let s = &store.schema;
+    // A watermark published above both holes (as if an older run had).
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {table} (store, position, healed_table) VALUES ('default', 4, current_database() || '.{s}.messages')"
+        ))
+        .await
+        .unwrap();
+    let out = store.cli(&["scan", "--start-from", "0", "--watermark-table", &table]);
+    assert_eq!(
+        out.code,
+        1,
+        "holes found below the watermark: {}",
+        out.all()
+    );
+    let out = store.heal_once("0s", &["--watermark-table", &table]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(store.missing().await.is_empty(), "{}", out.all());
+    assert_eq!(
+        watermark(&store, &table).await,
+        Some(4),
+        "one-shot commands publish nothing"
+    );
+    store.drop_schema().await;
+}

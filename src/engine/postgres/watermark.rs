@@ -17,10 +17,11 @@ const CHECK: &str = include_str!("../../../sql/postgres/watermark_check.sql");
 const TABLE: &str = include_str!("../../../sql/postgres/watermark_table.sql");
 
 /// The columns gap-healer writes, as `format_type` names them.
-const COLUMNS: [&str; 3] = [
+const COLUMNS: [&str; 4] = [
     "store text",
     "position bigint",
     "updated_at timestamp with time zone",
+    "healed_table text",
 ];
 
 /// The table's DDL and grants for `gap-healer sql`; `table` is a validated
@@ -41,23 +42,58 @@ impl PostgresEngine {
         Ok(sql.replace("__watermark__", table))
     }
 
+    /// The healed table as the watermark row names it (without the
+    /// database, which the statements put in front).
+    fn healed_table(&self) -> String {
+        self.table_name()
+    }
+
     pub(super) async fn read_watermark_row(&self, store: &str) -> DbResult<Option<i64>> {
         let sql = self.watermark_statement(READ)?;
         let conn = self.pool.checkout().await?;
         let row = conn
-            .query_opt(&sql, &[&store])
+            .query_opt(&sql, &[&store, &self.healed_table()])
             .await
             .map_err(|e| self.error(&e, "read the watermark"))?;
-        row.map(|r| get(&r, "position")).transpose()
+        let Some(row) = row else { return Ok(None) };
+        let owner: Option<String> = get(&row, "owner")?;
+        let mine: String = get(&row, "mine")?;
+        self.owned_by_this_table(store, owner.as_deref(), &mine)?;
+        Ok(Some(get(&row, "position")?))
     }
 
     pub(super) async fn publish_watermark_row(&self, store: &str, position: i64) -> DbResult<()> {
         let sql = self.watermark_statement(PUBLISH)?;
         let conn = self.pool.checkout().await?;
-        conn.execute(&sql, &[&store, &position])
+        let row = conn
+            .query_one(&sql, &[&store, &position, &self.healed_table()])
             .await
             .map_err(|e| self.error(&e, "publish the watermark"))?;
+        if get::<bool>(&row, "existed")? {
+            let owner: Option<String> = get(&row, "owner")?;
+            let mine: String = get(&row, "mine")?;
+            self.owned_by_this_table(store, owner.as_deref(), &mine)?;
+        }
         Ok(())
+    }
+
+    /// A watermark row describes one table: refuses a row of another (or
+    /// of none), naming both and the way out.
+    fn owned_by_this_table(&self, store: &str, owner: Option<&str>, mine: &str) -> DbResult<()> {
+        let table = self.watermark_table.as_deref().unwrap_or_default();
+        match owner {
+            Some(owner) if owner == mine => Ok(()),
+            Some(owner) => Err(crate::engine::DbError::permanent(format!(
+                "the watermark row of store '{store}' in {table} describes {owner}, not {mine}: \
+                 another healer's store of that name publishes there; give the stores distinct \
+                 names (`name` of a [[stores]] entry) or their own watermark tables"
+            ))),
+            None => Err(crate::engine::DbError::permanent(format!(
+                "the watermark row of store '{store}' in {table} names no healed table (made by an \
+                 older gap-healer): if it is this store's, run UPDATE {table} SET healed_table = \
+                 '{mine}' WHERE store = '{store}'"
+            ))),
+        }
     }
 
     /// The watermark finding of `check`; `None` without a watermark table.
