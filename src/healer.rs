@@ -633,7 +633,7 @@ impl<E: Engine> Healer<E> {
                     range = %what,
                     ms,
                     sessions,
-                    session = first_session,
+                    session = ?first_session,
                     outcome = "writer_waiting",
                     "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
                 );

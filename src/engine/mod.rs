@@ -156,8 +156,8 @@ pub enum FillOutcome {
         /// How many such sessions were waiting.
         sessions: u32,
         /// The lowest of their server session ids (PostgreSQL backend pid),
-        /// for the log line.
-        first_session: i64,
+        /// for the log line, where the engine knows it.
+        first_session: Option<i64>,
     },
 }
 

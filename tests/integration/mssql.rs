@@ -2221,3 +2221,89 @@ async fn two_hundred_thousand_scattered_holes_healed_once() {
     db.assert_tombstone_stream_contiguous().await;
     db.drop().await;
 }
+
+/// An insert that waits with its position drawn and no key yet, on both
+/// servers: a table whose unique (StreamId, StreamPosition) index comes
+/// before the position's key, append A open, append B to the same stream
+/// position waiting on A's key in that index, another append committed
+/// above. The fill must not take B's position: on SQL Server B's clustered
+/// key exists before it waits (the fill meets it: held); on Babelfish,
+/// which inserts index entries in PostgreSQL's index order, B has no key
+/// there, and the waiting-writer check refuses the fill. When A rolls back,
+/// B's event is stored at its position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn an_insert_waiting_before_its_key_keeps_its_position() {
+    let db = TestDb::create().await;
+    db.append("S", 1).await;
+    let mut c = db.client().await;
+    ms::exec(
+        &mut c,
+        "ALTER TABLE eventuous.Messages DROP CONSTRAINT PK_Events;
+         ALTER TABLE eventuous.Messages ADD CONSTRAINT PK_Events PRIMARY KEY CLUSTERED (GlobalPosition);",
+    )
+    .await;
+    let stream_id = db
+        .scalar("SELECT CAST(StreamId AS BIGINT) FROM eventuous.Streams WHERE StreamName = N'S'")
+        .await
+        .unwrap();
+    let a = db.begin_append("S", 1).await;
+    let b_id = Uuid::new_v4();
+    let b = {
+        let cs = db.connection_string();
+        tokio::spawn(async move {
+            let mut b = ms::connect(&cs).await.unwrap();
+            let sql = format!(
+                "SET XACT_ABORT ON; BEGIN TRANSACTION;
+                 INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
+                 VALUES (@P1, N'{EVENT_TYPE}', {stream_id}, 1, N'{{}}', SYSUTCDATETIME());
+                 COMMIT TRANSACTION;"
+            );
+            b.execute(sql, &[&b_id])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    db.append("other", 1).await;
+    let mut h = gap_healer_testkit::engine::healer(
+        std::sync::Arc::new(db.engine()),
+        healer_options(Duration::ZERO),
+    );
+    h.scan_step().await.unwrap();
+    let report = h.fill_due(&CancellationToken::new()).await;
+    println!("fill while B waits: {report:?}");
+    assert!(report.held >= 1, "{report:?}");
+    let before = db.messages().await;
+    assert!(
+        before.iter().all(|m| m.message_type != TOMBSTONE_TYPE),
+        "nothing filled while A is open and B waits: {before:?}"
+    );
+    a.rollback().await;
+    b.await
+        .unwrap()
+        .expect("B's insert succeeds once A is gone");
+    let stored = db
+        .messages()
+        .await
+        .into_iter()
+        .find(|m| m.stream == "S" && m.message_type == EVENT_TYPE && m.position > 0);
+    let stored = stored.expect("B's event is stored");
+    println!("B's event at {}", stored.position);
+    // A's position is a real hole now, and is filled.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for _ in 0..10 {
+        h.scan_step().await.unwrap();
+        if h.tracker().is_empty() {
+            break;
+        }
+        h.fill_due(&CancellationToken::new()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(h.tracker().is_empty(), "{:?}", h.tracker().ranges());
+    db.assert_tombstone_stream_contiguous().await;
+    drop(h);
+    drop(c);
+    db.drop().await;
+}

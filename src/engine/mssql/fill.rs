@@ -430,6 +430,23 @@ impl MssqlEngine {
         Ok(answer)
     }
 
+    /// Babelfish only, right before a fill batch: the abandonment proof's
+    /// question (`sql/mssql/waiting_writers.sql`, and ARCHITECTURE.md's
+    /// argument: a check any time after the holes came due and before the
+    /// insert suffices). `Some`: another writer of Messages is waiting for
+    /// a lock, perhaps with a position of this fill drawn and no key.
+    async fn writer_waiting(&self) -> DbResult<Option<FillOutcome>> {
+        let rows = self.read_first(&self.sql.waiting_writers, &[]).await?;
+        let sessions = match rows.first() {
+            Some(row) => get::<i32>(row, "sessions")?.unwrap_or(0),
+            None => 0,
+        };
+        Ok((sessions > 0).then(|| FillOutcome::WriterWaiting {
+            sessions: u32::try_from(sessions).unwrap_or(u32::MAX),
+            first_session: None,
+        }))
+    }
+
     pub(crate) async fn fill_batch_of(
         &self,
         ranges: &[PosRange],
@@ -441,6 +458,11 @@ impl MssqlEngine {
             .map_err(|why| DbError::permanent(format!("refused to fill {what}: {why}")))?;
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
+        if self.server().await?.babelfish.is_some() {
+            if let Some(waiting) = self.writer_waiting().await? {
+                return Ok(waiting);
+            }
+        }
         // On Babelfish the fence asks for the leader's session, not its lock
         // (see `Sql::direct_fill`).
         let session_fence = match fence {

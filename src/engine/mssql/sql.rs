@@ -40,6 +40,8 @@ pub(crate) const WATERMARK_PUBLISH: &str = include_str!("../../../sql/mssql/wate
 pub(crate) const WATERMARK_CHECK: &str = include_str!("../../../sql/mssql/watermark_check.sql");
 pub(crate) const WATERMARK_TABLE: &str = include_str!("../../../sql/mssql/watermark_table.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
+/// Babelfish only: other writers of Messages waiting for a lock.
+pub(crate) const WAITING_WRITERS: &str = include_str!("../../../sql/mssql/waiting_writers.sql");
 /// Takes the leader lock on a dedicated session. Names no schema: an
 /// application lock belongs to the database, and its name is `@P1`.
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_lock.sql");
@@ -134,6 +136,7 @@ pub(crate) struct Sql {
     pub(crate) fill_mode: String,
     pub(crate) preflight: String,
     pub(crate) session_state: String,
+    pub(crate) waiting_writers: String,
 }
 
 impl Sql {
@@ -161,6 +164,7 @@ impl Sql {
             fill_mode: render(FILL_MODE, schema),
             preflight: render(PREFLIGHT, schema),
             session_state: render(SESSION_STATE, schema),
+            waiting_writers: render(WAITING_WRITERS, schema),
         })
     }
 

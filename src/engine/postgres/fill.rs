@@ -202,7 +202,7 @@ impl PostgresEngine {
         let pids: Vec<i32> = get(&row, "pids")?;
         Ok((!pids.is_empty()).then(|| FillOutcome::WriterWaiting {
             sessions: u32::try_from(pids.len()).unwrap_or(u32::MAX),
-            first_session: i64::from(pids[0]),
+            first_session: Some(i64::from(pids[0])),
         }))
     }
 

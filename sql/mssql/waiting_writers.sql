@@ -1,0 +1,32 @@
+-- gap-healer on Babelfish only (PostgreSQL's executor behind SQL Server's
+-- protocol): the abandonment proof's question, asked right before every
+-- fill batch. Babelfish inserts a row's index entries one index after the
+-- other (in PostgreSQL's index order), and waits inside the unique check of
+-- an index for any in-progress conflicting row: with a unique index created
+-- before the position's key, an insert can wait there with its position
+-- drawn and no key for the tombstone to wait on. This lists the other
+-- sessions that hold a write lock (RowExclusiveLock) on Messages and wait
+-- for a lock now; while any does, the fill writes nothing. Eventuous's own
+-- table creates its primary key first, so its appends key the position
+-- before they wait; the check is for every other shape, and costs one
+-- query. pg_catalog.pg_locks is readable by every login; OBJECT_ID is the
+-- table's PostgreSQL oid there. Not run on SQL Server, which writes the
+-- clustered index, with its key lock, before any other index.
+--
+-- The schema placeholder is replaced by the bracketed, validated schema name.
+
+SELECT COUNT(DISTINCT w.pid) AS sessions
+FROM pg_catalog.pg_locks AS w
+WHERE
+    w.granted = 'false'
+    AND w.pid <> @@SPID
+    AND EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_locks AS r
+        WHERE
+            r.pid = w.pid
+            AND r.granted = 'true'
+            AND r.locktype = 'relation'
+            AND r.mode = 'RowExclusiveLock'
+            AND r.relation = OBJECT_ID(N'__schema__.[Messages]')
+    );
