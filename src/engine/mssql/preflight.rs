@@ -478,7 +478,13 @@ pub(crate) fn findings(
                     .into(),
             );
         } else if !f.global_position_clustered_pk && f.babelfish.is_none() {
-            problems.push("the clustered primary key is not (GlobalPosition): scans would not be index range reads".into());
+            problems.push(
+                "the clustered primary key is not (GlobalPosition): scans would not be index range reads, \
+                 and an append would write its (GlobalPosition) key only after the clustered index, so it \
+                 could wait on another unique key with its position drawn and no key for a tombstone to \
+                 wait on (Eventuous's table clusters on GlobalPosition)"
+                    .into(),
+            );
         }
         if problems.is_empty() {
             out.push(Finding::pass(
@@ -1100,6 +1106,7 @@ mod tests {
             m.detail
         );
         assert!(m.detail.contains("clustered primary key"), "{}", m.detail);
+        assert!(m.detail.contains("no key for a tombstone"), "{}", m.detail);
     }
 
     #[test]
