@@ -393,14 +393,7 @@ fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
         settings.poll_interval,
         settings.lock_timeout,
     );
-    // A one-shot command honours --start-from and so never publishes the
-    // watermark: its scan may begin above the published one, and a value
-    // published from there would claim positions it never examined.
-    let opts = Options {
-        publish_watermark: false,
-        ..Options::from(settings)
-    };
-    Healer::new(engine, opts, Leader::always(), health)
+    Healer::new(engine, Options::from(settings), Leader::always(), health)
 }
 
 async fn scan<E: Engine>(

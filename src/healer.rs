@@ -200,6 +200,9 @@ pub struct Healer<E: Engine> {
     last_checkpoints: Option<Instant>,
     /// The watermark last published (or read back at the start).
     published: Option<i64>,
+    /// The scan began above the published watermark (an explicit
+    /// `start_from`): the proof is broken, so nothing is published.
+    watermark_unproven: bool,
 }
 
 impl<E: Engine> Healer<E> {
@@ -214,6 +217,7 @@ impl<E: Engine> Healer<E> {
             start: None,
             last_checkpoints: None,
             published: None,
+            watermark_unproven: false,
         }
     }
 
@@ -282,7 +286,22 @@ impl<E: Engine> Healer<E> {
                 }
             };
             self.published = proven;
-            after = proven.unwrap_or(floor - 1).max(floor - 1);
+            let chain = proven.unwrap_or(floor - 1).max(floor - 1);
+            match self.opts.start_from {
+                // A position given is the user's word, for the daemon and
+                // the one-shot commands alike; from above the chain the
+                // proof is broken, so this run publishes nothing.
+                StartFrom::Position(_) if after > chain => {
+                    warn!(
+                        from = after + 1,
+                        watermark = chain,
+                        "start_from lies above the published watermark: the positions between are not examined, so this run does not publish the watermark"
+                    );
+                    self.watermark_unproven = true;
+                }
+                StartFrom::Position(_) => {}
+                StartFrom::Checkpoints | StartFrom::Head => after = chain,
+            }
         }
         let start = Start {
             after: self.examined.unwrap_or(after),
@@ -762,7 +781,7 @@ impl<E: Engine> Healer<E> {
     /// Publishes the contiguous watermark when it has moved (with a
     /// watermark table configured and not in a dry run).
     pub async fn publish_watermark(&mut self) {
-        if !self.opts.publish_watermark {
+        if !self.opts.publish_watermark || self.watermark_unproven {
             return;
         }
         let Some(watermark) = self.contiguous() else {

@@ -215,6 +215,30 @@ pub fn watermark_verdict(
     )
 }
 
+/// A watermark row describes one table (`mine`, database.schema.table):
+/// refuses a row of another (`owner`) or of none, naming both and the way
+/// out. `table` is the watermark table, `store` the row's store name.
+pub fn watermark_owner(
+    table: &str,
+    store: &str,
+    owner: Option<&str>,
+    mine: &str,
+) -> crate::engine::DbResult<()> {
+    match owner {
+        Some(owner) if owner == mine => Ok(()),
+        Some(owner) => Err(crate::engine::DbError::permanent(format!(
+            "the watermark row of store '{store}' in {table} describes {owner}, not {mine}: \
+             another healer's store of that name publishes there; give the stores distinct \
+             names (`name` of a [[stores]] entry) or their own watermark tables"
+        ))),
+        None => Err(crate::engine::DbError::permanent(format!(
+            "the watermark row of store '{store}' in {table} names no healed table (made by an \
+             older gap-healer): if it is this store's, run UPDATE {table} SET healed_table = \
+             '{mine}' WHERE store = '{store}'"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +291,25 @@ mod tests {
         ];
         let labels: std::collections::HashSet<_> = all.iter().map(|c| c.label()).collect();
         assert_eq!(labels.len(), all.len());
+    }
+
+    #[test]
+    fn a_watermark_row_of_another_table_or_of_none_is_refused_with_the_way_out() {
+        assert!(watermark_owner("g.w", "default", Some("db.a.messages"), "db.a.messages").is_ok());
+        let other = watermark_owner("g.w", "default", Some("db.a.messages"), "db.b.messages")
+            .unwrap_err()
+            .message;
+        assert!(
+            other.contains("describes db.a.messages, not db.b.messages"),
+            "{other}"
+        );
+        assert!(other.contains("distinct names"), "{other}");
+        let none = watermark_owner("g.w", "default", None, "db.b.messages")
+            .unwrap_err()
+            .message;
+        assert!(
+            none.contains("UPDATE g.w SET healed_table = 'db.b.messages' WHERE store = 'default'"),
+            "{none}"
+        );
     }
 }

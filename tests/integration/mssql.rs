@@ -2307,3 +2307,52 @@ async fn an_insert_waiting_before_its_key_keeps_its_position() {
     drop(c);
     db.drop().await;
 }
+
+/// A watermark row describes one table: a healer of another table (here a
+/// store of another schema of the same database, under the same store name)
+/// may neither start from it nor raise it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn a_watermark_row_of_another_table_is_neither_read_nor_raised() {
+    let db = store_with_streams().await;
+    let table = "gap_healer_wm.watermarks";
+    let mut client = db.client().await;
+    ms::exec(&mut client, "EXEC (N'CREATE SCHEMA gap_healer_wm');").await;
+    let (_, script) = bin::run(
+        healer(
+            &db.connection_string(),
+            &["sql"],
+            &["--watermark-table", table],
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    let ddl = script.split("\nGO\n").last().unwrap();
+    let create = &ddl[ddl.find("IF OBJECT_ID").unwrap()..ddl.find("GRANT").unwrap()];
+    ms::exec(&mut client, create).await;
+    let mine = db.engine_with_watermark(table);
+    mine.publish_watermark("default", 10).await.unwrap();
+    assert_eq!(mine.read_watermark("default").await.unwrap(), Some(10));
+    let mut other_settings = db.settings();
+    other_settings.schema = "other_store".into();
+    other_settings.watermark_table = Some(table.into());
+    let other = gap_healer_testkit::engine::mssql(&other_settings).unwrap();
+    let read = other.read_watermark("default").await.unwrap_err().message;
+    assert!(
+        read.contains("describes") && read.contains("other_store.Messages"),
+        "{read}"
+    );
+    let raised = other
+        .publish_watermark("default", 99)
+        .await
+        .unwrap_err()
+        .message;
+    assert!(raised.contains("describes"), "{raised}");
+    assert_eq!(
+        mine.read_watermark("default").await.unwrap(),
+        Some(10),
+        "never raised"
+    );
+    drop((mine, other, client));
+    db.drop().await;
+}

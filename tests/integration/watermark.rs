@@ -326,7 +326,8 @@ async fn a_watermark_row_is_never_shared_by_two_stores() {
 
 /// `scan` and `heal --once` honour `--start-from` with a watermark table
 /// set (before, they started from the published watermark whatever the
-/// flag said), and publish nothing.
+/// flag said); from below the watermark the proof holds, and the healed
+/// store's head is published; from above it nothing is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_shot_commands_honour_start_from_beside_a_watermark_table() {
     let store = Store::with_holes("watermark_oneshot", &[1, 1]).await;
@@ -353,8 +354,28 @@ async fn one_shot_commands_honour_start_from_beside_a_watermark_table() {
     assert!(store.missing().await.is_empty(), "{}", out.all());
     assert_eq!(
         watermark(&store, &table).await,
-        Some(4),
-        "one-shot commands publish nothing"
+        Some(5),
+        "healed from position 1: the head"
+    );
+    store.append("D", 1, Ending::Commit).await;
+    store.append("X", 1, Ending::RollbackAfterInsert).await;
+    store.append("E", 1, Ending::Commit).await;
+    let out = store.cli(&[
+        "heal",
+        "--once",
+        "--start-from",
+        "7",
+        "--gap-timeout",
+        "0s",
+        "--watermark-table",
+        &table,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(store.missing().await.is_empty(), "{}", out.all());
+    assert_eq!(
+        watermark(&store, &table).await,
+        Some(5),
+        "a run from above the watermark publishes nothing"
     );
     store.drop_schema().await;
 }

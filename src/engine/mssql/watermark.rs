@@ -18,7 +18,7 @@ use super::sql::{
 
 /// The columns gap-healer writes, as `check` reads them: the first form is
 /// the one the DDL creates.
-const COLUMNS: [&[&str]; 3] = [
+const COLUMNS: [&[&str]; 4] = [
     &["store nvarchar", "store varchar"],
     &["position bigint"],
     &[
@@ -26,6 +26,7 @@ const COLUMNS: [&[&str]; 3] = [
         "updated_at datetimeoffset",
         "updated_at datetime",
     ],
+    &["healed_table nvarchar", "healed_table varchar"],
 ];
 
 /// The table's DDL and grants for `gap-healer sql`; `table` is a validated
@@ -50,19 +51,47 @@ impl MssqlEngine {
         Ok(sql.replace("__watermark__", table))
     }
 
+    /// The healed table as the watermark row names it (without the
+    /// database, which the statements put in front).
+    fn healed_table(&self) -> String {
+        format!("{}.Messages", self.settings.schema)
+    }
+
     pub(super) async fn read_watermark_row(&self, store: &str) -> DbResult<Option<i64>> {
         let sql = self.watermark_statement(READ)?;
-        let rows = self.read_first(&sql, &[&store]).await?;
-        match rows.first() {
-            Some(row) => get_integer(row, "position"),
-            None => Ok(None),
-        }
+        let rows = self
+            .read_first(&sql, &[&store, &self.healed_table()])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let owner = get::<&str>(row, "owner")?;
+        let mine = get::<&str>(row, "mine")?.unwrap_or_default();
+        self.owned_by_this_table(store, owner, mine)?;
+        get_integer(row, "position")
     }
 
     pub(super) async fn publish_watermark_row(&self, store: &str, position: i64) -> DbResult<()> {
         let sql = self.watermark_statement(PUBLISH)?;
-        self.read(&sql, &[&store, &position]).await?;
+        let sets = self
+            .read(&sql, &[&store, &position, &self.healed_table()])
+            .await?;
+        let Some(row) = sets.last().and_then(|rows| rows.first()) else {
+            return Err(DbError::transient(
+                "publishing the watermark returned no answer",
+            ));
+        };
+        if get::<bool>(row, "existed")?.unwrap_or(false) {
+            let owner = get::<&str>(row, "owner")?;
+            let mine = get::<&str>(row, "mine")?.unwrap_or_default();
+            self.owned_by_this_table(store, owner, mine)?;
+        }
         Ok(())
+    }
+
+    fn owned_by_this_table(&self, store: &str, owner: Option<&str>, mine: &str) -> DbResult<()> {
+        let table = self.settings.watermark_table.as_deref().unwrap_or_default();
+        crate::engine::check::watermark_owner(table, store, owner, mine)
     }
 
     /// The watermark finding of `check`; `None` without a watermark table.
@@ -120,9 +149,14 @@ mod tests {
 
     #[test]
     fn sql_server_types_are_accepted() {
-        let cols: Vec<String> = ["store nvarchar", "position bigint", "updated_at datetime2"]
-            .map(String::from)
-            .to_vec();
+        let cols: Vec<String> = [
+            "store nvarchar",
+            "position bigint",
+            "updated_at datetime2",
+            "healed_table nvarchar",
+        ]
+        .map(String::from)
+        .to_vec();
         assert!(watermark_verdict("g.w", true, &cols, &COLUMNS, true, true, "fix").ok);
         let wrong = watermark_verdict("g.w", true, &cols[..2], &COLUMNS, true, true, "fix");
         assert!(

@@ -77,23 +77,9 @@ impl PostgresEngine {
         Ok(())
     }
 
-    /// A watermark row describes one table: refuses a row of another (or
-    /// of none), naming both and the way out.
     fn owned_by_this_table(&self, store: &str, owner: Option<&str>, mine: &str) -> DbResult<()> {
         let table = self.watermark_table.as_deref().unwrap_or_default();
-        match owner {
-            Some(owner) if owner == mine => Ok(()),
-            Some(owner) => Err(crate::engine::DbError::permanent(format!(
-                "the watermark row of store '{store}' in {table} describes {owner}, not {mine}: \
-                 another healer's store of that name publishes there; give the stores distinct \
-                 names (`name` of a [[stores]] entry) or their own watermark tables"
-            ))),
-            None => Err(crate::engine::DbError::permanent(format!(
-                "the watermark row of store '{store}' in {table} names no healed table (made by an \
-                 older gap-healer): if it is this store's, run UPDATE {table} SET healed_table = \
-                 '{mine}' WHERE store = '{store}'"
-            ))),
-        }
+        crate::engine::check::watermark_owner(table, store, owner, mine)
     }
 
     /// The watermark finding of `check`; `None` without a watermark table.
