@@ -21,7 +21,11 @@ SET LOCK_TIMEOUT 5000;
 -- Only the clustered key is read: TOP 1 from each end of PK_Events. The
 -- first position is where a store reseeded before its first append begins
 -- (DBCC CHECKIDENT ... RESEED changes the current identity value, not
--- IDENT_SEED): the healer does not start below it unless told to.
+-- IDENT_SEED): the healer does not start below it unless told to. It is
+-- read dirty (NOLOCK), so that an append still open below the first
+-- committed row counts: its position is examined, and filled if it rolls
+-- back. (Babelfish has no dirty reads: there a first committed row above
+-- an open first append is taken for a reseed; see docs/sqlserver.md.)
 SELECT
     (
         SELECT TOP (1) m.GlobalPosition
@@ -30,6 +34,6 @@ SELECT
     ) AS position,
     (
         SELECT TOP (1) f.GlobalPosition
-        FROM __schema__.[Messages] AS f WITH (READCOMMITTEDLOCK, READPAST)
+        FROM __schema__.[Messages] AS f WITH (NOLOCK)
         ORDER BY f.GlobalPosition ASC
     ) AS first_position;

@@ -1,9 +1,4 @@
--- The highest and the lowest committed positions, NULL for an empty table
--- (each read from one end of the primary key index). The lowest is where a
--- store whose identity was restarted before its first append begins (ALTER
--- ... RESTART does not change the sequence's start): the healer does not
--- start below it unless told to.
-SELECT
-    MAX(__position__)::bigint AS head,
-    MIN(__position__)::bigint AS first
+-- The highest committed position, NULL for an empty table (read from one
+-- end of the primary key index).
+SELECT MAX(__position__)::bigint AS head
 FROM __table__;

@@ -245,10 +245,15 @@ pub trait Engine: Send + Sync + 'static {
     /// Highest committed position, `None` for an empty table.
     fn head(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
 
-    /// Lowest committed position, `None` for an empty table. Above the
-    /// identity's seed when the store was reseeded (`DBCC CHECKIDENT ...
-    /// RESEED`, `ALTER ... RESTART`) before its first append, which the seed
-    /// does not show: the healer then starts at this row, not below it.
+    /// The lowest position the store has handed out that the engine can
+    /// vouch for, counting an append still open (SQL Server sees it with a
+    /// dirty read): above the identity's seed when the store was reseeded
+    /// (`DBCC CHECKIDENT ... RESEED`) before its first append, which the
+    /// seed does not show, and the healer then starts there. `None` for an
+    /// empty table, and where an open append below the first committed row
+    /// would be invisible (PostgreSQL, Babelfish: no dirty reads): a first
+    /// row above the seed is then no evidence of a reseed, and the healer
+    /// starts at the seed, so that no position below it goes unexamined.
     fn first_position(&self) -> impl Future<Output = DbResult<Option<i64>>> + Send;
 
     /// Rows of the Checkpoints table; empty when the table does not exist.

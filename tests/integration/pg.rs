@@ -617,3 +617,38 @@ async fn a_column_of_an_unexpected_type_is_an_error_naming_it_not_a_panic() {
     assert!(store.missing().await.contains(&2), "nothing was written");
     store.drop_schema().await;
 }
+
+/// A daemon started while the store's first append is open (position 1
+/// drawn, 2 committed), no watermark, the default start: before, the scan
+/// began at the first committed row, so when the append rolled back
+/// position 1 was never examined or filled, and the contiguous position
+/// claimed 2. Now the scan begins at the sequence's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_append_open_at_the_start_is_examined_and_filled_after_its_rollback() {
+    let store = Store::new("first_open").await;
+    let open = store.append_open("slow", 1).await;
+    assert_eq!(open.positions, vec![1]);
+    store.append("B", 1, Ending::Commit).await;
+    let mut h = healer(
+        &store,
+        Options {
+            start_from: StartFrom::Checkpoints,
+            lookback: 10,
+            ..options(Duration::ZERO)
+        },
+    );
+    h.scan_step().await.unwrap();
+    assert_eq!(h.tracker().ranges(), vec![PosRange::single(1)]);
+    assert_eq!(
+        h.contiguous(),
+        Some(0),
+        "nothing proven above an unexamined position"
+    );
+    open.rollback().await;
+    let report = h.fill_due(&CancellationToken::new()).await;
+    assert_eq!(report.tombstones, 1, "{report:?}");
+    assert_eq!(store.tombstone_positions().await, vec![1]);
+    h.scan_step().await.unwrap();
+    assert_eq!(h.contiguous(), Some(2));
+    store.drop_schema().await;
+}

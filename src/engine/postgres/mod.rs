@@ -84,15 +84,14 @@ pub struct PostgresEngine {
 }
 
 impl PostgresEngine {
-    /// One column of `head.sql`: the highest (`head`) or lowest (`first`)
-    /// committed position.
-    async fn end_of_messages(&self, column: &str) -> DbResult<Option<i64>> {
+    /// The highest committed position (`head.sql`).
+    async fn highest(&self) -> DbResult<Option<i64>> {
         let conn = self.pool.checkout().await?;
         let row = conn
             .query_one(&self.sql.head, &[])
             .await
             .map_err(|e| self.error(&e, "head"))?;
-        get(&row, column)
+        get(&row, "head")
     }
 
     /// Parses the connection string and prepares a pool. Connects lazily, so a
@@ -208,11 +207,14 @@ impl Engine for PostgresEngine {
     }
 
     async fn head(&self) -> DbResult<Option<i64>> {
-        self.end_of_messages("head").await
+        self.highest().await
     }
 
     async fn first_position(&self) -> DbResult<Option<i64>> {
-        self.end_of_messages("first").await
+        // PostgreSQL shows no uncommitted row: a first committed row above
+        // the seed may sit above an open first append, so it proves no
+        // reseed. The sequence's START (the seed) is where the scan begins.
+        Ok(None)
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
