@@ -1,12 +1,18 @@
--- The abandonment proof's question, asked inside every fill transaction
--- right before its insert: which other sessions hold a write lock
+-- The fill's guards, asked inside every fill transaction right before its
+-- insert. First the abandonment proof's question: which other sessions hold a write lock
 -- (RowExclusiveLock) on the healed table, or on a partition of it, and are
 -- waiting for a lock now. Such a session may be an insert that has drawn
 -- its position and waits BEFORE the position's key exists (ON CONFLICT's
 -- arbiter check, or the unique check of an index inserted before the
 -- position's key): a tombstone at that position would not wait for it, and
 -- would take its place. While any is waiting the fill writes nothing.
--- pg_locks is readable by every login. $1 is the table's qualified name.
+-- pg_locks is readable by every login. $1 is the table's qualified name,
+-- $2 its position column.
+--
+-- Beside it, the second guard: how far the identity has handed positions
+-- out (its sequence's last value, where the login may read it). A fill
+-- above it would take a number the identity will still hand out, and the
+-- application's append would then fail on it.
 WITH healed AS (
     SELECT TO_REGCLASS($1::text) AS oid
 ),
@@ -18,7 +24,20 @@ tables AS (
     CROSS JOIN LATERAL PG_PARTITION_TREE(h.oid) AS t
 )
 
-SELECT COALESCE(ARRAY_AGG(DISTINCT w.pid ORDER BY w.pid), '{}') AS pids
+SELECT
+    COALESCE(ARRAY_AGG(DISTINCT w.pid ORDER BY w.pid), '{}') AS pids,
+    (
+        SELECT HAS_SEQUENCE_PRIVILEGE(q.seq, 'SELECT,USAGE')
+        FROM (SELECT PG_GET_SERIAL_SEQUENCE($1::text, $2::text)::regclass AS seq) AS q
+    ) AS sequence_readable,
+    (
+        SELECT
+            CASE
+                WHEN HAS_SEQUENCE_PRIVILEGE(q.seq, 'SELECT,USAGE')
+                    THEN PG_SEQUENCE_LAST_VALUE(q.seq)
+            END
+        FROM (SELECT PG_GET_SERIAL_SEQUENCE($1::text, $2::text)::regclass AS seq) AS q
+    ) AS handed_out
 FROM pg_locks AS w
 WHERE
     NOT w.granted

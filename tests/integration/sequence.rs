@@ -120,3 +120,46 @@ async fn a_cached_stepped_or_shared_sequence_is_refused() {
     );
     store.drop_schema().await;
 }
+
+/// The same copy-in while a daemon runs (after its start's check passed):
+/// the fill refuses every position above what the identity has handed out,
+/// says what to run, and writes nothing; the application's next append
+/// takes the next number as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_daemon_never_fills_above_the_identity() {
+    use gap_healer_testkit::bin::{timing, Daemon};
+    let store = Store::new("seq_running").await;
+    let s = store.schema.clone();
+    store.append("A", 2, Ending::Commit).await;
+    let daemon = Daemon::start(&store, &timing("200ms", "50ms", &[]));
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE
+             SELECT gen_random_uuid(), 'Copied', stream_id, 2, 100, '{{}}', now() FROM {s}.streams WHERE stream_name = 'A'"
+        ))
+        .await
+        .unwrap();
+    let refused = gap_healer_testkit::wait::until(std::time::Duration::from_secs(10), || async {
+        !daemon
+            .lines_containing("the identity has handed out positions only up to 2")
+            .is_empty()
+    })
+    .await;
+    assert!(refused, "{}", daemon.log());
+    assert!(
+        store.tombstone_positions().await.is_empty(),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        daemon.log().contains("setval(pg_get_serial_sequence"),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(store.append("B", 1, Ending::Commit).await, vec![3]);
+    drop(daemon);
+    store.drop_schema().await;
+}
