@@ -98,8 +98,132 @@ impl Backend for Postgres {
     const FIRST: i64 = 1;
     const DUPLICATES_IGNORED: bool = true;
 
+    const EVENTUOUS_FUNCTION: bool = true;
+
     async fn connect(&self) -> Result<Client, String> {
         try_connect(&self.url).await.map_err(|e| e.to_string())
+    }
+
+    async fn append_function(&self, c: &mut Client, call: &Call<'_>) -> Called {
+        let _gate = self.gate.read().await;
+        let c: &Client = c;
+        let s = self.schema.as_str();
+        let (w, n, stream) = (call.w, call.n, call.stream);
+        let lost_or = |e: &tokio_postgres::Error, what: &str| -> Called {
+            if is_connection_error(e) {
+                return Called::Lost;
+            }
+            let expected = e.code() == Some(&SqlState::RAISE_EXCEPTION)
+                || e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED)
+                // Two calls creating one new stream: the loser meets its name.
+                || e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+                    && e.as_db_error().and_then(|d| d.constraint()).is_some_and(|k| k.contains("stream_name"));
+            if !expected {
+                call.journal.violation(format!(
+                    "writer {w} call {n} of append_events on {stream}: unexpected error in {what}: {e:?}"
+                ));
+            }
+            Called::NotCommitted
+        };
+        // The Version as an application reads it: without a lock.
+        let version: i32 = match c
+            .query_opt(
+                &format!("SELECT version FROM {s}.streams WHERE stream_name = $1"),
+                &[&stream],
+            )
+            .await
+        {
+            Ok(row) => row.map_or(-1, |r| r.get(0)),
+            Err(e) => return lost_or(&e, "reading the version"),
+        };
+        if let Err(e) = c.batch_execute("BEGIN").await {
+            return lost_or(&e, "BEGIN");
+        }
+        let reported =
+            eventuous::append_events(c, s, stream, version, &[call.id], EVENT_TYPE).await;
+        if let Err(e) = reported {
+            let _ = c.batch_execute("ROLLBACK").await;
+            return lost_or(&e, "append_events");
+        }
+        if let Some(hold) = call.hold {
+            tokio::time::sleep(hold).await;
+        }
+        if !call.commit {
+            let _ = c.batch_execute("ROLLBACK").await;
+            return Called::NotCommitted;
+        }
+        let committed = match c.batch_execute("COMMIT").await {
+            Ok(()) => true,
+            Err(e) if is_connection_error(&e) => false,
+            Err(e) => return lost_or(&e, "COMMIT"),
+        };
+        // The writer's own view: is the event it was told is stored there?
+        let check = if committed {
+            None
+        } else {
+            Some(connect_within(&self.url, Duration::from_secs(60)).await)
+        };
+        let reader: &Client = check.as_ref().unwrap_or(c);
+        let found = reader
+            .query_opt(
+                &format!(
+                    "SELECT m.global_position, m.stream_position, m.json_data::text FROM {s}.messages m
+                     JOIN {s}.streams st USING (stream_id) WHERE st.stream_name = $1 AND m.message_id = $2"
+                ),
+                &[&stream, &call.id],
+            )
+            .await;
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => return lost_or(&e, "reading its event back"),
+        };
+        match (found, committed) {
+            (Some(row), _) if call.retry => {
+                let _ = row;
+                Called::AlreadyThere
+            }
+            (Some(row), _) => {
+                let data: String = row.get(2);
+                Called::Stored(Event {
+                    id: call.id,
+                    stream: stream.to_string(),
+                    global: row.get(0),
+                    stream_pos: row.get(1),
+                    data: serde_json::from_str(&data).unwrap(),
+                })
+            }
+            // The COMMIT got no answer, and nothing is there: not committed.
+            (None, false) => Called::Lost,
+            (None, true) => {
+                // It reported success and its row is not there. Eventuous
+                // drops it silently when another append holds its stream
+                // position; if nothing does, a tombstone took its global
+                // position: the event the healer must never cost.
+                let taken: i64 = reader
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM {s}.messages m JOIN {s}.streams st USING (stream_id)
+                             WHERE st.stream_name = $1 AND m.stream_position = $2"
+                        ),
+                        &[&stream, &(version + 1)],
+                    )
+                    .await
+                    .map(|r| r.get(0))
+                    .unwrap_or(0);
+                if taken == 0 {
+                    call.journal.violation(format!(
+                        "writer {w} call {n}: append_events on {stream} at version {version} reported \
+                         success and committed, but its event {} is missing and no row holds its stream \
+                         position {}: a tombstone took its place",
+                        call.id,
+                        version + 1
+                    ));
+                    Called::NotCommitted
+                } else {
+                    Called::LostRace
+                }
+            }
+        }
     }
 
     async fn append(&self, c: &mut Client, append: &Append<'_>) -> Attempt {

@@ -734,6 +734,12 @@ pub async fn judge<B: Backend>(
         "duplicate message ids  {} ignored (position burnt), {} failed the append; multi-stream appends {} committed, {} failed part way; deadlocks {}; stream-position races lost {}",
         g(&st.duplicates_ignored), g(&st.duplicates_failed), g(&st.multi_committed), g(&st.multi_failed), g(&st.deadlocks), g(&st.lost_races)
     );
+    if B::EVENTUOUS_FUNCTION {
+        fig!(
+            "append_events calls    {} stored, {} idempotent retries, {} dropped by its ON CONFLICT after a lost race, {} not committed (rolled back, wrong expected version); 0 reported success without their rows and their stream position free (checked by each writer)",
+            g(&st.function_stored), g(&st.function_retries), g(&st.function_races_dropped), g(&st.function_not_committed)
+        );
+    }
     fig!(
         "connection losses      {} (COMMIT outcome unknown, read back: {} committed, {} not)",
         g(&st.lost_connection),

@@ -33,6 +33,9 @@ pub const EVENT_TYPE: &str = "ChaosEvent";
 pub const GAP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Streams the writers pick from.
 const STREAMS: usize = 40;
+/// Streams that Eventuous's own append function races on (every writer's
+/// calls share them, so two appends meet at one expected version).
+const HOT_STREAMS: usize = 3;
 
 /// One committed row as the verdict reads it: global position, message id,
 /// stream name, stream position, message type, data.
@@ -64,7 +67,23 @@ pub trait Backend: Send + Sync + 'static {
     /// times (due, and refused by its lock) by default.
     const SLOW_HOLD: (f64, f64) = (0.5, 3.0);
 
+    /// Whether the store has Eventuous's own append function (the
+    /// fixture's `append_events`, PostgreSQL): then a share of the appends
+    /// go through it, racing on a few hot streams ([`Backend::append_function`]).
+    const EVENTUOUS_FUNCTION: bool = false;
+
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
+
+    /// One call of Eventuous's own `append_events` in one transaction, as
+    /// [`Call`] says; what the writer saw and what it left behind.
+    fn append_function(
+        &self,
+        c: &mut Self::Conn,
+        call: &Call<'_>,
+    ) -> impl Future<Output = Called> + Send {
+        let _ = (c, call);
+        async { Called::NotCommitted }
+    }
     /// One append attempt in one transaction, on `c`.
     fn append(
         &self,
@@ -139,6 +158,12 @@ pub struct WriterStats {
     pub multi_failed: AtomicU64,
     pub deadlocks: AtomicU64,
     pub lost_races: AtomicU64,
+    /// Calls of Eventuous's own append function: stored, idempotent
+    /// retries, rows dropped by its ON CONFLICT after a lost race.
+    pub function_stored: AtomicU64,
+    pub function_retries: AtomicU64,
+    pub function_races_dropped: AtomicU64,
+    pub function_not_committed: AtomicU64,
     pub lost_connection: AtomicU64,
     pub unknown_committed: AtomicU64,
     pub unknown_not_committed: AtomicU64,
@@ -322,6 +347,41 @@ impl Append<'_> {
     }
 }
 
+/// One call of Eventuous's own append function: one event on `stream` at
+/// `expected` (its Version read just before, without a lock, as an
+/// application does), with message id `id` (a fresh one, or an idempotent
+/// retry of one already stored); held open `hold` after the call, then
+/// committed or rolled back.
+pub struct Call<'a> {
+    pub journal: &'a Journal,
+    pub w: usize,
+    pub n: u64,
+    pub stream: &'a str,
+    pub id: Uuid,
+    pub retry: bool,
+    pub hold: Option<Duration>,
+    pub commit: bool,
+}
+
+/// How a call of the function ended, in the writer's own view.
+pub enum Called {
+    /// It reported success, committed, and its event is there (looked up
+    /// by its message id).
+    Stored(Event),
+    /// It reported success and committed; its message id was already in the
+    /// stream (an idempotent retry: nothing new).
+    AlreadyThere,
+    /// It reported success and committed, but its row was dropped because
+    /// another append had taken its stream position first: Eventuous's own
+    /// bare ON CONFLICT DO NOTHING at work, with or without a healer.
+    LostRace,
+    /// Rolled back, refused (a wrong expected version, a deadlock), or its
+    /// COMMIT's outcome unknown and not there.
+    NotCommitted,
+    /// The connection went.
+    Lost,
+}
+
 /// How one attempt ended.
 pub enum Attempt {
     Committed(Vec<Event>),
@@ -359,6 +419,49 @@ pub async fn writer<B: Backend>(
             },
         };
         let roll: f64 = rng.random();
+        if B::EVENTUOUS_FUNCTION && roll >= 0.85 {
+            n += 1;
+            let stream = format!("hot-{}", rng.random_range(0..HOT_STREAMS));
+            let earlier = mine
+                .iter()
+                .rev()
+                .find(|(s, _)| *s == stream)
+                .map(|(_, id)| *id);
+            let (id, retry) = match earlier {
+                Some(id) if rng.random_bool(0.2) => (id, true),
+                _ => (new_id(&mut rng), false),
+            };
+            let slow = rng.random_bool(0.3);
+            let call = Call {
+                journal: &journal,
+                w,
+                n,
+                stream: &stream,
+                id,
+                retry,
+                hold: slow
+                    .then(|| GAP_TIMEOUT.mul_f64(rng.random_range(B::SLOW_HOLD.0..B::SLOW_HOLD.1))),
+                commit: !slow || rng.random_bool(0.5),
+            };
+            let stats = &journal.stats;
+            match backend.append_function(c, &call).await {
+                Called::Stored(event) => {
+                    WriterStats::bump(&stats.appends);
+                    WriterStats::bump(&stats.function_stored);
+                    mine.push((event.stream.clone(), event.id));
+                    journal.acked.lock().unwrap().push(event);
+                }
+                Called::AlreadyThere => WriterStats::bump(&stats.function_retries),
+                Called::LostRace => WriterStats::bump(&stats.function_races_dropped),
+                Called::NotCommitted => WriterStats::bump(&stats.function_not_committed),
+                Called::Lost => {
+                    WriterStats::bump(&stats.lost_connection);
+                    client = None;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(2..25))).await;
+            continue;
+        }
         let kind = match roll {
             r if r < 0.10 => Kind::Rollback,
             r if r < 0.15 => Kind::Slow {

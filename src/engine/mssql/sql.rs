@@ -487,7 +487,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 19] = [
+    const ALL: [(&str, &str); 20] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
@@ -507,6 +507,7 @@ mod tests {
         ("watermark_publish", WATERMARK_PUBLISH),
         ("watermark_check", WATERMARK_CHECK),
         ("watermark_table", WATERMARK_TABLE),
+        ("waiting_writers", WAITING_WRITERS),
     ];
 
     /// Files that name no schema: the session's own state, the leader
@@ -553,6 +554,7 @@ mod tests {
             &sql.fill_mode,
             &sql.preflight,
             &sql.session_state,
+            &sql.waiting_writers,
         ] {
             assert!(!text.contains(SCHEMA_PLACEHOLDER), "{text}");
         }
