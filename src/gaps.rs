@@ -167,6 +167,18 @@ impl Tracker {
         self.holes.values().map(|h| h.range).collect()
     }
 
+    /// Up to `limit` ranges in position order from the first that starts
+    /// after `after`, wrapping round to the lowest: a bounded slice of the
+    /// tracker for a re-check, taken in turns.
+    pub fn ranges_after(&self, after: i64, limit: usize) -> Vec<PosRange> {
+        let tail = self
+            .holes
+            .range(after.saturating_add(1)..)
+            .map(|(_, h)| h.range);
+        let head = self.holes.range(..=after).map(|(_, h)| h.range);
+        tail.chain(head).take(limit).collect()
+    }
+
     /// Records a hole a scan just found. A range overlapping one already
     /// tracked keeps the older `first_seen` for the overlap (a rescan must not
     /// make a hole younger).
@@ -472,5 +484,27 @@ mod tests {
             prop_assert_eq!(got, want);
             for pair in pieces.windows(2) { prop_assert!(pair[0].end + 1 < pair[1].start); }
         }
+    }
+
+    #[test]
+    fn ranges_after_takes_a_bounded_slice_in_turns() {
+        let mut t = Tracker::new();
+        let now = Instant::now();
+        for p in [10, 20, 30, 40] {
+            t.observe(PosRange::single(p), now, Duration::ZERO);
+        }
+        let starts = |v: Vec<PosRange>| v.iter().map(|r| r.start).collect::<Vec<_>>();
+        assert_eq!(starts(t.ranges_after(i64::MIN, 2)), vec![10, 20]);
+        assert_eq!(starts(t.ranges_after(20, 2)), vec![30, 40]);
+        assert_eq!(
+            starts(t.ranges_after(40, 3)),
+            vec![10, 20, 30],
+            "wraps round"
+        );
+        assert_eq!(
+            starts(t.ranges_after(25, 10)),
+            vec![30, 40, 10, 20],
+            "each once"
+        );
     }
 }

@@ -72,6 +72,13 @@ fn next_tick(every: Duration) -> Instant {
     epoch + Duration::from_nanos(at)
 }
 
+/// Tracked ranges a leader re-checks per poll (16 probe statements on
+/// PostgreSQL): the rest are re-checked in later polls, in turns, and the
+/// due ones again right before they are filled.
+const RECHECK_RANGES: usize = 16_000;
+/// The same for a follower or a dry run, whose holes only feed its figures.
+const RECHECK_RANGES_IDLE: usize = 1_000;
+
 /// Checkpoints are re-read at most this often (for lag metrics only, which
 /// Prometheus scrapes every 15-60 s): two queries a store, which a fleet of
 /// 500 stores at 5 s paid 200 times a second.
@@ -203,6 +210,8 @@ pub struct Healer<E: Engine> {
     /// The scan began above the published watermark (an explicit
     /// `start_from`): the proof is broken, so nothing is published.
     watermark_unproven: bool,
+    /// Where the next poll's re-check of tracked ranges goes on from.
+    recheck_after: i64,
 }
 
 impl<E: Engine> Healer<E> {
@@ -218,6 +227,7 @@ impl<E: Engine> Healer<E> {
             last_checkpoints: None,
             published: None,
             watermark_unproven: false,
+            recheck_after: i64::MIN,
         }
     }
 
@@ -346,7 +356,20 @@ impl<E: Engine> Healer<E> {
         let started = std::time::Instant::now();
         let mut step = ScanStep::default();
         if !self.tracker.is_empty() {
-            let ranges = self.tracker.ranges();
+            // A bounded share of the tracked ranges each poll, in turns: a
+            // million holes cost a few statements a poll, not a thousand. A
+            // healer that does not fill re-checks far less: its holes only
+            // feed its figures.
+            let budget = if self.leader.is_leader() && !self.opts.dry_run {
+                RECHECK_RANGES
+            } else {
+                RECHECK_RANGES_IDLE
+            };
+            let ranges = self.tracker.ranges_after(self.recheck_after, budget);
+            self.recheck_after = match ranges.last() {
+                Some(last) if ranges.len() < self.tracker.len() => last.start,
+                _ => i64::MIN,
+            };
             let probe = self.engine.probe(&ranges).await?;
             self.tracker.remove_positions(&probe.committed);
             step.rechecked = Rechecked { ranges, probe };
@@ -491,13 +514,18 @@ impl<E: Engine> Healer<E> {
         let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
         let mut excluded = probe.committed.clone();
         excluded.extend_from_slice(&probe.in_flight);
+        excluded.sort_unstable();
+        excluded.dedup();
+        let mut in_flight = probe.in_flight.clone();
+        in_flight.sort_unstable();
+        in_flight.dedup();
         let mut pieces = Vec::new();
         // Positions a dirty read has shown in flight too often: each tried
         // alone, last, so that its key decides.
         let mut advised = Vec::new();
         for hole in &due {
             let age = now.duration_since(hole.first_seen);
-            for &p in probe.in_flight.iter().filter(|p| hole.range.contains(**p)) {
+            for &p in plan::within(&in_flight, hole.range) {
                 let sightings = self.tracker.sightings_at(p);
                 if plan::trust_nolock(sightings, age, self.opts.gap_timeout) {
                     debug!(
