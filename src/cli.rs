@@ -491,36 +491,53 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Fa
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
-    scan_all(&mut healer, &stop).await?;
-    let stats = healer.tracker().stats();
-    if stats.holes == 0 {
+    // The tracker holds at most MAX_TRACKED holes: a store with more is
+    // healed in rounds, each scanning on from where the last one paused.
+    let (mut holes, mut positions) = (0, 0u64);
+    let mut report = crate::healer::FillReport::default();
+    loop {
+        scan_all(&mut healer, &stop).await?;
+        let stats = healer.tracker().stats();
+        if stats.holes == 0 {
+            break;
+        }
+        holes += stats.holes;
+        positions += stats.positions;
+        if let Some(due) = healer.tracker().last_due() {
+            let wait = due.saturating_duration_since(tokio::time::Instant::now());
+            eprintln!(
+                "found {} hole(s), {} position(s); waiting {} (gap_timeout) before filling",
+                stats.holes,
+                stats.positions,
+                humantime::format_duration(std::time::Duration::from_millis(
+                    wait.as_millis() as u64
+                ))
+            );
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                _ = stop.cancelled() => return Ok(EXIT_OK),
+            }
+        }
+        let bar = progress(stats.positions, "filling");
+        let round = healer
+            .fill_due_with_progress(&stop, &mut |so_far| bar.set_position(so_far.tombstones))
+            .await;
+        healer.publish_watermark().await;
+        bar.finish_and_clear();
+        report.add(&round);
+        if settings.dry_run || !healer.scan_paused() || round.tombstones == 0 || stop.is_cancelled()
+        {
+            break;
+        }
+    }
+    if holes == 0 {
         println!("no holes: nothing to fill");
         return Ok(EXIT_OK);
     }
-    if let Some(due) = healer.tracker().last_due() {
-        let wait = due.saturating_duration_since(tokio::time::Instant::now());
-        eprintln!(
-            "found {} hole(s), {} position(s); waiting {} (gap_timeout) before filling",
-            stats.holes,
-            stats.positions,
-            humantime::format_duration(std::time::Duration::from_millis(wait.as_millis() as u64))
-        );
-        tokio::select! {
-            _ = tokio::time::sleep_until(due) => {}
-            _ = stop.cancelled() => return Ok(EXIT_OK),
-        }
-    }
-    let bar = progress(stats.positions, "filling");
-    let report = healer
-        .fill_due_with_progress(&stop, &mut |so_far| bar.set_position(so_far.tombstones))
-        .await;
-    healer.publish_watermark().await;
-    bar.finish_and_clear();
     let left = healer.tracker().stats();
     if settings.dry_run {
         println!(
-            "dry run: would have filled {} position(s) in {} hole(s); nothing written",
-            stats.positions, stats.holes
+            "dry run: would have filled {positions} position(s) in {holes} hole(s); nothing written"
         );
         return Ok(EXIT_OK);
     }

@@ -72,6 +72,12 @@ fn next_tick(every: Duration) -> Instant {
     epoch + Duration::from_nanos(at)
 }
 
+/// The most holes (ranges) a healer tracks: about 30 MB. A scan step that
+/// finds the tracker full reads no further, so `examined`, and with it the
+/// contiguous position, stays below the holes not yet tracked; they are
+/// found once some of the tracked ones are filled.
+pub const MAX_TRACKED: usize = 250_000;
+
 /// Tracked ranges a leader re-checks per poll (16 probe statements on
 /// PostgreSQL): the rest are re-checked in later polls, in turns, and the
 /// due ones again right before they are filled.
@@ -158,8 +164,11 @@ impl Start {
 pub struct ScanStep {
     pub rows: u64,
     pub new_holes: usize,
-    /// The step reached the head.
+    /// The step reached the head, or stopped at [`MAX_TRACKED`].
     pub caught_up: bool,
+    /// It stopped short of the head: the tracker holds [`MAX_TRACKED`]
+    /// holes, and the scan goes on once some are filled.
+    pub paused: bool,
     /// The tracked holes it re-checked first, and what the probe found.
     pub rechecked: Rechecked,
 }
@@ -176,6 +185,18 @@ impl Rechecked {
     fn covers(&self, range: PosRange) -> bool {
         let i = self.ranges.partition_point(|r| r.start <= range.start);
         i > 0 && self.ranges[i - 1].end >= range.end
+    }
+}
+
+impl FillReport {
+    /// Adds another step's figures to these.
+    pub fn add(&mut self, other: &FillReport) {
+        self.statements += other.statements;
+        self.tombstones += other.tombstones;
+        self.committed += other.committed;
+        self.held += other.held;
+        self.writer_waiting += other.writer_waiting;
+        self.errors += other.errors;
     }
 }
 
@@ -212,6 +233,8 @@ pub struct Healer<E: Engine> {
     watermark_unproven: bool,
     /// Where the next poll's re-check of tracked ranges goes on from.
     recheck_after: i64,
+    /// The last scan step stopped at [`MAX_TRACKED`].
+    paused: bool,
 }
 
 impl<E: Engine> Healer<E> {
@@ -228,11 +251,17 @@ impl<E: Engine> Healer<E> {
             published: None,
             watermark_unproven: false,
             recheck_after: i64::MIN,
+            paused: false,
         }
     }
 
     pub fn tracker(&self) -> &Tracker {
         &self.tracker
+    }
+
+    /// The last scan step stopped at [`MAX_TRACKED`] holes, short of the head.
+    pub fn scan_paused(&self) -> bool {
+        self.paused
     }
 
     pub fn examined(&self) -> Option<i64> {
@@ -375,6 +404,22 @@ impl<E: Engine> Healer<E> {
             step.rechecked = Rechecked { ranges, probe };
         }
         for _ in 0..MAX_PAGES_PER_STEP {
+            if self.tracker.len() >= MAX_TRACKED {
+                // Bounded memory: nothing above `examined` is claimed, so the
+                // holes beyond are found by the scans after some are filled.
+                if !self.paused {
+                    info!(
+                        tracked = self.tracker.len(),
+                        examined = self.examined.unwrap_or_default(),
+                        "tracking the most holes the healer keeps: the scan pauses here until some are filled"
+                    );
+                }
+                self.paused = true;
+                step.paused = true;
+                step.caught_up = true;
+                break;
+            }
+            self.paused = false;
             let after = self.examined.unwrap_or_default();
             let page = self.engine.scan(after, self.opts.scan_page_size).await?;
             let now = Instant::now();

@@ -652,3 +652,34 @@ async fn a_first_append_open_at_the_start_is_examined_and_filled_after_its_rollb
     assert_eq!(h.contiguous(), Some(2));
     store.drop_schema().await;
 }
+
+/// More scattered holes than the tracker keeps (`MAX_TRACKED`): a scan
+/// pauses once it is full, claiming nothing above where it stopped (the
+/// contiguous position stays below the first untracked hole), and
+/// `heal --once` heals them all in rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_holes_than_the_tracker_keeps_are_healed_in_rounds() {
+    let store = Store::new("tracker_bound").await;
+    let n = gap_healer::healer::MAX_TRACKED as i32 + 5_000;
+    rows_at_even_positions(&store, n).await;
+    let mut h = healer(&store, options(Duration::from_secs(3600)));
+    h.scan_to_head(&CancellationToken::new(), |_| {})
+        .await
+        .unwrap();
+    let tracked = h.tracker().len();
+    println!("{n} holes: {tracked} tracked, scan paused at {:?}", h.examined());
+    assert!(h.scan_paused());
+    assert!(tracked >= gap_healer::healer::MAX_TRACKED, "{tracked}");
+    assert!(tracked < n as usize, "{tracked}");
+    let examined = h.examined().unwrap();
+    assert!(examined < 2 * i64::from(n), "the scan stopped short of the head");
+    assert!(h.contiguous().unwrap() < examined);
+    drop(h);
+    let started = Instant::now();
+    let out = store.heal_once("0s", &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    println!("heal --once of {n} holes: {:?}", started.elapsed());
+    assert!(store.missing().await.is_empty(), "{}", out.all());
+    assert_eq!(store.tombstone_positions().await.len(), n as usize);
+    store.drop_schema().await;
+}
