@@ -667,12 +667,18 @@ async fn more_holes_than_the_tracker_keeps_are_healed_in_rounds() {
         .await
         .unwrap();
     let tracked = h.tracker().len();
-    println!("{n} holes: {tracked} tracked, scan paused at {:?}", h.examined());
+    println!(
+        "{n} holes: {tracked} tracked, scan paused at {:?}",
+        h.examined()
+    );
     assert!(h.scan_paused());
     assert!(tracked >= gap_healer::healer::MAX_TRACKED, "{tracked}");
     assert!(tracked < n as usize, "{tracked}");
     let examined = h.examined().unwrap();
-    assert!(examined < 2 * i64::from(n), "the scan stopped short of the head");
+    assert!(
+        examined < 2 * i64::from(n),
+        "the scan stopped short of the head"
+    );
     assert!(h.contiguous().unwrap() < examined);
     drop(h);
     let started = Instant::now();

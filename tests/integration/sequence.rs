@@ -5,6 +5,21 @@
 
 use gap_healer_testkit::pg::{Ending, Store};
 
+/// One row of stream A copied in at position 100 with OVERRIDING SYSTEM
+/// VALUE and no setval, as a logical-replication cutover leaves it.
+async fn copy_in_at_100(store: &Store) {
+    let s = &store.schema;
+    store
+        .client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+             OVERRIDING SYSTEM VALUE
+             SELECT gen_random_uuid(), 'Copied', stream_id, 2, 100, '{{}}', now() FROM {s}.streams WHERE stream_name = 'A'"
+        ))
+        .await
+        .unwrap();
+}
+
 /// Two appends, then one row copied in at position 100 with OVERRIDING
 /// SYSTEM VALUE and no setval (a logical-replication cutover): the
 /// sequence stays at 2, so 3..99 will still be handed out. Before the
@@ -15,15 +30,7 @@ async fn positions_the_identity_has_not_handed_out_are_never_filled() {
     let store = Store::new("seq_behind").await;
     let s = store.schema.clone();
     store.append("A", 2, Ending::Commit).await;
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'Copied', stream_id, 2, 100, '{{}}', now() FROM {s}.streams WHERE stream_name = 'A'"
-        ))
-        .await
-        .unwrap();
+    copy_in_at_100(&store).await;
     let check = store.cli(&["check"]);
     assert_eq!(check.code, 3, "{}", check.all());
     let line = check
@@ -129,19 +136,10 @@ async fn a_cached_stepped_or_shared_sequence_is_refused() {
 async fn a_running_daemon_never_fills_above_the_identity() {
     use gap_healer_testkit::bin::{timing, Daemon};
     let store = Store::new("seq_running").await;
-    let s = store.schema.clone();
     store.append("A", 2, Ending::Commit).await;
     let daemon = Daemon::start(&store, &timing("200ms", "50ms", &[]));
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'Copied', stream_id, 2, 100, '{{}}', now() FROM {s}.streams WHERE stream_name = 'A'"
-        ))
-        .await
-        .unwrap();
+    copy_in_at_100(&store).await;
     let refused = gap_healer_testkit::wait::until(std::time::Duration::from_secs(10), || async {
         !daemon
             .lines_containing("the identity has handed out positions only up to 2")
