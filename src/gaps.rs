@@ -247,6 +247,28 @@ impl Tracker {
         }
     }
 
+    /// Pushes the next attempt on the positions of `range` to `at` without
+    /// counting a retry: nothing about the positions was learnt (a writer
+    /// of the table was waiting), so their backoff does not grow.
+    pub fn postpone(&mut self, range: PosRange, at: Instant) {
+        for h in self.overlapping(range) {
+            self.holes.remove(&h.range.start);
+            for rest in h.range.without_range(range) {
+                self.holes.insert(rest.start, Hole { range: rest, ..h });
+            }
+            let start = h.range.start.max(range.start);
+            let end = h.range.end.min(range.end);
+            self.holes.insert(
+                start,
+                Hole {
+                    range: PosRange { start, end },
+                    not_before: at.max(h.not_before),
+                    ..h
+                },
+            );
+        }
+    }
+
     /// Retries so far of the hole holding `position` (0 when none does).
     pub fn retries_at(&self, position: i64) -> u32 {
         self.hole_at(position).map_or(0, |h| h.retries)

@@ -729,9 +729,12 @@ impl<E: Engine> Healer<E> {
                     outcome = "writer_waiting",
                     "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
                 );
-                // The check is table-wide: the rest of the cycle would meet it too.
+                // The check is table-wide: the rest of the cycle would meet it
+                // too. Such waits end with the transaction waited for, so the
+                // holes are tried again a poll later, without growing backoff.
+                let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
                 for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
-                    self.defer_held(*range);
+                    self.tracker.postpone(*range, at);
                 }
             }
             Ok(FillOutcome::Held) => {
@@ -808,6 +811,8 @@ impl<E: Engine> Healer<E> {
         let Some(head) = self.examined else { return };
         match self.engine.checkpoints().await {
             Ok(rows) => {
+                let ids: Vec<String> = rows.iter().map(|c| c.id.clone()).collect();
+                self.health.series.retain_checkpoints(&ids);
                 for c in rows {
                     let lag = c.position.map_or(head, |p| head - p);
                     self.health.series.checkpoint_lag(c.id).set(lag as f64);

@@ -278,6 +278,20 @@ impl Series {
     }
 
     /// [`CHECKPOINT_LAG`] for one Checkpoints row (kept, so it is touched).
+    /// Forgets the lag series of every checkpoint not in `present` (its
+    /// row was deleted): no longer touched, the exporter drops it after
+    /// [`retire_after`] instead of exporting its last lag for ever.
+    pub fn retain_checkpoints(&self, present: &[String]) {
+        if let Ok(mut kept) = self.checkpoints.lock() {
+            kept.retain(|id, _| present.contains(id));
+        }
+    }
+
+    /// How many checkpoints' lag series are kept.
+    pub fn checkpoint_series(&self) -> usize {
+        self.checkpoints.lock().map_or(0, |kept| kept.len())
+    }
+
     pub fn checkpoint_lag(&self, checkpoint: String) -> Gauge {
         let make = |c: &str| metrics::gauge!(CHECKPOINT_LAG, "checkpoint" => c.to_string(), STORE_LABEL => self.store.clone());
         match self.checkpoints.lock() {
@@ -831,5 +845,16 @@ mod tests {
         assert_eq!(status["stores"][1]["state"], "healthy");
         board.remove("b");
         assert_eq!(board.status()["stores"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_deleted_checkpoint_s_series_is_no_longer_kept() {
+        let series = Series::new("s");
+        series.checkpoint_lag("a".into()).set(1.0);
+        series.checkpoint_lag("b".into()).set(2.0);
+        assert_eq!(series.checkpoint_series(), 2);
+        series.retain_checkpoints(&["b".to_string()]);
+        assert_eq!(series.checkpoint_series(), 1);
+        series.touch();
     }
 }

@@ -1,7 +1,8 @@
 -- The fill's guards, asked inside every fill transaction right before its
 -- insert. First the abandonment proof's question: which other sessions hold a write lock
 -- (RowExclusiveLock) on the healed table, or on a partition of it, and are
--- waiting for a lock now. Such a session may be an insert that has drawn
+-- waiting for a lock the way an insert between its position and its key
+-- can (below). Such a session may be an insert that has drawn
 -- its position and waits BEFORE the position's key exists (ON CONFLICT's
 -- arbiter check, or the unique check of an index inserted before the
 -- position's key): a tombstone at that position would not wait for it, and
@@ -22,6 +23,32 @@ tables AS (
     UNION
     SELECT t.relid FROM healed AS h
     CROSS JOIN LATERAL PG_PARTITION_TREE(h.oid) AS t
+),
+
+-- Between drawing its position and inserting its key, an insert waits for
+-- a lock only in a unique check (ON CONFLICT's arbiters, or an index
+-- inserted before the position's key): it then waits for the other
+-- transaction's id (or its speculative insertion token) and holds no
+-- tuple lock. A row-lock wait (UPDATE, FOR UPDATE: another stream's row)
+-- holds the row's tuple lock while it waits, or waits for that tuple lock,
+-- and is no such writer. Unless user code runs in the window: a BEFORE
+-- INSERT row trigger or a rule on the table may wait for anything, and
+-- then every waiting writer counts.
+code_in_the_window AS (
+    SELECT
+        EXISTS (
+            SELECT 1
+            FROM pg_trigger AS g
+            WHERE
+                g.tgrelid IN (SELECT t.oid FROM tables AS t)
+                AND NOT g.tgisinternal
+                AND (g.tgtype::int & 7) = 7
+        )
+        OR EXISTS (
+            SELECT 1
+            FROM pg_class AS c
+            WHERE c.oid IN (SELECT t.oid FROM tables AS t) AND c.relhasrules
+        ) AS any_wait
 )
 
 SELECT
@@ -39,9 +66,21 @@ SELECT
         FROM (SELECT PG_GET_SERIAL_SEQUENCE($1::text, $2::text)::regclass AS seq) AS q
     ) AS handed_out
 FROM pg_locks AS w
+CROSS JOIN code_in_the_window AS k
 WHERE
     NOT w.granted
     AND w.pid <> PG_BACKEND_PID()
+    AND (
+        k.any_wait
+        OR (
+            w.locktype IN ('transactionid', 'speculative token')
+            AND NOT EXISTS (
+                SELECT 1
+                FROM pg_locks AS t
+                WHERE t.pid = w.pid AND t.locktype = 'tuple' AND t.granted
+            )
+        )
+    )
     AND EXISTS (
         SELECT 1
         FROM pg_locks AS r

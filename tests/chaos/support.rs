@@ -419,7 +419,7 @@ pub async fn writer<B: Backend>(
             },
         };
         let roll: f64 = rng.random();
-        if B::EVENTUOUS_FUNCTION && roll >= 0.85 {
+        if B::EVENTUOUS_FUNCTION && roll >= 0.94 {
             n += 1;
             let stream = format!("hot-{}", rng.random_range(0..HOT_STREAMS));
             let earlier = mine
@@ -431,7 +431,7 @@ pub async fn writer<B: Backend>(
                 Some(id) if rng.random_bool(0.2) => (id, true),
                 _ => (new_id(&mut rng), false),
             };
-            let slow = rng.random_bool(0.3);
+            let slow = rng.random_bool(0.25);
             let call = Call {
                 journal: &journal,
                 w,

@@ -730,3 +730,91 @@ async fn a_waiting_eventuous_append_keeps_its_position_against_the_daemon() {
     drop(daemon);
     store.drop_schema().await;
 }
+
+/// Which waiting writers refuse a fill. A writer that has inserted into
+/// messages and now waits for another transaction's stream row (a row
+/// lock: it holds the row's tuple lock while it waits) can hold no drawn,
+/// unkeyed position: the fill goes on. Once the table has a BEFORE INSERT
+/// row trigger (user code between the draw and the key, which may wait for
+/// anything), every waiting writer refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_lock_wait_does_not_refuse_a_fill_unless_a_trigger_runs_before_the_key() {
+    use gap_healer::engine::{Engine, Fence, FillOutcome};
+    let store = pg::Store::new("waiting_kinds").await;
+    let s = store.schema.clone();
+    let c = &store.client;
+    // Rows at 1, 2, 4, 6; holes at 3 and 5 (appends rolled back).
+    for (stream, keep) in [
+        ("x", true),
+        ("y", true),
+        ("x", false),
+        ("y", true),
+        ("x", false),
+        ("y", true),
+    ] {
+        c.batch_execute("BEGIN").await.unwrap();
+        eventuous::pg::append_events(c, &s, stream, -2, &[Uuid::new_v4()], EVENT_TYPE)
+            .await
+            .unwrap();
+        c.batch_execute(if keep { "COMMIT" } else { "ROLLBACK" })
+            .await
+            .unwrap();
+    }
+    let engine = store.engine();
+    // A writer of messages waiting on a row lock of stream y, with or
+    // without the trigger; the fill's answer meanwhile.
+    let fill_beside_a_row_lock_wait = |position: i64| {
+        let (url, s, engine) = (store.url(), s.clone(), engine.clone());
+        async move {
+            let holder = pg::connect_to(&url).await;
+            holder
+                .batch_execute(&format!(
+                    "BEGIN; SELECT 1 FROM {s}.streams WHERE stream_name = 'y' FOR UPDATE"
+                ))
+                .await
+                .unwrap();
+            let waiter = {
+                let (url, s) = (url.clone(), s.clone());
+                tokio::spawn(async move {
+                    let w = pg::connect_to(&url).await;
+                    w.batch_execute("BEGIN").await.unwrap();
+                    eventuous::pg::append_events(&w, &s, "x", -2, &[Uuid::new_v4()], EVENT_TYPE)
+                        .await
+                        .unwrap();
+                    w.batch_execute(&format!(
+                        "SELECT 1 FROM {s}.streams WHERE stream_name = 'y' FOR UPDATE"
+                    ))
+                    .await
+                    .unwrap();
+                    w.batch_execute("ROLLBACK").await.unwrap();
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let range = gap_healer::gaps::PosRange::single(position);
+            let outcome = engine
+                .fill_ranges(&[range], Duration::from_millis(200), &Fence::Unfenced)
+                .await
+                .unwrap();
+            holder.batch_execute("ROLLBACK").await.unwrap();
+            waiter.await.unwrap();
+            outcome
+        }
+    };
+    assert_eq!(
+        fill_beside_a_row_lock_wait(3).await,
+        FillOutcome::Filled { rows: 1 },
+        "a row-lock wait holds no unkeyed position"
+    );
+    c.batch_execute(&format!(
+        "CREATE FUNCTION {s}.noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+         CREATE TRIGGER noop BEFORE INSERT ON {s}.messages FOR EACH ROW EXECUTE FUNCTION {s}.noop();"
+    ))
+    .await
+    .unwrap();
+    let refused = fill_beside_a_row_lock_wait(5).await;
+    assert!(
+        matches!(refused, FillOutcome::WriterWaiting { sessions: 1, .. }),
+        "with a BEFORE INSERT trigger every waiting writer counts: {refused:?}"
+    );
+    store.drop_schema().await;
+}
