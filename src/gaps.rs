@@ -227,30 +227,17 @@ impl Tracker {
     /// Pushes the next attempt on the positions of `range` to `at`, counting a
     /// retry. Splits holes so only `range` is deferred.
     pub fn defer(&mut self, range: PosRange, at: Instant) {
-        for h in self.overlapping(range) {
-            self.holes.remove(&h.range.start);
-            for rest in h.range.without_range(range) {
-                self.holes.insert(rest.start, Hole { range: rest, ..h });
-            }
-            let start = h.range.start.max(range.start);
-            let end = h.range.end.min(range.end);
-            let r = PosRange { start, end };
-            self.holes.insert(
-                start,
-                Hole {
-                    range: r,
-                    not_before: at.max(h.not_before),
-                    retries: h.retries + 1,
-                    ..h
-                },
-            );
-        }
+        self.push_back(range, at, 1);
     }
 
     /// Pushes the next attempt on the positions of `range` to `at` without
     /// counting a retry: nothing about the positions was learnt (a writer
     /// of the table was waiting), so their backoff does not grow.
     pub fn postpone(&mut self, range: PosRange, at: Instant) {
+        self.push_back(range, at, 0);
+    }
+
+    fn push_back(&mut self, range: PosRange, at: Instant, retries: u32) {
         for h in self.overlapping(range) {
             self.holes.remove(&h.range.start);
             for rest in h.range.without_range(range) {
@@ -263,6 +250,7 @@ impl Tracker {
                 Hole {
                     range: PosRange { start, end },
                     not_before: at.max(h.not_before),
+                    retries: h.retries + retries,
                     ..h
                 },
             );
