@@ -426,3 +426,44 @@ async fn a_custom_table_described_in_toml_is_checked_and_healed() {
         .unwrap();
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// What `check` says about where a ledger-core store's scan starts is what
+/// the scan does: `lookback` below the head (before, `check` said "at the
+/// identity's seed" while the daemon started at head - lookback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_where_a_ledger_core_scan_starts_and_the_scan_starts_there() {
+    let ledger = Ledger::new("ledger_start").await;
+    for _ in 0..5 {
+        ledger.append("account", 1, Ending::Commit, false).await;
+    }
+    let run = |args: &[&str]| {
+        cli(
+            &ledger
+                .argv(args)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            &[],
+        )
+    };
+    let check = run(&["check"]);
+    let line = check
+        .stdout
+        .lines()
+        .find(|l| l.contains("checkpoints table"))
+        .unwrap_or_else(|| panic!("{}", check.all()));
+    assert!(line.contains("`lookback` below the head"), "{line}");
+    let scan = run(&["scan", "--lookback", "2", "--format", "json"]);
+    let report = scan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{}", scan.all()));
+    let report: serde_json::Value = serde_json::from_str(report).unwrap();
+    assert_eq!(report["from"], 4, "head 5, lookback 2: {report}");
+    ledger
+        .client
+        .batch_execute(&format!("DROP SCHEMA {} CASCADE", ledger.schema))
+        .await
+        .unwrap();
+}

@@ -232,7 +232,7 @@ pub(crate) fn table_findings(
     out.push(columns(f, shape));
     out.push(Finding::pass(
         Check::Checkpoints,
-        "none for this profile: start_from = checkpoints starts at the identity's seed (or the first row, when it lies above)",
+        "none for this profile: start_from = checkpoints starts `lookback` below the head (never below the identity's seed); start_from = 0 examines the whole table",
     ));
     out.push(rights(f, schema, &table));
     if let Some(finding) = version_key(f, shape) {
