@@ -105,6 +105,10 @@ impl Running {
             info!(store = %name, "its database is gone: no longer healed");
             self.stop(&name);
         }
+        // A lock session no store holds any more (their tasks have ended)
+        // closes with its last reference: a database that went keeps no
+        // session of the healer's.
+        self.locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         for store in &wanted {
             if !self.stops.contains_key(&store.name) {
                 info!(store = %store.name, "database found: healing it");

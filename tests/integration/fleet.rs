@@ -678,3 +678,82 @@ async fn a_scan_or_probe_behind_ddl_fails_after_the_lock_timeout() {
         .expect("reads again once the DDL is gone");
     store.drop_schema().await;
 }
+
+/// A store set's database that stops being listed (here: it no longer
+/// accepts connections) is no longer healed, and the daemon keeps no
+/// session on it: its shared leader-lock session closes once the store's
+/// task has ended (before, the lock sessions of vanished databases were
+/// never pruned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
+    let prefix = format!("ghls_{}", std::process::id());
+    let db = format!("{prefix}_a");
+    let t = tenant(&db, &[1]).await;
+    let app = format!("gh-leave-{}", std::process::id());
+    let template = with_param(
+        &named(&pg_url(), &app).replace("dbname=test", ""),
+        "dbname",
+        "{database}",
+    );
+    let file = std::env::temp_dir().join(format!("gh-fleet-leave-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            "engine = \"postgres\"\ngap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\ndiscover_interval = \"1s\"\n\n[[store_sets]]\nname = \"tenants\"\ndatabases = \"{prefix}_%\"\nconnection_string = {}\n",
+            toml::Value::String(template)
+        ),
+    )
+    .unwrap();
+    let d = Daemon::spawn(
+        &[
+            "run".into(),
+            "--config".into(),
+            file.display().to_string(),
+            "--log-format".into(),
+            "json".into(),
+        ],
+        &[],
+    );
+    assert!(
+        t.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        d.log()
+    );
+    let in_db = |db: String, app: String| async move {
+        connect()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2",
+                &[&db, &app],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let before = in_db(db.clone(), app.clone()).await;
+    assert!(before >= 1, "the healer's sessions on {db}: {before}");
+    drop(t);
+    connect()
+        .await
+        .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false"))
+        .await
+        .unwrap();
+    let closed = wait_for(Duration::from_secs(20), || {
+        let (db, app) = (db.clone(), app.clone());
+        async move { in_db(db, app).await == 0 }
+    })
+    .await;
+    let left = in_db(db.clone(), app.clone()).await;
+    drop(d);
+    connect()
+        .await
+        .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))
+        .await
+        .unwrap();
+    drop_database(&db).await;
+    std::fs::remove_file(file).ok();
+    assert!(
+        closed,
+        "{left} session(s) of the healer still on {db} ({before} before)"
+    );
+}
