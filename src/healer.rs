@@ -164,11 +164,9 @@ impl Start {
 pub struct ScanStep {
     pub rows: u64,
     pub new_holes: usize,
-    /// The step reached the head, or stopped at [`MAX_TRACKED`].
+    /// The step reached the head, or stopped at [`MAX_TRACKED`]
+    /// ([`Healer::scan_paused`]).
     pub caught_up: bool,
-    /// It stopped short of the head: the tracker holds [`MAX_TRACKED`]
-    /// holes, and the scan goes on once some are filled.
-    pub paused: bool,
     /// The tracked holes it re-checked first, and what the probe found.
     pub rechecked: Rechecked,
 }
@@ -415,7 +413,6 @@ impl<E: Engine> Healer<E> {
                     );
                 }
                 self.paused = true;
-                step.paused = true;
                 step.caught_up = true;
                 break;
             }
@@ -649,7 +646,7 @@ impl<E: Engine> Healer<E> {
         report.statements += 1;
         match outcome {
             Ok(FillOutcome::Filled { rows }) => {
-                self.health.fill_succeeded();
+                self.health.forget_fill_refusal();
                 if log_each {
                     info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
                 } else {
@@ -709,10 +706,7 @@ impl<E: Engine> Healer<E> {
                     "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
                 );
                 // One backoff for the whole store: every range of the cycle.
-                self.defer_after_error(&batch);
-                for rest in std::mem::take(queue) {
-                    self.defer_after_error(&rest);
-                }
+                self.defer_cycle_after_error(&batch, queue);
             }
             Ok(FillOutcome::WriterWaiting {
                 sessions,
@@ -751,11 +745,8 @@ impl<E: Engine> Healer<E> {
                     self.health.fill_refused(&format!("fill: {e}"));
                 }
                 warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
-                self.defer_after_error(&batch);
                 // Whatever broke (connection, rights) will break the rest too.
-                for rest in std::mem::take(queue) {
-                    self.defer_after_error(&rest);
-                }
+                self.defer_cycle_after_error(&batch, queue);
             }
         }
     }
@@ -782,6 +773,14 @@ impl<E: Engine> Healer<E> {
         let cap = self.opts.lock_timeout.max(Duration::from_secs(2));
         let delay = plan::retry_delay(retries, self.opts.poll_interval, cap);
         self.tracker.defer(range, Instant::now() + delay);
+    }
+
+    /// `batch` and the rest of the cycle's `queue`, each with its error backoff.
+    fn defer_cycle_after_error(&mut self, batch: &[PosRange], queue: &mut Vec<plan::Batch>) {
+        self.defer_after_error(batch);
+        for rest in std::mem::take(queue) {
+            self.defer_after_error(&rest);
+        }
     }
 
     fn defer_after_error(&mut self, batch: &[PosRange]) {

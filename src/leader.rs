@@ -151,7 +151,7 @@ pub async fn elect<L: LeaderLock>(
                         tx.set(None);
                         warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
                         lock.release(session, &key).await;
-                        health.fill_refusal_handled();
+                        health.forget_fill_refusal();
                         said_unable = Some(why);
                         break;
                     }

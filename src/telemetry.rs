@@ -526,14 +526,10 @@ impl Health {
         self.record_error(error);
     }
 
-    pub fn fill_succeeded(&self) {
-        self.fill_refused.store(false, Ordering::Relaxed);
-    }
-
-    /// The election gave the lock up for a refused fill: after its next
-    /// successful scan this healer may lead again (and learn whether the
-    /// fill still fails).
-    pub fn fill_refusal_handled(&self) {
+    /// A fill succeeded, or the election gave the lock up for a refused
+    /// one: after its next successful scan this healer may lead again (and
+    /// learn whether the fill still fails).
+    pub fn forget_fill_refusal(&self) {
         self.fill_refused.store(false, Ordering::Relaxed);
     }
 

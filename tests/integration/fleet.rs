@@ -26,6 +26,38 @@ fn fleet_file(tag: &str, top: &str, stores: &[(&str, String, &str)]) -> std::pat
     path
 }
 
+/// `gap-healer run --config FILE --log-format json`.
+fn run_config(file: &str) -> Daemon {
+    Daemon::spawn(
+        &[
+            "run".into(),
+            "--config".into(),
+            file.to_string(),
+            "--log-format".into(),
+            "json".into(),
+        ],
+        &[],
+    )
+}
+
+/// A file of one `[[store_sets]]` entry `tenants`: the databases LIKE
+/// `{prefix}_%`, through `template` (with `{database}`), discovered every
+/// second.
+fn store_set_file(tag: &str, prefix: &str, template: String) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gh-fleet-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fleet.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "engine = \"postgres\"\ngap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\ndiscover_interval = \"1s\"\n\n[[store_sets]]\nname = \"tenants\"\ndatabases = \"{prefix}_%\"\nconnection_string = {}\n",
+            toml::Value::String(template)
+        ),
+    )
+    .unwrap();
+    file
+}
+
 /// The healer's sessions on the server, by application_name.
 async fn sessions(app: &str) -> i64 {
     connect()
@@ -57,16 +89,7 @@ async fn a_fleet_heals_every_store_and_a_broken_one_delays_none() {
         ],
     );
     let started = Instant::now();
-    let d = Daemon::spawn(
-        &[
-            "run".into(),
-            "--config".into(),
-            file.display().to_string(),
-            "--log-format".into(),
-            "json".into(),
-        ],
-        &[],
-    );
+    let d = run_config(&file.display().to_string());
     for store in [&a, &b] {
         assert!(
             store.wait_until_healed(Duration::from_secs(10)).await,
@@ -424,17 +447,8 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     let ta = tenant(&a, &[1]).await;
     let tb = tenant(&b, &[2]).await;
     let template = with_param(&pg_url().replace("dbname=test", ""), "dbname", "{database}");
-    let dir = std::env::temp_dir().join(format!("gh-fleet-sets-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("fleet.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "engine = \"postgres\"\ngap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\ndiscover_interval = \"1s\"\n\n[[store_sets]]\nname = \"tenants\"\ndatabases = \"{prefix}_%\"\nconnection_string = {}\n",
-            toml::Value::String(template)
-        ),
-    )
-    .unwrap();
+    let file = store_set_file("sets", &prefix, template);
+    let dir = file.parent().unwrap().to_path_buf();
     let config = file.display().to_string();
 
     // One-shot: the set's databases are listed once; --store picks one.
@@ -463,16 +477,7 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
         out.stdout
     );
 
-    let d = Daemon::spawn(
-        &[
-            "run".into(),
-            "--config".into(),
-            config.clone(),
-            "--log-format".into(),
-            "json".into(),
-        ],
-        &[],
-    );
+    let d = run_config(&config);
     for store in [&ta, &tb] {
         assert!(
             store.wait_until_healed(Duration::from_secs(10)).await,
@@ -695,25 +700,8 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
         "dbname",
         "{database}",
     );
-    let file = std::env::temp_dir().join(format!("gh-fleet-leave-{}.toml", std::process::id()));
-    std::fs::write(
-        &file,
-        format!(
-            "engine = \"postgres\"\ngap_timeout = \"200ms\"\npoll_interval = \"100ms\"\nstart_from = \"0\"\ndiscover_interval = \"1s\"\n\n[[store_sets]]\nname = \"tenants\"\ndatabases = \"{prefix}_%\"\nconnection_string = {}\n",
-            toml::Value::String(template)
-        ),
-    )
-    .unwrap();
-    let d = Daemon::spawn(
-        &[
-            "run".into(),
-            "--config".into(),
-            file.display().to_string(),
-            "--log-format".into(),
-            "json".into(),
-        ],
-        &[],
-    );
+    let file = store_set_file("leave", &prefix, template);
+    let d = run_config(&file.display().to_string());
     assert!(
         t.wait_until_healed(Duration::from_secs(10)).await,
         "{}",

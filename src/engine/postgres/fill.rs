@@ -243,8 +243,7 @@ impl PostgresEngine {
         &self,
         tx: &tokio_postgres::Transaction<'_>,
     ) -> Result<(), Failed> {
-        let table = super::sql::render("__table__", &self.schema, &self.profile);
-        tx.batch_execute(&format!("LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
+        tx.batch_execute(&self.sql.lock_table)
             .await
             .map_err(at(Stage::Table))
     }

@@ -319,23 +319,18 @@ impl Engine for PostgresEngine {
     }
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
-        if let Profile::Table(shape) = &self.profile {
-            let mut findings = self.table_findings(shape).await?;
-            if findings.iter().all(|f| f.ok || !f.check.is_shape()) {
-                findings.extend(self.sequence_finding().await);
-            }
-            findings.extend(self.watermark_finding().await);
-            return Ok(findings);
-        }
-        let facts = self.preflight_facts().await?;
-        let mut findings = preflight::findings(
-            &facts,
-            &preflight::Expected {
-                schema: &self.schema,
-                tombstone_stream: &self.tombstone_stream,
-                tls: &self.target.mode,
-            },
-        );
+        let mut findings = match &self.profile {
+            Profile::Table(shape) => self.table_findings(shape).await?,
+            Profile::Eventuous => preflight::findings(
+                &self.preflight_facts().await?,
+                &preflight::Expected {
+                    schema: &self.schema,
+                    tombstone_stream: &self.tombstone_stream,
+                    tls: &self.target.mode,
+                },
+            ),
+        };
+        // The sequence is read only where the table and its position are.
         if findings.iter().all(|f| f.ok || !f.check.is_shape()) {
             findings.extend(self.sequence_finding().await);
         }

@@ -16,6 +16,8 @@ pub(crate) struct Queries {
     pub create_stream: String,
     pub bump_stream: String,
     pub tombstone_stream: String,
+    /// The healed table's ROW EXCLUSIVE lock, which every fill takes first.
+    pub lock_table: String,
     /// The table profiles' statements; `None` for Eventuous.
     pub table: Option<TableQueries>,
 }
@@ -81,6 +83,7 @@ impl Queries {
             create_stream: s(include_str!("../../../sql/postgres/create_stream.sql")),
             bump_stream: s(include_str!("../../../sql/postgres/bump_stream.sql")),
             tombstone_stream: s(include_str!("../../../sql/postgres/tombstone_stream.sql")),
+            lock_table: s("LOCK TABLE __table__ IN ROW EXCLUSIVE MODE"),
             table: match profile {
                 Profile::Eventuous => None,
                 Profile::Table(t) => Some(TableQueries::new(schema, t)),
@@ -89,7 +92,7 @@ impl Queries {
     }
 
     #[cfg(test)]
-    fn all(&self) -> [&str; 9] {
+    fn all(&self) -> [&str; 10] {
         [
             &self.scan,
             &self.probe,
@@ -100,6 +103,7 @@ impl Queries {
             &self.create_stream,
             &self.bump_stream,
             &self.tombstone_stream,
+            &self.lock_table,
         ]
     }
 }
