@@ -93,6 +93,9 @@ DECLARE @rows_filled BIGINT = NULL;
 DECLARE @message_id_base NCHAR(36) = CAST(NEWID() AS NCHAR(36));
 DECLARE @error_number INT = NULL;
 DECLARE @error_message NVARCHAR(4000) = NULL;
+-- A position below every identity value (the table stage seeks it).
+DECLARE @below_every_position BIGINT = -9223372036854775807 - 1;
+DECLARE @table_probe BIGINT;
 
 BEGIN TRY
     IF @@TRANCOUNT <> 0
@@ -205,6 +208,23 @@ BEGIN TRY
                 THROW 50006, N'gap-healer: the leader lock session has ended (leader fence): not filling', 1;
         END;
 
+    -- The table lock. Every writer of Messages needs an intent-exclusive
+    -- (IX) lock on the table, and a table-level lock that another session
+    -- holds or waits for (an offline CREATE INDEX's S, a TABLOCK insert's X,
+    -- an index rebuild's Sch-M, an append's lock escalated to the table)
+    -- blocks it. The seek below takes IX on Messages (and on one page, no
+    -- key: the position is below every identity value) and keeps it to
+    -- COMMIT, so that a lock timeout here means a table lock, which backs
+    -- the whole store off, and one in the insert below can only be a key
+    -- (or page) lock of an append: a held position. Without this stage a
+    -- table lock looked like a held key and sent every position to a
+    -- probe of its own.
+    SET @stage = N'table';
+    SET LOCK_TIMEOUT @lock_timeout_ms;
+    SELECT @table_probe = m.GlobalPosition
+    FROM __schema__.[Messages] AS m WITH (XLOCK, ROWLOCK)
+    WHERE m.GlobalPosition = @below_every_position;
+
     -- Never at or above the highest committed position, whatever the caller
     -- believes: the tail may be an append in flight, and an explicit identity
     -- value above IDENT_CURRENT becomes the new current value (the next append
@@ -315,7 +335,8 @@ SET LOCK_TIMEOUT -1;
 
 -- The answer, one row on every path: the engine classifies error_number and
 -- error_stage in one place (2627/2601 at 'messages' = committed, 1222 at
--- 'messages' = held, 1222 at 'stream' = busy, 50006 at 'leader' = busy, ...),
+-- 'messages' = held, 1222 at 'stream' = busy, 1222 at 'table' = table
+-- locked, 50006 at 'leader' = busy, ...),
 -- and discards the connection if open_transactions is not 0. stream_name and
 -- message_type say which tombstones this fill writes: in procedure mode the
 -- procedure's constants, which the engine compares with its configuration (a

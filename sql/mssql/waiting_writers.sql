@@ -13,20 +13,40 @@
 -- table's PostgreSQL oid there. Not run on SQL Server, which writes the
 -- clustered index, with its key lock, before any other index.
 --
+-- table_locks counts the other sessions that hold or wait for a lock on
+-- Messages that blocks writers (ShareLock and above: a CREATE INDEX, an
+-- ALTER TABLE, a LOCK TABLE): the fill's table stage cannot wait for those
+-- itself on Babelfish, which ignores its XLOCK hint, so they are read here
+-- and the store backs off instead of taking the table lock for held keys.
+--
 -- The schema placeholder is replaced by the bracketed, validated schema name.
 
-SELECT COUNT(DISTINCT w.pid) AS sessions
-FROM pg_catalog.pg_locks AS w
-WHERE
-    w.granted = 'false'
-    AND w.pid <> @@SPID
-    AND EXISTS (
-        SELECT 1
-        FROM pg_catalog.pg_locks AS r
+SELECT
+    (
+        SELECT COUNT(DISTINCT w.pid)
+        FROM pg_catalog.pg_locks AS w
         WHERE
-            r.pid = w.pid
-            AND r.granted = 'true'
-            AND r.locktype = 'relation'
-            AND r.mode = 'RowExclusiveLock'
-            AND r.relation = OBJECT_ID(N'__schema__.[Messages]')
-    );
+            w.granted = 'false'
+            AND w.pid <> @@SPID
+            AND EXISTS (
+                SELECT 1
+                FROM pg_catalog.pg_locks AS r
+                WHERE
+                    r.pid = w.pid
+                    AND r.granted = 'true'
+                    AND r.locktype = 'relation'
+                    AND r.mode = 'RowExclusiveLock'
+                    AND r.relation = OBJECT_ID(N'__schema__.[Messages]')
+            )
+    ) AS sessions,
+    (
+        SELECT COUNT(DISTINCT t.pid)
+        FROM pg_catalog.pg_locks AS t
+        WHERE
+            t.pid <> @@SPID
+            AND t.locktype = 'relation'
+            AND t.relation = OBJECT_ID(N'__schema__.[Messages]')
+            AND t.mode IN (
+                'ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock'
+            )
+    ) AS table_locks;

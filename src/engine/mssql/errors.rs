@@ -21,6 +21,8 @@ pub(crate) enum Stage {
     Stream,
     /// The leader fence: the leader's lock session must still hold its lock.
     Leader,
+    /// The fill's intent-exclusive lock on Messages (a table lock waits it).
+    Table,
     /// The fill's check of the highest committed position.
     Head,
     /// The tombstone insert into Messages.
@@ -38,6 +40,7 @@ impl Stage {
         match stage {
             "stream" => Stage::Stream,
             "leader" => Stage::Leader,
+            "table" => Stage::Table,
             "head" => Stage::Head,
             "messages" => Stage::Messages,
             "version" => Stage::Version,
@@ -52,6 +55,7 @@ impl Stage {
             Stage::Check => "check",
             Stage::Stream => "stream",
             Stage::Leader => "leader",
+            Stage::Table => "table",
             Stage::Head => "head",
             Stage::Messages => "messages",
             Stage::Version => "version",
@@ -154,6 +158,8 @@ pub(crate) const LEADER_FENCE: u32 = 50006;
 /// - 2627/2601 on the tombstone insert: a position of the range is committed.
 /// - 1222 on the tombstone insert: a position is held by an open append.
 /// - 1222 on the tombstone stream's row: another healer is filling.
+/// - 1222 on the fill's intent lock on Messages: a table lock (an offline
+///   index build, a TABLOCK writer): the store backs off.
 /// - 50006 at the leader fence: this process no longer leads (its lock
 ///   session has ended), so another healer may be filling: busy.
 /// - 1222 anywhere else (a read waiting on a page or table lock): transient.
@@ -167,6 +173,7 @@ pub(crate) fn classify(code: u32, stage: Stage) -> Class {
         }
         (LOCK_TIMEOUT, Stage::Messages) => Class::Outcome(FillOutcome::Held),
         (LOCK_TIMEOUT, Stage::Stream) => Class::Outcome(FillOutcome::Busy),
+        (LOCK_TIMEOUT, Stage::Table) => Class::Outcome(FillOutcome::TableLocked),
         (LEADER_FENCE, Stage::Leader) => Class::Outcome(FillOutcome::Busy),
         (LOCK_TIMEOUT, _) => Class::Transient,
         (c, _) if TRANSIENT_SERVER_ERRORS.contains(&c) => Class::Transient,
@@ -263,11 +270,12 @@ pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionStri
 mod tests {
     use super::*;
 
-    const ALL_STAGES: [Stage; 8] = [
+    const ALL_STAGES: [Stage; 9] = [
         Stage::Read,
         Stage::Check,
         Stage::Stream,
         Stage::Leader,
+        Stage::Table,
         Stage::Head,
         Stage::Messages,
         Stage::Version,
@@ -284,6 +292,7 @@ mod tests {
             (2601, Stage::Messages, Outcome(Committed)),
             (1222, Stage::Messages, Outcome(Held)),
             (1222, Stage::Stream, Outcome(Busy)),
+            (1222, Stage::Table, Outcome(TableLocked)),
             (50006, Stage::Leader, Outcome(Busy)),
             // The fence's number anywhere else is no outcome.
             (50006, Stage::Stream, Permanent),
@@ -296,6 +305,7 @@ mod tests {
             (1222, Stage::Version, Transient),
             // A duplicate key outside the insert is not "committed".
             (2627, Stage::Stream, Permanent),
+            (2627, Stage::Table, Permanent),
             (2601, Stage::Read, Permanent),
             (2627, Stage::Version, Permanent),
             // Deadlock and documented transient errors, at any stage.
@@ -433,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_only_come_from_the_insert_and_the_stream_lock() {
+    fn outcomes_only_come_from_the_insert_the_table_and_the_stream_lock() {
         for code in [0, 1, 208, 1205, 1222, 2601, 2627, 3960, 40613, 50005, 50006] {
             for stage in ALL_STAGES {
                 if let Class::Outcome(o) = classify(code, stage) {
@@ -442,6 +452,7 @@ mod tests {
                             (stage, o),
                             (Stage::Messages, FillOutcome::Committed | FillOutcome::Held)
                                 | (Stage::Stream | Stage::Leader, FillOutcome::Busy)
+                                | (Stage::Table, FillOutcome::TableLocked)
                         ),
                         "{code} at {stage:?} -> {o:?}"
                     );

@@ -87,7 +87,8 @@ fn choose_mode(state: &ProcedureState, direct_alter: bool, procedure: &str) -> D
     Ok(FillMode::Direct)
 }
 
-/// The statement of fill.sql that starts its key stage.
+/// The statements of fill.sql that start its table stage and its key stage.
+const TABLE_STAGE: &str = "SET @stage = N'table';";
 const MESSAGES_STAGE: &str = "SET @stage = N'messages';";
 
 /// The 1-based line of `text` that holds `needle`.
@@ -96,20 +97,39 @@ fn line_of(text: &str, needle: &str) -> Option<u32> {
     u32::try_from(text[..at].matches('\n').count() + 1).ok()
 }
 
-/// What a lock timeout that ended the whole batch (Babelfish) means: Held
-/// when the statement the server names (`line`, 1-based in the batch) lies
-/// in the key stage, which starts at `messages_line`; Busy before it (the
-/// tombstone stream's row). Without both lines, by the time it took:
+/// Where the stages of a direct fill's text begin (1-based lines).
+#[derive(Clone, Copy, Debug, Default)]
+struct StageLines {
+    table: Option<u32>,
+    messages: Option<u32>,
+}
+
+impl StageLines {
+    fn of(text: &str) -> StageLines {
+        StageLines {
+            table: line_of(text, TABLE_STAGE),
+            messages: line_of(text, MESSAGES_STAGE),
+        }
+    }
+}
+
+/// What a lock timeout that ended the whole batch (Babelfish) means, by the
+/// statement the server names (`line`, 1-based in the batch): Held in the
+/// key stage, TableLocked in the table stage before it, Busy before both
+/// (the tombstone stream's row). Without the lines, by the time it took:
 /// Busy once it reached the stream's lock timeout. Timing alone misleads:
 /// Babelfish compiles the batch first, which took over 3 s on a loaded
 /// 2-core machine, so a 2 s key wait looked like the 5 s stream wait.
 fn lock_timeout_outcome(
     line: Option<u32>,
-    messages_line: Option<u32>,
+    stages: StageLines,
     waited_for_the_stream: bool,
 ) -> FillOutcome {
-    match (line.filter(|l| *l > 0), messages_line) {
+    match (line.filter(|l| *l > 0), stages.messages) {
         (Some(line), Some(key_stage)) if line >= key_stage => FillOutcome::Held,
+        (Some(line), Some(_)) if stages.table.is_some_and(|table| line >= table) => {
+            FillOutcome::TableLocked
+        }
         (Some(_), Some(_)) => FillOutcome::Busy,
         _ if waited_for_the_stream => FillOutcome::Busy,
         _ => FillOutcome::Held,
@@ -433,14 +453,23 @@ impl MssqlEngine {
     /// Babelfish only, right before a fill batch: the abandonment proof's
     /// question (`sql/mssql/waiting_writers.sql`, and ARCHITECTURE.md's
     /// argument: a check any time after the holes came due and before the
-    /// insert suffices). `Some`: another writer of Messages is waiting for
-    /// a lock, perhaps with a position of this fill drawn and no key.
-    async fn writer_waiting(&self) -> DbResult<Option<FillOutcome>> {
+    /// insert suffices). `WriterWaiting`: another writer of Messages is
+    /// waiting for a lock, perhaps with a position of this fill drawn and no
+    /// key. `TableLocked`: another session holds or waits for a table lock
+    /// that blocks writers (an index build), which Babelfish's table stage
+    /// cannot wait for itself (it ignores the XLOCK hint).
+    async fn babelfish_writers(&self) -> DbResult<Option<FillOutcome>> {
         let rows = self.read_first(&self.sql.waiting_writers, &[]).await?;
-        let sessions = match rows.first() {
-            Some(row) => get::<i32>(row, "sessions")?.unwrap_or(0),
-            None => 0,
+        let (sessions, table_locks) = match rows.first() {
+            Some(row) => (
+                get::<i32>(row, "sessions")?.unwrap_or(0),
+                get::<i32>(row, "table_locks")?.unwrap_or(0),
+            ),
+            None => (0, 0),
         };
+        if table_locks > 0 {
+            return Ok(Some(FillOutcome::TableLocked));
+        }
         Ok((sessions > 0).then(|| FillOutcome::WriterWaiting {
             sessions: u32::try_from(sessions).unwrap_or(u32::MAX),
             first_session: None,
@@ -459,8 +488,8 @@ impl MssqlEngine {
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
         if self.server().await?.babelfish.is_some() {
-            if let Some(waiting) = self.writer_waiting().await? {
-                return Ok(waiting);
+            if let Some(refused) = self.babelfish_writers().await? {
+                return Ok(refused);
             }
         }
         // On Babelfish the fence asks for the leader's session, not its lock
@@ -477,8 +506,8 @@ impl MssqlEngine {
         let kind = self.settings.tombstone_type.as_str();
 
         let started = Instant::now();
-        // The first line of the batch's key stage (the tombstone insert).
-        let mut messages_line = None;
+        // Where the batch's table and key stages begin.
+        let mut stages = StageLines::default();
         let answer = match mode {
             // The procedure's tombstone stream and type are its own constants.
             FillMode::Procedure => {
@@ -493,7 +522,7 @@ impl MssqlEngine {
                 let params: [&dyn ToSql; 6] =
                     [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
                 let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
-                messages_line = line_of(&text, MESSAGES_STAGE);
+                stages = StageLines::of(&text);
                 self.fill_batch_at(&text, &params).await
             }
         };
@@ -509,7 +538,7 @@ impl MssqlEngine {
                 let stream_wait = Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0));
                 return Ok(lock_timeout_outcome(
                     line,
-                    messages_line,
+                    stages,
                     started.elapsed() >= stream_wait,
                 ));
             }
@@ -689,6 +718,10 @@ mod tests {
             engine.outcome(&[range], m, &row(Some(1222), "stream")),
             Ok(FillOutcome::Busy)
         );
+        assert_eq!(
+            engine.outcome(&[range], m, &row(Some(1222), "table")),
+            Ok(FillOutcome::TableLocked)
+        );
         // The leader fence: this process no longer leads.
         assert_eq!(
             engine.outcome(&[range], m, &row(Some(50006), "leader")),
@@ -725,26 +758,30 @@ mod tests {
         let text = Sql::new("eventuous", "s", "t")
             .unwrap()
             .direct_fill(2000, 5000, None);
-        let key = line_of(&text, MESSAGES_STAGE).expect("the key stage");
+        let stages = StageLines::of(&text);
+        let key = stages.messages.expect("the key stage");
+        let table = stages.table.expect("the table stage");
         let stream = line_of(&text, "WITH (UPDLOCK, ROWLOCK)").unwrap();
+        let intent = line_of(&text, "WITH (XLOCK, ROWLOCK)").unwrap();
         let insert = line_of(&text, "INSERT INTO [eventuous].[Messages]").unwrap();
-        assert!(stream < key && key < insert);
+        assert!(stream < table && table < intent && intent < key && key < insert);
         // The numbers CTE that starts the insert statement is in the key stage.
         assert!(line_of(&text, "    WITH\n    digits").is_some_and(|w| w > key));
         assert_eq!(
-            lock_timeout_outcome(Some(insert), Some(key), true),
+            lock_timeout_outcome(Some(insert), stages, true),
             FillOutcome::Held
         );
         assert_eq!(
-            lock_timeout_outcome(Some(stream), Some(key), false),
-            FillOutcome::Busy
+            lock_timeout_outcome(Some(intent), stages, false),
+            FillOutcome::TableLocked
         );
         assert_eq!(
-            lock_timeout_outcome(None, Some(key), true),
+            lock_timeout_outcome(Some(stream), stages, false),
             FillOutcome::Busy
         );
+        assert_eq!(lock_timeout_outcome(None, stages, true), FillOutcome::Busy);
         assert_eq!(
-            lock_timeout_outcome(Some(0), Some(key), false),
+            lock_timeout_outcome(Some(0), stages, false),
             FillOutcome::Held
         );
         assert_eq!(line_of("a\nb\nc", "c"), Some(3));
