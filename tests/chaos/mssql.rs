@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use gap_healer_testkit::eventuous::mssql::append_sql;
+use gap_healer_testkit::eventuous::mssql::{append_events_sql, append_sql};
 use gap_healer_testkit::mssql::{self as ms, Client};
 use gap_healer_testkit::subscriber::PageRow;
 use tiberius::ToSql;
@@ -78,6 +78,37 @@ async fn batch(c: &mut Client, sql: &str) -> Result<(), tiberius::error::Error> 
 }
 
 const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;";
+/// check_stream's wrong expected version and missing stream.
+const WRONG_VERSION: [u32; 2] = [50000, 50001];
+
+impl SqlServer {
+    /// The event with message id `id` in `stream`, as the writer reads it back.
+    async fn stored(
+        c: &mut Client,
+        stream: &str,
+        id: Uuid,
+    ) -> Result<Option<Event>, tiberius::error::Error> {
+        let rows = async {
+            c.query(
+                "SELECT m.GlobalPosition, m.StreamPosition, m.JsonData FROM eventuous.Messages AS m
+                 JOIN eventuous.Streams AS s ON s.StreamId = m.StreamId
+                 WHERE s.StreamName = @P1 AND m.MessageId = @P2",
+                &[&stream, &id],
+            )
+            .await?
+            .into_first_result()
+            .await
+        }
+        .await?;
+        Ok(rows.first().map(|r| Event {
+            id,
+            stream: stream.to_string(),
+            global: r.get::<i64, _>(0).unwrap_or(-1),
+            stream_pos: r.get::<i32, _>(1).unwrap_or(-1),
+            data: serde_json::from_str(r.get::<&str, _>(2).unwrap_or("null")).unwrap_or_default(),
+        }))
+    }
+}
 
 impl Backend for SqlServer {
     type Conn = Client;
@@ -85,8 +116,103 @@ impl Backend for SqlServer {
     const FIRST: i64 = 0;
     const DUPLICATES_IGNORED: bool = false;
 
+    const EVENTUOUS_FUNCTION: bool = true;
+
     async fn connect(&self) -> Result<Client, String> {
         ms::connect(&self.cs).await
+    }
+
+    /// Eventuous's append_events procedure (tests/fixtures/
+    /// eventuous_mssql_procedures.sql), its Version read just before without
+    /// a lock, in the writer's transaction; then the writer's own view.
+    async fn append_function(&self, c: &mut Client, call: &Call<'_>) -> Called {
+        let (w, n, stream) = (call.w, call.n, call.stream);
+        let fail = |e: &tiberius::error::Error, what: &str| -> Called {
+            let Some(code) = e.code() else {
+                return Called::Lost;
+            };
+            let text = e.to_string().to_lowercase();
+            // A retry of a stored message id meets its own row.
+            if call.retry && UNIQUE.contains(&code) && text.contains("uq_streamidandmessageid") {
+                return Called::AlreadyThere;
+            }
+            // A lost race on the stream position or a new stream's name, a
+            // wrong expected version, a deadlock: refused, as Eventuous is.
+            let expected = WRONG_VERSION.contains(&code)
+                || code == DEADLOCK
+                || UNIQUE.contains(&code)
+                    && ["uq_streamidandstreamposition", "uq_streamname"]
+                        .iter()
+                        .any(|key| text.contains(key));
+            if !expected {
+                call.journal.violation(format!(
+                    "writer {w} call {n} of append_events on {stream}: unexpected error in {what}: {e}"
+                ));
+            }
+            Called::NotCommitted
+        };
+        let version = {
+            let rows = async {
+                c.query(
+                    "SELECT [Version] FROM eventuous.Streams WHERE StreamName = @P1",
+                    &[&stream],
+                )
+                .await?
+                .into_first_result()
+                .await
+            }
+            .await;
+            match rows {
+                Ok(rows) => rows.first().and_then(|r| r.get::<i32, _>(0)).unwrap_or(-1),
+                Err(e) => return fail(&e, "reading the version"),
+            }
+        };
+        if let Err(e) = batch(c, "SET XACT_ABORT ON; BEGIN TRANSACTION;").await {
+            return fail(&e, "BEGIN");
+        }
+        let data = "{}";
+        let sql = append_events_sql(EVENT_TYPE, 1);
+        let params: [&dyn ToSql; 4] = [&stream, &version, &call.id, &data];
+        let reported = async { c.query(&sql, &params).await?.into_results().await }.await;
+        if let Err(e) = reported {
+            if e.code().is_some() {
+                let _ = batch(c, ROLLBACK).await;
+            }
+            return fail(&e, "append_events");
+        }
+        if let Some(hold) = call.hold {
+            tokio::time::sleep(hold).await;
+        }
+        if !call.commit {
+            let _ = batch(c, ROLLBACK).await;
+            return Called::NotCommitted;
+        }
+        let committed = match batch(c, "COMMIT TRANSACTION;").await {
+            Ok(()) => true,
+            Err(e) if e.code().is_none() => false,
+            Err(e) => return fail(&e, "COMMIT"),
+        };
+        let mut other = if committed {
+            None
+        } else {
+            Some(self.client().await)
+        };
+        let reader = other.as_mut().unwrap_or(c);
+        match Self::stored(reader, stream, call.id).await {
+            Ok(Some(event)) => Called::Stored(event),
+            Ok(None) if !committed => Called::Lost,
+            Ok(None) => {
+                // SQL Server never drops a row of a statement that succeeded:
+                // a committed append without its row lost it to a tombstone.
+                call.journal.violation(format!(
+                    "writer {w} call {n}: append_events on {stream} at version {version} committed, \
+                     but its event {} is missing",
+                    call.id
+                ));
+                Called::NotCommitted
+            }
+            Err(e) => fail(&e, "reading its event back"),
+        }
     }
 
     async fn append(&self, c: &mut Client, append: &Append<'_>) -> Attempt {

@@ -736,7 +736,7 @@ pub async fn judge<B: Backend>(
     );
     if B::EVENTUOUS_FUNCTION {
         fig!(
-            "append_events calls    {} stored, {} idempotent retries, {} dropped by its ON CONFLICT after a lost race, {} not committed (rolled back, wrong expected version); 0 reported success without their rows and their stream position free (checked by each writer)",
+            "append_events calls    {} stored, {} idempotent retries, {} dropped by its ON CONFLICT after a lost race (PostgreSQL), {} not committed (rolled back, wrong expected version); 0 reported success without their rows and their stream position free (checked by each writer)",
             g(&st.function_stored), g(&st.function_retries), g(&st.function_races_dropped), g(&st.function_not_committed)
         );
     }

@@ -124,6 +124,35 @@ pub mod pg {
 
 /// SQL Server: Eventuous's `append_events`, as one batch.
 pub mod mssql {
+    /// One call of Eventuous's SQL Server append as an application makes
+    /// it (tests/fixtures/eventuous_mssql_procedures.sql): the `count`
+    /// events of `message_type` in a StreamMessage table variable (what the
+    /// .NET client sends as its table-valued parameter), then
+    /// `append_events`, which checks the expected version without a lock,
+    /// inserts them in one statement and moves the Version. @P1 is the
+    /// stream name, @P2 the expected version, then each event's message id
+    /// and JSON data (@P3, @P4, then @P5, @P6, ...). Answers the procedure's
+    /// row (current_version, global_position). The caller wraps it in its
+    /// transaction.
+    pub fn append_events_sql(message_type: &str, count: usize) -> String {
+        let values: Vec<String> = (0..count)
+            .map(|i| {
+                format!(
+                    "(@P{}, N'{}', @P{}, NULL)",
+                    3 + 2 * i,
+                    message_type.replace('\'', "''"),
+                    4 + 2 * i
+                )
+            })
+            .collect();
+        format!(
+            "DECLARE @messages eventuous.StreamMessage;
+INSERT INTO @messages (message_id, message_type, json_data, json_metadata) VALUES {};
+EXEC eventuous.append_events @stream_name = @P1, @expected_version = @P2, @created = NULL, @messages = @messages;",
+            values.join(", ")
+        )
+    }
+
     /// One stream's append of `count` events of `message_type`, like
     /// Eventuous's append_events: the stream row (created at Version -1 when
     /// new) locked, the rows inserted in one statement, the Version moved.

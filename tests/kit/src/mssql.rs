@@ -44,6 +44,8 @@ pub const SCHEMA: &str = "eventuous";
 const IMAGE_TAG: &str = "2022-latest";
 const SA_PASSWORD: &str = "GapHealer-Test-2025!";
 const FIXTURE: &str = include_str!("../../fixtures/eventuous_mssql.sql");
+/// Eventuous's append procedures, batches separated by `GO` lines.
+const PROCEDURES: &str = include_str!("../../fixtures/eventuous_mssql_procedures.sql");
 
 pub type Client = tiberius::Client<Compat<TcpStream>>;
 
@@ -293,6 +295,9 @@ impl TestDb {
         };
         let mut client = db.client().await;
         exec(&mut client, FIXTURE).await;
+        for batch in PROCEDURES.split("\nGO\n").filter(|b| b.contains("CREATE")) {
+            exec(&mut client, batch).await;
+        }
         db.apply_database_options(&mut master).await;
         db
     }
