@@ -66,7 +66,13 @@ pub enum Command {
         format: Format,
     },
     /// Print the SQL objects and grants the healer needs, for a DBA.
-    Sql,
+    Sql {
+        /// The role (PostgreSQL) or database user (SQL Server) of the
+        /// healer's login, to grant to; without it the script says
+        /// <healer_role>, to be replaced before it runs.
+        #[arg(long, value_name = "ROLE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        role: Option<String>,
+    },
     /// Print the effective configuration (secrets redacted) and where each value came from.
     Config,
     /// Create the fill procedure in the store's schema (SQL Server procedure mode).
@@ -120,7 +126,7 @@ pub fn main() -> ExitCode {
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     let need = match cli.command {
-        Command::Sql => Need::EngineOnly,
+        Command::Sql { .. } => Need::EngineOnly,
         _ => Need::Connection,
     };
     let mut settings = config::load(&cli.config, std::env::vars(), need)?;
@@ -131,12 +137,13 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             print!("{}", settings.to_toml());
             return Ok(EXIT_OK);
         }
-        Command::Sql => {
+        Command::Sql { role } => {
+            let role = role.as_deref();
             for store in &settings.stores {
                 if many {
                     println!("-- store {}", store.name);
                 }
-                print!("{}", engine::setup_sql(store.engine, &store.store));
+                print!("{}", engine::setup_sql(store.engine, &store.store, role));
             }
             for set in &settings.sets {
                 println!(
@@ -145,7 +152,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 );
                 print!(
                     "{}",
-                    engine::setup_sql(set.template.engine, &set.template.store)
+                    engine::setup_sql(set.template.engine, &set.template.store, role)
                 );
             }
             return Ok(EXIT_OK);
@@ -204,7 +211,7 @@ async fn dispatch<E: Engine>(
         Command::Heal { .. } => heal_once(engine, store).await,
         Command::Check { format } => check(engine, store, format).await,
         Command::Install => install(engine, store).await,
-        Command::Run | Command::Sql | Command::Config => {
+        Command::Run | Command::Sql { .. } | Command::Config => {
             unreachable!("handled before a store's engine is made")
         }
     }

@@ -29,7 +29,8 @@ SELECT
         AND HAS_PERMS_BY_NAME(@P1, N'OBJECT', N'SELECT') = 1
         AND HAS_PERMS_BY_NAME(@P1, N'OBJECT', N'INSERT') = 1
         AND HAS_PERMS_BY_NAME(@P1, N'OBJECT', N'UPDATE') = 1
-        THEN 1 ELSE 0 END AS BIT) AS writable;
+        THEN 1 ELSE 0 END AS BIT) AS writable,
+    USER_NAME() AS login;
 
 SELECT LOWER(c.name) + N' ' + LOWER(TYPE_NAME(c.user_type_id)) AS column_type
 FROM sys.columns AS c

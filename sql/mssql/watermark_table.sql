@@ -23,6 +23,6 @@ IF OBJECT_ID(N'__watermark__', N'U') IS NULL
 IF COL_LENGTH(N'__watermark__', N'healed_table') IS NULL
     ALTER TABLE __watermark__ ADD healed_table NVARCHAR(400) NULL;
 
-GRANT SELECT, INSERT, UPDATE ON OBJECT::__watermark__ TO [gap_healer];
+GRANT SELECT, INSERT, UPDATE ON OBJECT::__watermark__ TO __healer_role__;
 -- And for each reader's user:
 -- GRANT SELECT ON OBJECT::__watermark__ TO [app_reader];

@@ -17,4 +17,5 @@ SELECT
     to_regclass($1::text) IS NOT NULL
         AND has_table_privilege(to_regclass($1::text), 'SELECT')
         AND has_table_privilege(to_regclass($1::text), 'INSERT')
-        AND has_table_privilege(to_regclass($1::text), 'UPDATE') AS writable;
+        AND has_table_privilege(to_regclass($1::text), 'UPDATE') AS writable,
+    current_user::text AS login;

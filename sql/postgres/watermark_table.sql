@@ -9,6 +9,7 @@
 -- a row is only ever read or raised by a healer of that table, so two
 -- daemons whose stores share a name cannot start from, or raise, each
 -- other's watermark (give them distinct store names to publish both).
+CREATE SCHEMA IF NOT EXISTS __watermark_schema__;
 CREATE TABLE IF NOT EXISTS __watermark__ (
     store        text        PRIMARY KEY,
     position     bigint      NOT NULL,
@@ -18,7 +19,7 @@ CREATE TABLE IF NOT EXISTS __watermark__ (
 -- A table made by an older gap-healer gets the column; its rows then
 -- describe no table until their owner is set (check prints the UPDATE).
 ALTER TABLE __watermark__ ADD COLUMN IF NOT EXISTS healed_table text;
-GRANT USAGE ON SCHEMA __watermark_schema__ TO gap_healer;
-GRANT SELECT, INSERT, UPDATE ON __watermark__ TO gap_healer;
+GRANT USAGE ON SCHEMA __watermark_schema__ TO __healer_role__;
+GRANT SELECT, INSERT, UPDATE ON __watermark__ TO __healer_role__;
 -- And for each reader's role:
 -- GRANT SELECT ON __watermark__ TO app_reader;

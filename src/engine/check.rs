@@ -170,6 +170,16 @@ pub fn shape_verdict(findings: &[Finding]) -> Result<(), String> {
 /// The watermark table's finding, from the facts. `expected` lists, for
 /// each column gap-healer writes, the `name type` forms the engine accepts
 /// (the first is the one its DDL creates and the message names).
+/// What `check` tells a user to run for a missing or unreadable watermark
+/// table: the exact `gap-healer sql` command for this store and login.
+pub fn watermark_fix(engine: &str, schema: &str, table: &str, login: Option<&str>) -> String {
+    let role = login.map_or_else(|| "<healer_role>".to_string(), str::to_string);
+    format!(
+        "as the owner of {schema}, run what `gap-healer sql --engine {engine} --schema {schema} \
+         --watermark-table {table} --role {role}` prints (it creates the table, and its schema if needed)"
+    )
+}
+
 pub fn watermark_verdict(
     table: &str,
     exists: bool,
@@ -206,7 +216,7 @@ pub fn watermark_verdict(
     if !writable {
         return Finding::fail(
             Check::Watermark,
-            format!("this login may not SELECT, INSERT and UPDATE {table}: run the GRANT `gap-healer sql` prints"),
+            format!("this login may not SELECT, INSERT and UPDATE {table}: {fix}"),
         );
     }
     Finding::pass(

@@ -488,11 +488,24 @@ pub trait LeaderSession: Send + 'static {
     fn fence_token(&self) -> FenceToken;
 }
 
-/// What `gap-healer sql` prints for an engine.
+/// Where the setup scripts name the role (PostgreSQL) or database user
+/// (SQL Server) they grant to; [`setup_sql`] puts the quoted name there.
+pub(crate) const HEALER_ROLE: &str = "__healer_role__";
+
+/// What `gap-healer sql` prints for an engine, granting to `role` (quoted
+/// for the engine; without one, the placeholder `<healer_role>`, which no
+/// server runs as it stands and which cannot be mistaken for a schema or
+/// table name when replaced).
 /// SQL Server's fill procedure is fixed to the configured tombstone stream
 /// and type, so an EXECUTE-only login cannot write into other streams.
-pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
-    match kind {
+pub fn setup_sql(kind: EngineKind, store: &StoreSettings, role: Option<&str>) -> String {
+    let grantee = match (kind, role) {
+        (EngineKind::Postgres, Some(role)) => postgres::quote_role(role),
+        (EngineKind::Mssql, Some(role)) => mssql::quote_ident(role),
+        (EngineKind::Postgres, None) => "<healer_role>".to_string(),
+        (EngineKind::Mssql, None) => "[<healer_role>]".to_string(),
+    };
+    let script = match kind {
         EngineKind::Postgres => {
             let mut sql = postgres::setup_sql(&store.schema, &store.profile);
             if let Some(table) = &store.watermark_table {
@@ -511,7 +524,8 @@ pub fn setup_sql(kind: EngineKind, store: &StoreSettings) -> String {
             }
             sql
         }
-    }
+    };
+    script.replace(HEALER_ROLE, &grantee)
 }
 
 /// The databases of a server whose names are `LIKE` `pattern`, asked on

@@ -607,19 +607,40 @@ fn sql_prints_the_grants_without_a_connection() {
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(
         out.stdout
-            .contains("GRANT SELECT, INSERT ON shop.messages TO gap_healer;"),
+            .contains("GRANT SELECT, INSERT ON shop.messages TO <healer_role>;"),
         "{}",
         out.stdout
     );
+    let grants = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/sql/postgres/grants.sql"
+    ))
+    .unwrap()
+    .replace("__schema__", "shop");
     assert_eq!(
         out.stdout,
-        std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/sql/postgres/grants.sql"
-        ))
-        .unwrap()
-        .replace("__schema__", "shop")
+        grants.replace("__healer_role__", "<healer_role>")
     );
+    // --role names the grantee, quoted where PostgreSQL needs it.
+    let named = cli(
+        &[
+            "sql",
+            "--engine",
+            "postgres",
+            "--schema",
+            "shop",
+            "--role",
+            "Healer One",
+        ],
+        &[],
+    );
+    assert_eq!(named.code, 0, "{}", named.all());
+    assert_eq!(
+        named.stdout,
+        grants.replace("__healer_role__", "\"Healer One\"")
+    );
+    let empty = cli(&["sql", "--engine", "postgres", "--role", ""], &[]);
+    assert_eq!(empty.code, 2, "{}", empty.all());
     // The README and SECURITY.md show the very same grants.
     for doc in ["README.md", "SECURITY.md"] {
         let text =
@@ -899,6 +920,31 @@ async fn sigterm_during_a_lock_wait_exits_without_waiting_it_out() {
 fn mssql_sql_config_and_unreachable_server_through_the_binary() {
     let out = cli(&["sql", "--engine", "mssql", "--schema", "shop"], &[]);
     assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("GRANT EXECUTE ON OBJECT::[shop].[gap_healer_fill] TO [<healer_role>];"),
+        "{}",
+        out.stdout
+    );
+    let named = cli(
+        &[
+            "sql",
+            "--engine",
+            "mssql",
+            "--schema",
+            "shop",
+            "--role",
+            "ops]healer",
+        ],
+        &[],
+    );
+    assert!(
+        named
+            .stdout
+            .contains("GRANT EXECUTE ON OBJECT::[shop].[gap_healer_fill] TO [ops]]healer];"),
+        "{}",
+        named.all()
+    );
     assert!(
         out.stdout
             .contains("CREATE OR ALTER PROCEDURE [shop].[gap_healer_fill]"),

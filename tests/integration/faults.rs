@@ -304,14 +304,22 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
 /// connection string as it.
 async fn healer_role(store: &Store, role: &str) -> String {
     let out = cli(
-        &["sql", "--engine", "postgres", "--schema", &store.schema],
+        &[
+            "sql",
+            "--engine",
+            "postgres",
+            "--schema",
+            &store.schema,
+            "--role",
+            role,
+        ],
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.all());
     let cs = store.create_login(role).await;
     store
         .client
-        .batch_execute(&out.stdout.replace("gap_healer", role))
+        .batch_execute(&out.stdout)
         .await
         .expect("apply the printed grants");
     cs

@@ -188,7 +188,9 @@ async fn check_names_a_missing_or_unwritable_watermark_table() {
     assert_eq!(out.code, 3, "{}", out.all());
     assert!(
         out.stdout.contains(&format!(
-            "{table} does not exist: create it with the statements `gap-healer sql` prints"
+            "{table} does not exist: as the owner of {}, run what `gap-healer sql --engine postgres \
+             --schema {} --watermark-table {table} --role postgres` prints",
+            store.schema, store.schema
         )),
         "{}",
         out.stdout
@@ -378,4 +380,53 @@ async fn one_shot_commands_honour_start_from_beside_a_watermark_table() {
         "a run from above the watermark publishes nothing"
     );
     store.drop_schema().await;
+}
+
+/// Issue 20 item 3: the watermark set-up works as printed. Before, `sql
+/// --watermark-table <new schema>.watermarks | psql` failed with `schema ...
+/// does not exist`, `check` only said to run what `sql` prints, and the
+/// role placeholder `gap_healer` was also the example's schema name, so
+/// replacing it as told rewrote the table's name. Now `check`, as the
+/// healer's own login, names the exact command; its output, run as
+/// printed, creates the schema and the table and grants that login what it
+/// needs; `check` then passes as the login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_watermark_setup_runs_as_printed_into_a_new_schema() {
+    let store = Store::new("wm_setup").await;
+    let wm_schema = format!("{}_wm", store.schema);
+    let table = format!("{wm_schema}.watermarks");
+    let role = format!("{}_healer", store.schema);
+    let login = store.create_login(&role).await;
+    let check = ["check", "--watermark-table", table.as_str()];
+    let before = store.cli_at(&login, &check);
+    assert_ne!(before.code, 0, "{}", before.all());
+    let command = format!(
+        "gap-healer sql --engine postgres --schema {} --watermark-table {table} --role {role}",
+        store.schema
+    );
+    assert!(before.stdout.contains(&command), "{}", before.stdout);
+    let printed = store.cli(&["sql", "--watermark-table", &table, "--role", &role]);
+    assert_eq!(printed.code, 0, "{}", printed.all());
+    assert!(
+        printed
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("GRANT"))
+            .all(|l| l.ends_with(&format!(" TO {role};"))),
+        "{}",
+        printed.stdout
+    );
+    store
+        .client
+        .batch_execute(&printed.stdout)
+        .await
+        .expect("the printed set-up runs as printed");
+    let after = store.cli_at(&login, &check);
+    assert_eq!(after.code, 0, "{}", after.all());
+    store
+        .client
+        .batch_execute(&format!("DROP SCHEMA {wm_schema} CASCADE"))
+        .await
+        .unwrap();
+    store.drop_with_login(&role).await;
 }

@@ -50,6 +50,7 @@ use tiberius::{Row, ToSql};
 
 pub use self::fill::{FillMode, MAX_FILL_RANGES, MAX_FILL_ROWS};
 pub use self::leader::{MssqlLeaderSession, MAX_LEADER_KEY_UNITS};
+pub(crate) use self::sql::quote_ident;
 pub use self::watermark::watermark_sql;
 
 use self::conn::Client;
@@ -566,8 +567,8 @@ pub fn check_connection_string(
 
 /// What `gap-healer sql --engine mssql` prints: the fill procedure for
 /// `schema`, writing tombstones of `tombstone_type` into `tombstone_stream`
-/// and no other (both are constants of the procedure), and the grants a
-/// placeholder user `[gap_healer]` needs, with comments. `schema` must be the
+/// and no other (both are constants of the procedure), and the grants the
+/// healer's user ([`crate::engine::HEALER_ROLE`]) needs, with comments. `schema` must be the
 /// validated plain identifier; the stream and type may be any text (they are
 /// escaped), but SQL Server's columns hold at most 850 and 128 UTF-16 code
 /// units of them, which the config layer and [`MssqlEngine::new`] enforce.
@@ -771,7 +772,7 @@ mod tests {
             .unwrap();
         let go = script.find("\nGO\n").unwrap();
         let grant = script
-            .find("GRANT EXECUTE ON OBJECT::[eventuous].[gap_healer_fill] TO [gap_healer]")
+            .find("GRANT EXECUTE ON OBJECT::[eventuous].[gap_healer_fill] TO __healer_role__")
             .unwrap();
         assert!(procedure < go && go < grant);
         assert!(script.contains("WITH EXECUTE AS OWNER"));

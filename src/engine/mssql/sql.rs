@@ -393,7 +393,7 @@ pub(crate) fn setup_script(schema: &str, tombstone_stream: &str, tombstone_type:
          -- create procedures in the schema and grant rights on it (db_owner, say).\n\
          -- It creates the fill procedure (procedure mode) for the tombstone stream\n\
          -- and type configured when this was printed (the constants at the top of\n\
-         -- its body), then grants a placeholder user [gap_healer] what procedure\n\
+         -- its body), then grants the healer's database user what procedure\n\
          -- mode needs. `gap-healer install` runs the first part only.\n\
          \n\
          {procedure}GO\n\
@@ -567,9 +567,8 @@ mod tests {
             .contains("CREATE OR ALTER PROCEDURE [eventuous].[gap_healer_fill]"));
         assert!(sql.preflight.contains("N'[eventuous].[Messages]'"));
         let script = setup_script("Store_2", STREAM, TYPE);
-        assert!(
-            script.contains("GRANT EXECUTE ON OBJECT::[Store_2].[gap_healer_fill] TO [gap_healer]")
-        );
+        assert!(script
+            .contains("GRANT EXECUTE ON OBJECT::[Store_2].[gap_healer_fill] TO __healer_role__"));
         assert!(!script.contains(SCHEMA_PLACEHOLDER));
     }
 

@@ -97,7 +97,6 @@ impl MssqlEngine {
     /// The watermark finding of `check`; `None` without a watermark table.
     pub(super) async fn watermark_finding(&self) -> Option<Finding> {
         let table = self.settings.watermark_table.as_deref()?;
-        let fix = "create it with the statements `gap-healer sql` prints";
         let sets = match self.read(CHECK, &[&table]).await {
             Ok(sets) => sets,
             Err(e) => return Some(Finding::fail(Check::Watermark, e.message)),
@@ -111,6 +110,8 @@ impl MssqlEngine {
             ));
         };
         let flag = |c: &str| get::<bool>(facts, c).ok().flatten().unwrap_or(false);
+        let login = get::<&str>(facts, "login").ok().flatten();
+        let fix = crate::engine::check::watermark_fix("mssql", &self.settings.schema, table, login);
         let columns: Vec<String> = columns
             .iter()
             .filter_map(|r| {
@@ -127,7 +128,7 @@ impl MssqlEngine {
             &COLUMNS,
             flag("store_is_unique"),
             flag("writable"),
-            fix,
+            &fix,
         ))
     }
 }
@@ -142,7 +143,7 @@ mod tests {
         assert!(sql.contains("IF OBJECT_ID(N'gap_healer.watermarks', N'U') IS NULL"));
         assert!(sql.contains("EXEC (N'CREATE SCHEMA gap_healer');"));
         assert!(sql.contains(
-            "GRANT SELECT, INSERT, UPDATE ON OBJECT::gap_healer.watermarks TO [gap_healer];"
+            "GRANT SELECT, INSERT, UPDATE ON OBJECT::gap_healer.watermarks TO __healer_role__;"
         ));
         assert!(!sql.contains("__watermark"), "{sql}");
     }

@@ -45,6 +45,7 @@ mod watermark;
 pub use self::conn::STALLED_SESSION_TIMEOUT;
 pub use self::errors::classify_code;
 pub use self::leader::{advisory_key, PgLeaderSession};
+pub(crate) use self::preflight::quote_role;
 pub use self::sql::{render as render_sql, setup_sql};
 pub use self::watermark::watermark_sql;
 

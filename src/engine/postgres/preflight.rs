@@ -528,7 +528,7 @@ fn rights(f: &Facts, schema: &str) -> Finding {
 
 /// A role's name as a GRANT takes it: bare when it is a plain lower-case
 /// identifier, else double-quoted.
-pub(super) fn quote_role(role: &str) -> String {
+pub(crate) fn quote_role(role: &str) -> String {
     let plain = role
         .chars()
         .next()

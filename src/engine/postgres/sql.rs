@@ -179,10 +179,11 @@ pub fn setup_sql(schema: &str, profile: &Profile) -> String {
     match profile {
         Profile::Eventuous => GRANTS.replace("__schema__", schema),
         Profile::Table(t) => format!(
-            "-- What the gap_healer role needs to heal {schema}.{table} ({kind} profile),\n\
-             -- run by the schema's owner. Replace gap_healer with the login's role.\n\
-             GRANT USAGE ON SCHEMA {schema} TO gap_healer;\n\
-             GRANT SELECT, INSERT ON {schema}.{table} TO gap_healer;\n",
+            "-- What the healer's role needs to heal {schema}.{table} ({kind} profile),\n\
+             -- run by the schema's owner.\n\
+             GRANT USAGE ON SCHEMA {schema} TO {role};\n\
+             GRANT SELECT, INSERT ON {schema}.{table} TO {role};\n",
+            role = crate::engine::HEALER_ROLE,
             table = t.table,
             kind = t.kind,
         ),
@@ -227,6 +228,6 @@ mod tests {
             assert!(!sql.contains("__schema__"), "{sql}");
         }
         assert!(setup_sql("store_1", &Profile::Eventuous)
-            .contains("GRANT SELECT, INSERT ON store_1.messages TO gap_healer;"));
+            .contains("GRANT SELECT, INSERT ON store_1.messages TO __healer_role__;"));
     }
 }

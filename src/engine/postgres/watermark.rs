@@ -85,7 +85,6 @@ impl PostgresEngine {
     /// The watermark finding of `check`; `None` without a watermark table.
     pub(super) async fn watermark_finding(&self) -> Option<Finding> {
         let table = self.watermark_table.as_deref()?;
-        let fix = "create it with the statements `gap-healer sql` prints";
         let conn = match self.pool.checkout().await {
             Ok(conn) => conn,
             Err(e) => return Some(Finding::fail(Check::Watermark, e.message)),
@@ -97,6 +96,9 @@ impl PostgresEngine {
                 return Some(Finding::fail(Check::Watermark, e.message));
             }
         };
+        let login = get::<String>(&row, "login").ok();
+        let fix =
+            crate::engine::check::watermark_fix("postgres", &self.schema, table, login.as_deref());
         let facts = (
             get::<bool>(&row, "table_exists"),
             get::<Vec<String>>(&row, "columns"),
@@ -109,7 +111,7 @@ impl PostgresEngine {
                 "unexpected answer from the watermark table check",
             ));
         };
-        Some(verdict(table, exists, &columns, unique, writable, fix))
+        Some(verdict(table, exists, &columns, unique, writable, &fix))
     }
 }
 
@@ -156,14 +158,21 @@ mod tests {
         );
         assert!(!verdict("g.w", true, &cols(), false, true, "fix").ok);
         let ro = verdict("g.w", true, &cols(), true, false, "fix");
-        assert!(!ro.ok && ro.detail.contains("GRANT"), "{ro:?}");
+        assert!(
+            !ro.ok
+                && ro
+                    .detail
+                    .contains("may not SELECT, INSERT and UPDATE g.w: fix"),
+            "{ro:?}"
+        );
     }
 
     #[test]
     fn the_sql_names_the_table_and_its_schema() {
         let sql = watermark_sql("gap_healer.watermarks");
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS gap_healer.watermarks ("));
-        assert!(sql.contains("GRANT USAGE ON SCHEMA gap_healer TO gap_healer;"));
+        assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS gap_healer;"));
+        assert!(sql.contains("GRANT USAGE ON SCHEMA gap_healer TO __healer_role__;"));
         assert!(!sql.contains("__watermark"), "{sql}");
     }
 }

@@ -142,23 +142,18 @@ pub async fn create_schema(client: &Client, schema: &str) -> Result<(), tokio_po
         .await
 }
 
-/// Creates the watermark table `table` (schema.table) from what `gap-healer
-/// sql` prints for `store_args` (`--schema`, `--profile`; its GRANTs name a
-/// role the throwaway cluster lacks, and the run is superuser).
+/// Creates the watermark table `table` (schema.table, its schema too when
+/// missing) by running what `gap-healer sql` prints for `store_args`
+/// (`--schema`, `--profile`), as printed, with the grants to the test's
+/// own role (`postgres`, the superuser the tests connect as).
 pub async fn create_watermark_table(client: &Client, url: &str, store_args: &[&str], table: &str) {
     let mut args = vec!["sql", "--engine", "postgres"];
     args.extend(store_args);
-    args.extend(["--watermark-table", table]);
+    args.extend(["--watermark-table", table, "--role", "postgres"]);
     let out = bin::cli(&args, &[("GAP_HEALER_CONNECTION_STRING", url)]);
     assert_eq!(out.code, 0, "{}", out.all());
-    let ddl: String = out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let start = ddl.find("CREATE TABLE").expect("the watermark table's DDL");
-    client.batch_execute(&ddl[start..]).await.unwrap();
+    assert!(out.stdout.contains("CREATE TABLE"), "{}", out.stdout);
+    client.batch_execute(&out.stdout).await.unwrap();
 }
 
 /// Up to 500 rows from `next` on, in position order, as a subscriber reads
