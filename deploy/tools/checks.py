@@ -4,9 +4,13 @@
 Subcommands (each exits non-zero with a message on failure):
   gen-prometheusrule ALERTS            print the Kustomize PrometheusRule built from ALERTS
   sync                                 the copies of alerts.yml still match it
-  metrics-static FILE...               metric names used by dashboards/rules are ones
-                                       gap-healer exports, and every exported metric is used
-  scrape SCRAPE FILE...                every metric name used is present in a live scrape
+  scrape SCRAPE FILE...                against a scrape of the real binary (its # TYPE lines
+                                       are the list of what gap-healer exports): every metric
+                                       name FILE... use is exported (a _bucket/_sum/_count
+                                       only of a histogram), and every exported one is used
+  take-scrape BIN OUT PORT SCHEMA      run BIN (`gap-healer run`) on PostgreSQL (PG* variables;
+                                       a store with holes and a checkpoint in SCHEMA, which is
+                                       created and dropped) and write its /metrics to OUT
   dashboard JSON RULES_OUT             structural checks; writes the panel queries as
                                        recording rules to RULES_OUT for `promtool check rules`
   toml FILE...                         gap-healer configs (TOML files, or YAML holding
@@ -48,21 +52,9 @@ import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-# What the binary exports (issue 4's "facts"). Histograms are listed by base name.
-KNOWN_METRICS = {
-    "gap_healer_open_gaps": "gauge",
-    "gap_healer_open_gap_positions": "gauge",
-    "gap_healer_oldest_gap_age_seconds": "gauge",
-    "gap_healer_head_position": "gauge",
-    "gap_healer_contiguous_position": "gauge",
-    "gap_healer_leader": "gauge",
-    "gap_healer_checkpoint_lag_positions": "gauge",
-    "gap_healer_build_info": "gauge",
-    "gap_healer_tombstones_inserted_total": "counter",
-    "gap_healer_fill_attempts_total": "counter",
-    "gap_healer_db_errors_total": "counter",
-    "gap_healer_scan_duration_seconds": "histogram",
-}
+# What the binary exports is not listed here: it is read from a scrape of the
+# binary itself (cmd_scrape), so a metric added, renamed or dropped in src/
+# fails the dashboard/alerts check without anyone editing a list.
 
 # The keys of src/config.rs (KEYS). With a built binary, .ci/deploy-checks also
 # runs `gap-healer config` on every shipped config, which is authoritative.
@@ -75,7 +67,6 @@ CONFIG_KEYS = {
 }
 
 METRIC_RE = re.compile(r"gap_healer_[a-z_]+")
-HIST_SUFFIX_RE = re.compile(r"_(bucket|sum|count)$")
 
 
 def fail(msg):
@@ -162,33 +153,9 @@ def referenced_metrics(paths):
     return found
 
 
-def base_name(tok):
-    return HIST_SUFFIX_RE.sub("", tok)
-
-
-def cmd_metrics_static(paths):
-    found = referenced_metrics(paths)
-    if not found:
-        fail("no gap_healer_* metric referenced in %s" % ", ".join(paths))
-    bad = []
-    for tok, files in sorted(found.items()):
-        b = base_name(tok)
-        if b not in KNOWN_METRICS:
-            bad.append("%s (in %s): not a metric gap-healer exports" % (tok, ", ".join(sorted(files))))
-        elif b != tok and KNOWN_METRICS[b] != "histogram":
-            bad.append("%s (in %s): %s is a %s, it has no %s series" % (tok, ", ".join(sorted(files)), b,
-                                                                        KNOWN_METRICS[b], tok[len(b):]))
-    unused = sorted(set(KNOWN_METRICS) - {base_name(t) for t in found})
-    if unused:
-        bad.append("exported but shown nowhere (dashboard/alerts): " + ", ".join(unused))
-    if bad:
-        fail("metric names:\n  " + "\n  ".join(bad))
-    print("OK: %d metric names referenced, all exported by gap-healer, every exported metric used"
-          % len({base_name(t) for t in found}))
-
-
-def scrape_names(path):
-    samples, families = set(), set()
+def scrape_families(path):
+    """(sample names, {family: type}) of a Prometheus text scrape."""
+    samples, families = set(), {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.strip()
@@ -196,8 +163,8 @@ def scrape_names(path):
                 continue
             if line.startswith("#"):
                 parts = line.split()
-                if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                    families.add(parts[2])
+                if len(parts) >= 4 and parts[1] == "TYPE":
+                    families[parts[2]] = parts[3]
                 continue
             m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line)
             if m:
@@ -205,26 +172,128 @@ def scrape_names(path):
     return samples, families
 
 
+# The series a family of each type has, besides its own name.
+TYPE_SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
+
+
 def cmd_scrape(args):
+    """The scrape is the binary's word on what it exports: every family with a
+    # TYPE line (metrics-exporter-prometheus writes one for each family it
+    holds; a family shows up once its first series is recorded, which is why
+    the scrape comes from a process that filled holes and read a checkpoint)."""
     scrape, paths = args[0], args[1:]
-    samples, families = scrape_names(scrape)
-    if not samples:
-        fail("%s holds no samples: is it a Prometheus text scrape?" % scrape)
-    present = samples | families | {base_name(s) for s in samples}
+    samples, families = scrape_families(scrape)
+    exported = {f: k for f, k in families.items() if f.startswith("gap_healer_")}
+    if not samples or not exported:
+        fail("%s holds no gap_healer_* family with a # TYPE line: is it a scrape of gap-healer's /metrics?" % scrape)
     found = referenced_metrics(paths)
-    missing = []
+    bad, used = [], set()
     for tok, files in sorted(found.items()):
-        b = base_name(tok)
-        if b not in present:
-            missing.append("%s (used in %s)" % (b, ", ".join(sorted(files))))
-        elif tok != b and tok not in samples:
-            missing.append("%s series (used in %s; the scrape has %s but no %s)" % (tok, ", ".join(sorted(files)),
-                                                                                 b, tok))
-    if missing:
-        fail("metrics referenced by the dashboard/alerts but missing from the scrape %s:\n  %s\n"
-             "(a metric must be exported from start-up, e.g. counters at 0, for dashboards and alerts to work)"
-             % (scrape, "\n  ".join(sorted(set(missing)))))
-    print("OK: all %d referenced metrics are present in %s" % (len({base_name(t) for t in found}), scrape))
+        where = ", ".join(sorted(files))
+        if tok in exported:
+            # A histogram's own name is a family name (text may name it); its
+            # series are the suffixed ones, checked below where they are used.
+            used.add(tok)
+            if tok not in samples and exported[tok] not in TYPE_SUFFIXES:
+                bad.append("%s (used in %s): exported but no sample of it in the scrape" % (tok, where))
+            continue
+        base = next((tok[: -len(s)] for s in ("_bucket", "_sum", "_count") if tok.endswith(s)), None)
+        if base in exported:
+            used.add(base)
+            if not tok.endswith(TYPE_SUFFIXES.get(exported[base], ())):
+                bad.append("%s (used in %s): %s is a %s, it has no %s series"
+                           % (tok, where, base, exported[base], tok[len(base):]))
+            elif tok not in samples:
+                bad.append("%s (used in %s): no sample of it in the scrape" % (tok, where))
+            continue
+        bad.append("%s (used in %s): not a metric gap-healer exports (its scrape has no such family)" % (tok, where))
+    unused = sorted(set(exported) - used)
+    if unused:
+        bad.append("exported by gap-healer but shown nowhere (dashboard/alerts): " + ", ".join(unused))
+    if bad:
+        fail("metric names against the scrape %s:\n  %s" % (scrape, "\n  ".join(bad)))
+    print("OK: %d metric families in the scrape of gap-healer (%s), every one used, and every one of the %d names "
+          "used is exported" % (len(exported), ", ".join("%s %s" % (k, n) for n, k in sorted(
+              (sum(1 for v in exported.values() if v == k), k) for k in set(exported.values()))),
+                                  len(found)))
+
+
+def cmd_take_scrape(args):
+    """A scrape of the real binary: `gap-healer run` on a store with holes (filled
+    within a second), a checkpoint row and a second, empty, store set, so every
+    family the binary has appears (holes, fills, tombstones, checkpoint lag, the
+    scan histogram, stores by state). SCHEMA is created and dropped."""
+    import subprocess
+    import time
+    import urllib.request
+
+    binary, out, port, schema = args
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", schema):
+        fail("take-scrape: %r is not a plain schema name" % schema)
+    conn = "host=%s port=%s user=%s dbname=%s" % (os.environ.get("PGHOST", "127.0.0.1"),
+                                                   os.environ.get("PGPORT", "5432"),
+                                                   os.environ.get("PGUSER", "postgres"),
+                                                   os.environ.get("PGDATABASE", "test"))
+
+    def psql(sql):
+        env = dict(os.environ, PGOPTIONS="-c client_min_messages=warning")
+        subprocess.run(["psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", "-d", os.environ.get("PGDATABASE", "test")],
+                       input=sql, text=True, check=True, stdout=subprocess.DEVNULL, env=env)
+
+    with open(os.path.join(ROOT, "tests/fixtures/eventuous_postgres.sql"), encoding="utf-8") as fh:
+        fixture = fh.read().replace("__schema__", schema)
+    psql("DROP SCHEMA IF EXISTS %s CASCADE;" % schema)
+    psql(fixture)
+    proc = None
+    try:
+        # Positions 2-4 are a hole; the checkpoint stands at 1.
+        psql("""
+INSERT INTO {s}.streams (stream_name, version) VALUES ('demo', 1);
+INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+OVERRIDING SYSTEM VALUE VALUES
+  (gen_random_uuid(), 'Demo', 1, 0, 1, '{{}}', now()),
+  (gen_random_uuid(), 'Demo', 1, 1, 5, '{{}}', now());
+SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), 5);
+INSERT INTO {s}.checkpoints VALUES ('demo-projection', 1);
+""".format(s=schema))
+        cfg = os.path.join(os.path.dirname(os.path.abspath(out)), "take-scrape.toml")
+        with open(cfg, "w", encoding="utf-8") as fh:
+            fh.write('engine = "postgres"\nmetrics_addr = "127.0.0.1:%s"\ngap_timeout = "200ms"\n'
+                     'poll_interval = "100ms"\nstart_from = 0\n\n'
+                     '[[stores]]\nname = "scrape"\nschema = "%s"\nconnection_string = "%s"\n\n'
+                     '[[store_sets]]\nname = "none"\ndatabases = "%s_no_such_database_%%"\n'
+                     'connection_string = "%s"\n'
+                     % (port, schema, conn, schema, conn.rsplit("dbname=", 1)[0] + "dbname={database}"))
+        log = open(out + ".log", "w", encoding="utf-8")
+        proc = subprocess.Popen([binary, "run", "--config", cfg], stdout=log, stderr=subprocess.STDOUT,
+                                env={"PATH": os.environ.get("PATH", "")})
+        url = "http://127.0.0.1:%s" % port
+        text, deadline = "", time.time() + 20
+        while time.time() < deadline:
+            time.sleep(0.3)
+            if proc.poll() is not None:
+                fail("take-scrape: gap-healer exited %s; its log: %s" % (proc.returncode, open(out + ".log").read()))
+            try:
+                text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+            except OSError:
+                continue
+            # Holes filled and the histogram there: every family is out.
+            if re.search(r'^gap_healer_tombstones_inserted_total\{store="scrape"\} 3$', text, re.M) and \
+                    "gap_healer_scan_duration_seconds_count" in text:
+                break
+        else:
+            fail("take-scrape: no scrape of %s with the 3 holes filled within 20 s; last scrape:\n%s" % (url, text))
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=15)
+        psql("DROP SCHEMA IF EXISTS %s CASCADE;" % schema)
+    if proc.returncode != 0:
+        fail("take-scrape: gap-healer exited %s on SIGTERM" % proc.returncode)
+    print("OK: scraped gap-healer %s (%d gap_healer_* samples) into %s"
+          % (binary, sum(1 for line in text.splitlines() if line.startswith("gap_healer_")), out))
 
 
 # ---------------------------------------------------------------- dashboard
@@ -821,8 +890,8 @@ COMMANDS = {
     "checkov-report": cmd_checkov_report,
     "gen-prometheusrule": cmd_gen_prometheusrule,
     "sync": cmd_sync,
-    "metrics-static": cmd_metrics_static,
     "scrape": cmd_scrape,
+    "take-scrape": cmd_take_scrape,
     "dashboard": cmd_dashboard,
     "toml": cmd_toml,
     "k8s": cmd_k8s,
