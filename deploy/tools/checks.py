@@ -13,13 +13,18 @@ Subcommands (each exits non-zero with a message on failure):
                                        created and dropped) and write its /metrics to OUT
   dashboard JSON RULES_OUT             structural checks; writes the panel queries as
                                        recording rules to RULES_OUT for `promtool check rules`
-  toml FILE...                         gap-healer configs (TOML files, or YAML holding
+  toml [--extract DIR] FILE...         gap-healer configs (TOML files, or YAML holding
                                        ConfigMaps with gap-healer.toml) parse and use known keys
+                                       ([[stores]]/[[store_sets]] too); --extract writes each to
+                                       DIR for `gap-healer config`, with stand-ins for the
+                                       connection_string_file(s) it names
   k8s STREAM OUTDIR                    split rendered manifests: built-in kinds to
                                        OUTDIR/core.yaml (for kubernetes-validate), PrometheusRule
                                        specs to OUTDIR/*.rules.yml (for promtool); checks
                                        ServiceMonitor/PodMonitor selectors and the gap-healer
-                                       container wiring
+                                       container wiring (daemons, and Jobs/CronJobs running
+                                       heal --once; the connection string from a secretKeyRef or
+                                       as files on mounted Secrets)
   compose FILE SCHEMA                  a compose file against the compose-spec JSON schema,
                                        plus its bind mounts and build context exist
   docker-context                       files the build needs (Cargo.toml, Cargo.lock, src/, every
@@ -381,7 +386,26 @@ def check_toml_text(text, where, require_engine=True):
     unknown = sorted(set(cfg) - CONFIG_KEYS)
     if unknown:
         fail("%s: unknown gap-healer config keys: %s" % (where, ", ".join(unknown)))
-    if require_engine and cfg.get("engine") not in ("mssql", "postgres"):
+    # [[stores]] / [[store_sets]]: arrays of tables (an inline or JSON-looking
+    # list is what the chart once wrote), each with a name and store keys.
+    entries = []
+    for lst, own in (("stores", {"name"}), ("store_sets", {"name", "databases"})):
+        if lst not in cfg:
+            continue
+        if not isinstance(cfg[lst], list) or not all(isinstance(e, dict) for e in cfg[lst]):
+            fail("%s: %s must be an array of tables ([[%s]])" % (where, lst, lst))
+        for i, e in enumerate(cfg[lst]):
+            at = "%s: [[%s]] %s" % (where, lst, e.get("name", "#%d" % (i + 1)))
+            missing = sorted(own - set(e))
+            bad = sorted(set(e) - own - (CONFIG_KEYS - {"stores", "store_sets"}))
+            if missing or bad:
+                fail("%s: %s" % (at, "; ".join((["missing " + ", ".join(missing)] if missing else [])
+                                                + (["unknown keys " + ", ".join(bad)] if bad else []))))
+            if "connection_string" in e:
+                fail("%s: connection_string must not be in a config file that is shipped (use a file)" % at)
+            entries.append(e)
+    if require_engine and cfg.get("engine") not in ("mssql", "postgres") and not (
+            entries and all(e.get("engine") in ("mssql", "postgres") for e in entries)):
         fail("%s: engine must be mssql or postgres" % where)
     if "connection_string" in cfg:
         fail("%s: connection_string must not be in a config file that is shipped (use the Secret/env)" % where)
@@ -401,9 +425,37 @@ def check_toml_text(text, where, require_engine=True):
     return cfg
 
 
+# Stand-ins for the files a config names, so `gap-healer config` (which reads
+# them) runs on it here; a store set's names each database as {database}.
+PLACEHOLDER_CS = {
+    "postgres": "host=db.invalid user=gap_healer password=placeholder dbname=%s",
+    "mssql": "Server=tcp:db.invalid,1433;Database=%s;User Id=gap_healer;Password=placeholder",
+}
+
+
+def stage_connection_files(cfg, text, where_dir):
+    """Writes a stand-in for every connection_string_file of cfg under
+    where_dir (the path kept below it) and returns text pointing at them."""
+    top_engine = cfg.get("engine", "postgres")
+    for lst in (None, "stores", "store_sets"):
+        for e in ([cfg] if lst is None else cfg.get(lst) or []):
+            path = e.get("connection_string_file")
+            if not path:
+                continue
+            local = os.path.join(where_dir, path.lstrip("/"))
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            db = "{database}" if lst == "store_sets" else "eventstore"
+            with open(local, "w", encoding="utf-8") as fh:
+                fh.write(PLACEHOLDER_CS[e.get("engine", top_engine)] % db + "\n")
+            text = text.replace(json.dumps(path), json.dumps(local))
+    return text
+
+
 def cmd_toml(args):
     """toml [--extract DIR] FILE...: with --extract, also writes every config
-    found to DIR/<n>-<engine>.toml (for `gap-healer config`)."""
+    found to DIR/<n>-<engine>.toml (for `gap-healer config`), or, when it
+    names connection_string_file(s), to DIR/<n>-<engine>-files.toml pointing
+    at stand-in files under DIR/files-<n>/ (`gap-healer config` reads them)."""
     extract = None
     if args and args[0] == "--extract":
         extract, args = args[1], args[2:]
@@ -421,11 +473,15 @@ def cmd_toml(args):
             cfg = check_toml_text(text, where)
             n += 1
             if extract:
-                name = "%02d-%s.toml" % (n, cfg["engine"])
+                engine = cfg.get("engine") or (cfg.get("stores") or cfg.get("store_sets"))[0]["engine"]
+                name = "%02d-%s.toml" % (n, engine)
+                if connection_files(cfg):
+                    name = "%02d-%s-files.toml" % (n, engine)
+                    text = stage_connection_files(cfg, text, os.path.join(os.path.abspath(extract), "files-%02d" % n))
                 with open(os.path.join(extract, name), "w", encoding="utf-8") as fh:
                     fh.write("# from %s\n%s" % (where, text))
     if n == 0:
-        fail("no gap-healer config found in %s" % ", ".join(paths))
+        fail("no gap-healer config found in %s" % ", ".join(args))
     print("OK: %d gap-healer config(s) parse and use only known keys" % n)
 
 
@@ -435,10 +491,48 @@ BUILTIN_GROUPS = ("v1", "apps/v1", "policy/v1", "networking.k8s.io/v1", "batch/v
                   "autoscaling/v2")
 
 
+# Workloads whose pods run to completion (gap-healer heal --once), not the daemon.
+ONE_SHOT_KINDS = ("Job", "CronJob")
+
+
 def pod_templates(docs):
     for d in docs:
-        if d.get("kind") in ("Deployment", "StatefulSet", "DaemonSet"):
+        if d.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
             yield d, d["spec"]["template"]
+        elif d.get("kind") == "CronJob":
+            yield d, d["spec"]["jobTemplate"]["spec"]["template"]
+
+
+def connection_files(cfg):
+    """[(where, path)] of every connection_string_file a config names."""
+    files = []
+    if cfg.get("connection_string_file"):
+        files.append(("connection_string_file", cfg["connection_string_file"]))
+    for lst in ("stores", "store_sets"):
+        for e in cfg.get(lst) or []:
+            if isinstance(e, dict) and e.get("connection_string_file"):
+                files.append(("[[%s]] %s" % (lst, e.get("name")), e["connection_string_file"]))
+    return files
+
+
+def is_fleet(cfg):
+    return bool(cfg.get("stores") or cfg.get("store_sets"))
+
+
+def secret_volume_names(vol):
+    """The Secrets a volume shows as files (a secret volume, or a projected one)."""
+    if "secret" in vol:
+        return {vol["secret"].get("secretName")}
+    return {s["secret"].get("name") for s in vol.get("projected", {}).get("sources", []) if "secret" in s}
+
+
+def mount_of(path, mounts):
+    """The volume mount a file path is on (a subPath mount is the file itself)."""
+    for m in sorted(mounts, key=lambda m: -len(m["mountPath"])):
+        mp = m["mountPath"].rstrip("/")
+        if (m.get("subPath") and path == mp) or (not m.get("subPath") and path.startswith(mp + "/")):
+            return m
+    return None
 
 
 def labels_match(selector, labels):
@@ -467,51 +561,43 @@ def check_gap_healer_pod(owner, tmpl, docs, errs):
     if (sc.get("seccompProfile") or spec.get("securityContext", {}).get("seccompProfile", {})).get("type") \
             != "RuntimeDefault":
         errs.append("%s: seccompProfile RuntimeDefault missing" % name)
+    one_shot = owner["kind"] in ONE_SHOT_KINDS
     cports = c.get("ports", [])
-    if len(cports) != 1 or not cports[0].get("name"):
+    if one_shot:
+        # heal --once serves no metrics and ends: no port, no probes.
+        if spec.get("restartPolicy") not in ("Never", "OnFailure"):
+            errs.append("%s: restartPolicy must be Never or OnFailure" % name)
+        mport = {}
+    elif len(cports) != 1 or not cports[0].get("name"):
         errs.append("%s: container gap-healer must declare exactly one named port (metrics)" % name)
-        cports = [{}]
-    mport = cports[0]
+        mport = {}
+    else:
+        mport = cports[0]
     # A sidecar (gap-healer beside other containers) must not have a readiness
     # probe: the pod is ready only when every container is, so /readyz would
     # take the application out of its Services over the healer's problem.
     sidecar = len(spec.get("containers", [])) > 1
-    probes = [("livenessProbe", "/healthz")] + ([] if sidecar else [("readinessProbe", "/readyz")])
+    probes = [] if one_shot else [("livenessProbe", "/healthz")] + ([] if sidecar else [("readinessProbe", "/readyz")])
     if sidecar and "readinessProbe" in c:
         errs.append("%s: the gap-healer sidecar must not have a readinessProbe (it would gate the application's readiness)" % name)
     for probe, path in probes:
         hg = c.get(probe, {}).get("httpGet", {})
         if hg.get("path") != path or hg.get("port") not in (mport.get("name"), mport.get("containerPort")):
             errs.append("%s: %s must GET %s on the metrics port" % (name, probe, path))
-    env = {e["name"]: e for e in c.get("env", [])}
-    cs = env.get("GAP_HEALER_CONNECTION_STRING", {})
-    if "secretKeyRef" not in cs.get("valueFrom", {}):
-        errs.append("%s: GAP_HEALER_CONNECTION_STRING must come from a secretKeyRef" % name)
-    if "value" in cs:
-        errs.append("%s: GAP_HEALER_CONNECTION_STRING must not be a literal value" % name)
-    # The healer logs in as a login of its own with only the grants of
-    # `gap-healer sql` (SECURITY.md), never with the application's: a
-    # sidecar must not read a Secret another container of the pod reads.
-    ref = cs.get("valueFrom", {}).get("secretKeyRef", {})
-    others = {(e.get("valueFrom", {}).get("secretKeyRef") or {}).get("name")
-              for o in spec.get("containers", []) + spec.get("initContainers", []) if o is not c
-              for e in o.get("env", [])} - {None}
-    others |= {(f.get("secretRef") or {}).get("name")
-               for o in spec.get("containers", []) + spec.get("initContainers", []) if o is not c
-               for f in o.get("envFrom", [])} - {None}
-    if ref.get("name") in others:
-        errs.append("%s: the gap-healer container reads Secret %s, which another container of the pod reads too: "
-                    "give the healer a login and a Secret of its own (SECURITY.md)" % (name, ref.get("name")))
     args = c.get("args", [])
-    if not args or args[0] != "run":
+    if one_shot and args[:2] != ["heal", "--once"]:
+        errs.append("%s: container gap-healer of a %s must run `heal --once`" % (name, owner["kind"]))
+    elif not one_shot and (not args or args[0] != "run"):
         errs.append("%s: container gap-healer must run the `run` subcommand" % name)
+    vols = {v["name"]: v for v in spec.get("volumes", [])}
+    cfg = None
     if "--config" in args:
         cfg_path = args[args.index("--config") + 1]
         mounts = [m for m in c.get("volumeMounts", []) if cfg_path.startswith(m["mountPath"].rstrip("/") + "/")]
         if not mounts:
             errs.append("%s: --config %s is on no volume mount" % (name, cfg_path))
         else:
-            vol = {v["name"]: v for v in spec.get("volumes", [])}.get(mounts[0]["name"], {})
+            vol = vols.get(mounts[0]["name"], {})
             cm_name = vol.get("configMap", {}).get("name")
             key = os.path.basename(cfg_path)
             cms = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == cm_name]
@@ -524,9 +610,63 @@ def check_gap_healer_pod(owner, tmpl, docs, errs):
             else:
                 cfg = check_toml_text(cms[0]["data"][key], "ConfigMap %s" % cm_name)
                 addr = cfg.get("metrics_addr", "0.0.0.0:9477")
-                if int(addr.rsplit(":", 1)[1]) != mport.get("containerPort"):
+                if not one_shot and int(addr.rsplit(":", 1)[1]) != mport.get("containerPort"):
                     errs.append("%s: metrics_addr %s does not match containerPort %s" % (name, addr,
                                                                                       mport.get("containerPort")))
+    # The connection string: GAP_HEALER_CONNECTION_STRING from a secretKeyRef,
+    # or files on mounted Secrets (connection_string_file in the config, or
+    # GAP_HEALER_CONNECTION_STRING_FILE). A config with [[stores]] or
+    # [[store_sets]] must use files: gap-healer refuses the variables there
+    # (each store names its own database); with a file in the config the
+    # variable would outrank it.
+    env = {e["name"]: e for e in c.get("env", [])}
+    cs = env.get("GAP_HEALER_CONNECTION_STRING", {})
+    files = connection_files(cfg or {})
+    env_file = env.get("GAP_HEALER_CONNECTION_STRING_FILE")
+    own_secrets = set()
+    if "value" in cs:
+        errs.append("%s: GAP_HEALER_CONNECTION_STRING must not be a literal value" % name)
+    if files or is_fleet(cfg or {}) or env_file:
+        if cs:
+            errs.append("%s: GAP_HEALER_CONNECTION_STRING is set, but the config names connection_string_file or "
+                        "lists [[stores]]/[[store_sets]] (gap-healer refuses the variable in a fleet; beside a "
+                        "file it would win)" % name)
+        if env_file:
+            if is_fleet(cfg or {}):
+                errs.append("%s: GAP_HEALER_CONNECTION_STRING_FILE is set, but the config lists [[stores]]/"
+                            "[[store_sets]]: gap-healer refuses it there" % name)
+            files.append(("GAP_HEALER_CONNECTION_STRING_FILE", env_file.get("value", "")))
+        for lst in ("stores", "store_sets"):
+            for e in (cfg or {}).get(lst) or []:
+                if not e.get("connection_string_file") and not (cfg or {}).get("connection_string_file"):
+                    errs.append("%s: [[%s]] %s has no connection_string_file (nor has the config one for every "
+                                "store)" % (name, lst, e.get("name")))
+        for where, path in files:
+            m = mount_of(path, c.get("volumeMounts", []))
+            secrets = secret_volume_names(vols.get(m["name"], {})) if m else set()
+            if not m:
+                errs.append("%s: %s %s is on no volume mount of the gap-healer container" % (name, where, path))
+            elif not secrets:
+                errs.append("%s: %s %s is on volume %s, which is not a Secret" % (name, where, path, m["name"]))
+            own_secrets |= secrets
+    else:
+        if "secretKeyRef" not in cs.get("valueFrom", {}):
+            errs.append("%s: GAP_HEALER_CONNECTION_STRING must come from a secretKeyRef" % name)
+        own_secrets.add(cs.get("valueFrom", {}).get("secretKeyRef", {}).get("name"))
+    # The healer logs in as a login of its own with only the grants of
+    # `gap-healer sql` (SECURITY.md), never with the application's: a
+    # sidecar must not read a Secret another container of the pod reads.
+    own_secrets.discard(None)
+    containers = spec.get("containers", []) + spec.get("initContainers", [])
+    others = {(e.get("valueFrom", {}).get("secretKeyRef") or {}).get("name")
+              for o in containers if o is not c for e in o.get("env", [])}
+    others |= {(f.get("secretRef") or {}).get("name")
+               for o in containers if o is not c for f in o.get("envFrom", [])}
+    others |= {s for o in containers if o is not c for m in o.get("volumeMounts", [])
+               for s in secret_volume_names(vols.get(m["name"], {}))}
+    for shared in sorted(own_secrets & (others - {None})):
+        errs.append("%s: the gap-healer container reads Secret %s, which another container of the pod reads too: "
+                    "give the healer a login and a Secret of its own (SECURITY.md)" % (name, shared))
     return True
 
 
@@ -537,11 +677,8 @@ def cmd_k8s(args):
     core, errs, notes = [], [], []
     rule_files = 0
     services = [d for d in docs if d.get("kind") == "Service"]
-    healer_pods = 0
-    for owner, tmpl in pod_templates(docs):
-        if check_gap_healer_pod(owner, tmpl, docs, errs):
-            healer_pods += 1
-    if healer_pods == 0:
+    healer_pods = [(o, t) for o, t in pod_templates(docs) if check_gap_healer_pod(o, t, docs, errs)]
+    if not healer_pods:
         errs.append("no workload with a gap-healer container in %s" % stream)
     for d in docs:
         kind, api = d.get("kind"), d.get("apiVersion")
@@ -583,23 +720,45 @@ def cmd_k8s(args):
                          % (name, ", ".join(o["kind"] + "/" + o["metadata"]["name"] for o, _ in match)))
         else:
             errs.append("%s: apiVersion %s is neither built-in nor a CRD this check knows" % (name, api))
+    def selected(sel, one_shot):
+        return [o for o, t in pod_templates(docs)
+                if (o["kind"] in ONE_SHOT_KINDS) == one_shot and labels_match(sel, t["metadata"].get("labels", {}))]
+
     for s in services:
         sel = s["spec"].get("selector", {})
-        if not any(labels_match(sel, t["metadata"].get("labels", {})) for _, t in pod_templates(docs)):
+        if not selected(sel, False):
             errs.append("Service/%s: selector %s matches no pod template" % (s["metadata"]["name"], sel))
+    netpols = []
     for d in docs:
         if d.get("kind") in ("PodDisruptionBudget", "NetworkPolicy"):
             sel = (d["spec"].get("selector") or d["spec"].get("podSelector") or {}).get("matchLabels", {})
-            if not any(labels_match(sel, t["metadata"].get("labels", {})) for _, t in pod_templates(docs)):
+            if not selected(sel, False) and not selected(sel, True):
                 errs.append("%s/%s: selector %s matches no pod template" % (d["kind"], d["metadata"]["name"], sel))
+            if d["kind"] == "NetworkPolicy":
+                netpols.append(sel)
+    # A pod that runs to completion is no endpoint and no available replica
+    # (a drain could take every daemon pod while it counts); it is, though,
+    # under the same egress rules as the daemon.
+    for d in services + [d for d in docs if d.get("kind") == "PodDisruptionBudget"]:
+        sel = d["spec"].get("selector", {})
+        sel = sel.get("matchLabels", sel) if d["kind"] == "PodDisruptionBudget" else sel
+        for o in selected(sel, True):
+            errs.append("%s/%s: selector %s matches the pods of %s/%s too (they run to completion)"
+                        % (d["kind"], d["metadata"]["name"], sel, o["kind"], o["metadata"]["name"]))
+    if netpols:
+        for o, t in healer_pods:
+            if not any(labels_match(sel, t["metadata"].get("labels", {})) for sel in netpols):
+                errs.append("%s/%s: no NetworkPolicy of these manifests selects its pods (their egress is open)"
+                            % (o["kind"], o["metadata"]["name"]))
     if errs:
         fail("%s:\n  %s" % (stream, "\n  ".join(errs)))
     with open(os.path.join(outdir, "core.yaml"), "w", encoding="utf-8") as fh:
         yaml.safe_dump_all(core, fh, sort_keys=False)
     for n in notes:
         print("  " + n)
-    print("OK: %s: %d built-in objects to validate, %d PrometheusRule(s), gap-healer wiring checked"
-          % (stream, len(core), rule_files))
+    print("OK: %s: %d built-in objects to validate, %d PrometheusRule(s), gap-healer wiring checked (%s)"
+          % (stream, len(core), rule_files, ", ".join("%s/%s" % (o["kind"], o["metadata"]["name"])
+                                                     for o, _ in healer_pods)))
 
 
 # ---------------------------------------------------------------- compose
