@@ -217,7 +217,7 @@ impl World for PgWorld {
             > 0
     }
 
-    async fn tombstones_and_holes(&self) -> ((i64, i64, i64), i64) {
+    async fn tombstones_and_holes(&self, after: i64) -> ((i64, i64, i64), i64) {
         let s = &self.store.schema;
         let c = &self.store.client;
         let t = c
@@ -235,10 +235,10 @@ impl World for PgWorld {
         let holes: i64 = c
             .query_one(
                 &format!(
-                    "SELECT count(*) FROM generate_series(1, (SELECT MAX(global_position) FROM {s}.messages)) g (p)
+                    "SELECT count(*) FROM generate_series($1 + 1, (SELECT MAX(global_position) FROM {s}.messages)) g (p)
                      WHERE NOT EXISTS (SELECT 1 FROM {s}.messages m WHERE m.global_position = g.p)"
                 ),
-                &[],
+                &[&after],
             )
             .await
             .unwrap()
