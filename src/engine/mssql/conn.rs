@@ -274,14 +274,36 @@ const INTEGRATED_KEYS: [&str; 3] = [
 ];
 const DATABASE_KEYS: [&str; 3] = ["database", "initial catalog", "databasename"];
 const APPLICATION_KEYS: [&str; 2] = ["application name", "applicationname"];
-/// Keys handed to tiberius's own parser (server and TLS settings).
-const TIBERIUS_KEYS: [&str; 6] = [
-    "server",
-    "data source",
-    "trustservercertificate",
-    "trustservercertificateca",
-    "encrypt",
-    "applicationintent",
+/// Keys handed to tiberius's own parser (server and TLS settings), each
+/// with its name and what it takes, for the message when tiberius refuses
+/// its value (its own errors name no key: "Not a valid boolean").
+const TIBERIUS_KEYS: [(&str, &str, &str); 6] = [
+    (
+        "server",
+        "Server",
+        "tcp:host,port or host,port (host alone: port 1433; named instances need their port)",
+    ),
+    (
+        "data source",
+        "Data Source",
+        "tcp:host,port or host,port (host alone: port 1433; named instances need their port)",
+    ),
+    (
+        "trustservercertificate",
+        "TrustServerCertificate",
+        "true or false",
+    ),
+    (
+        "trustservercertificateca",
+        "TrustServerCertificateCA",
+        "a certificate file (.pem, .crt or .der)",
+    ),
+    (
+        "encrypt",
+        "Encrypt",
+        "true, false, yes, no, mandatory or optional",
+    ),
+    ("applicationintent", "ApplicationIntent", "ReadWrite"),
 ];
 /// SqlClient's spellings with spaces, as tiberius spells them.
 const KEY_ALIASES: [(&str, &str); 3] = [
@@ -376,7 +398,8 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
     }
 
     let mut handed = String::new();
-    for key in TIBERIUS_KEYS {
+    let mut refused = None;
+    for (key, name, takes) in TIBERIUS_KEYS {
         // Like Microsoft.Data.SqlClient 4 and later: encrypted unless the
         // string says otherwise (tiberius alone would default to login-only).
         let value = match last(&pairs, &[key]) {
@@ -400,12 +423,26 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
             };
         let quoted = quote_for_tiberius(&value).ok_or_else(|| {
             AdoError(format!(
-                "the value of `{key}` has characters the SQL Server driver cannot take"
+                "the value of `{name}` has characters the SQL Server driver cannot take"
             ))
         })?;
-        handed.push_str(&format!("{key}={quoted};"));
+        let pair = format!("{key}={quoted};");
+        if refused.is_none() && Config::from_ado_string(&pair).is_err() {
+            refused = Some(format!(
+                "the value of `{name}` is not valid: expected {takes}"
+            ));
+        }
+        handed.push_str(&pair);
     }
-    let mut config = Config::from_ado_string(&handed).map_err(|e| AdoError(format!("{e}")))?;
+    // tiberius's errors name no key, and its parser's may name a character
+    // of the string: say which key it refused instead.
+    let mut config = Config::from_ado_string(&handed).map_err(|_| {
+        AdoError(refused.unwrap_or_else(|| {
+            "the SQL Server driver refused the server and TLS settings together (Server, \
+             Encrypt, TrustServerCertificate, TrustServerCertificateCA, ApplicationIntent)"
+                .into()
+        }))
+    })?;
     if let Some(db) = last(&pairs, &DATABASE_KEYS).filter(|d| !d.is_empty()) {
         config.database(db);
     }
@@ -559,6 +596,34 @@ mod tests {
             let err = config_from_ado(raw).expect_err(raw);
             assert!(!err.0.contains("s3cr3t"), "{raw} -> {}", err.0);
             assert!(!err.0.contains("Valü"), "{raw} -> {}", err.0);
+        }
+    }
+
+    /// Issue 20: tiberius's refusals named no key ("Conversion error:
+    /// Connection string: Not a valid boolean").
+    #[test]
+    fn a_value_the_driver_refuses_names_its_key() {
+        for (raw, said) in [
+            (
+                "Server=tcp:db,Zq7Secret;User Id=app;Password=Zq7Secret",
+                "the value of `Server` is not valid: expected tcp:host,port or host,port",
+            ),
+            (
+                "Data Source=tcp:db,Zq7Secret;User Id=app;Password=Zq7Secret",
+                "the value of `Data Source` is not valid",
+            ),
+            (
+                "Server=db;User Id=app;Password=Zq7Secret;Encrypt=Zq7Secret",
+                "the value of `Encrypt` is not valid: expected true, false, yes, no, mandatory or optional",
+            ),
+            (
+                "Server=db;User Id=app;Password=Zq7Secret;TrustServerCertificate=Zq7Secret",
+                "the value of `TrustServerCertificate` is not valid: expected true or false",
+            ),
+        ] {
+            let e = config_from_ado(raw).expect_err(raw).0;
+            assert_eq!(e, said.to_string() + &e[said.len()..], "{raw}");
+            assert!(!e.contains("Zq7Secret"), "{raw}: {e}");
         }
     }
 

@@ -49,7 +49,7 @@ impl Target {
             mut config,
             tls,
             mode,
-        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&e)))?;
+        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&tls::refusal(&e))))?;
         if config.get_application_name().is_none() {
             config.application_name("gap-healer");
         }

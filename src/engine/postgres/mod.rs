@@ -370,5 +370,11 @@ mod tests {
             .expect("port=x must be refused");
         assert_eq!(err.kind, DbErrorKind::Permanent);
         assert!(!err.message.contains("topsecret"), "{}", err.message);
+        assert!(
+            err.message
+                .starts_with("not a PostgreSQL connection string: the value of \"port\""),
+            "{}",
+            err.message
+        );
     }
 }
