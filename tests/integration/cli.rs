@@ -1198,3 +1198,107 @@ async fn npgsql_pool_keepalive_and_target_session_attributes_are_accepted() {
     assert!(!out.all().contains("Zq7Npgsql"), "{}", out.all());
     store.drop_schema().await;
 }
+
+/// A TCP listener on a free port of 127.0.0.1 that answers each
+/// connection with `answer` (an HTTP error, say) and closes it; with
+/// `None` it accepts and never says a word. It lives as long as the test.
+fn listener(answer: Option<&'static [u8]>) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            match answer {
+                Some(answer) => {
+                    stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
+                    let mut buf = [0u8; 1024];
+                    let _ = stream.read(&mut buf);
+                    let _ = stream.write_all(answer);
+                }
+                None => held.push(stream),
+            }
+        }
+    });
+    port
+}
+
+/// A port of 127.0.0.1 nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Issue 20: connect errors named no host or port ("PostgreSQL connection
+/// failed: connect: error connecting to server: Connection refused"), a
+/// server that is not PostgreSQL read "bytes remaining on stream", and SQL
+/// Server's said "SQL Server connection failed: SQL Server connection
+/// failed:". Each now names host:port once, never the password, and says
+/// when what answers there does not speak the engine's protocol.
+#[test]
+fn connect_errors_name_the_server_and_say_when_it_is_not_the_database() {
+    const HTTP: &[u8] =
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let closed = closed_port();
+    let http = listener(Some(HTTP));
+    let silent = listener(None);
+    let pg = |port: u16| {
+        format!("host=127.0.0.1 port={port} user=postgres password=Zq7Hidden dbname=test")
+    };
+    let mssql = |port: u16| {
+        format!(
+            "Server=tcp:127.0.0.1,{port};User Id=sa;Password=Zq7Hidden;TrustServerCertificate=true"
+        )
+    };
+    let cases = [
+        (
+            "postgres",
+            pg(closed),
+            format!("cannot connect to PostgreSQL at 127.0.0.1:{closed}: "),
+        ),
+        (
+            "postgres",
+            pg(http),
+            format!("the server at 127.0.0.1:{http} does not speak the PostgreSQL protocol"),
+        ),
+        (
+            "postgres",
+            pg(silent),
+            format!("no connection to PostgreSQL at 127.0.0.1:{silent} within 2s"),
+        ),
+        (
+            "mssql",
+            mssql(closed),
+            format!("cannot connect to SQL Server at 127.0.0.1:{closed}: "),
+        ),
+        (
+            "mssql",
+            mssql(http),
+            format!("the server at 127.0.0.1:{http} does not speak TDS, SQL Server's protocol"),
+        ),
+        (
+            "mssql",
+            mssql(silent),
+            format!("no connection to SQL Server at 127.0.0.1:{silent} within 2s"),
+        ),
+    ];
+    for (engine, cs, said) in &cases {
+        for sub in ["check", "scan"] {
+            let out = cli(
+                &[sub, "--engine", engine, "--connect-timeout", "2s"],
+                &[("GAP_HEALER_CONNECTION_STRING", cs)],
+            );
+            assert_eq!(out.code, 3, "{sub} {cs}: {}", out.all());
+            let all = out.all();
+            let line = match sub {
+                // check's finding, on the connection line.
+                "check" => format!("FAIL connection                 {said}"),
+                _ => format!("gap-healer: {said}"),
+            };
+            assert!(all.contains(&line), "{sub} {cs}: wanted {line:?} in\n{all}");
+            assert!(!all.contains("connection failed"), "{sub} {cs}: {all}");
+            assert!(!all.contains("Zq7Hidden"), "{sub} {cs}: {all}");
+        }
+    }
+}

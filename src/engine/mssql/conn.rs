@@ -30,10 +30,10 @@ use tiberius::{AuthMethod, Config, EncryptionLevel};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::errors::driver_error;
+use super::errors::{driver_error, login_error};
 use crate::engine::keywords::{last, split_ado, AdoError};
 use crate::engine::DbError;
-use crate::secret::ConnectionString;
+use crate::secret::{shown_host, ConnectionString};
 
 /// A tiberius client on a tokio TCP stream.
 pub(crate) type Client = tiberius::Client<Compat<TcpStream>>;
@@ -114,16 +114,18 @@ impl bb8::ManageConnection for Manager {
 /// caller, is what notices a dead server quickly; keepalive only keeps a
 /// quiet connection from being dropped silently by a middlebox.
 pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Result<Client, DbError> {
+    let addr = config.get_addr();
     if !wants_login_encryption_only(config) {
         return login(config.clone(), secret)
             .await
-            .map_err(|e| e.into_db(secret));
+            .map_err(|e| e.into_db(&addr, secret));
     }
-    let addr = config.get_addr();
     let mut plain = config.clone();
     plain.encryption(EncryptionLevel::NotSupported);
     if offers_no_tls(&addr) {
-        return login(plain, secret).await.map_err(|e| e.into_db(secret));
+        return login(plain, secret)
+            .await
+            .map_err(|e| e.into_db(&addr, secret));
     }
     // A server without TLS answers the TLS handshake with EOF, or (seen on
     // Babelfish) not at all: a login that hangs past LOGIN_WAIT is taken
@@ -135,9 +137,11 @@ pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Resul
                 server = %addr,
                 "the server offers no TLS and the connection string says Encrypt=false: connecting unencrypted"
             );
-            login(plain, secret).await.map_err(|e| e.into_db(secret))
+            login(plain, secret)
+                .await
+                .map_err(|e| e.into_db(&addr, secret))
         }
-        Ok(other) => other.map_err(|e| e.into_db(secret)),
+        Ok(other) => other.map_err(|e| e.into_db(&addr, secret)),
     }
 }
 
@@ -178,12 +182,14 @@ enum Refused {
 }
 
 impl Refused {
-    fn into_db(self, secret: &ConnectionString) -> DbError {
+    /// `addr`: the server the login went to.
+    fn into_db(self, addr: &str, secret: &ConnectionString) -> DbError {
         match self {
-            Refused::NoTls => DbError::permanent(secret.scrub(
-                "the server offers no TLS and the connection string asks for encryption \
+            Refused::NoTls => DbError::permanent(secret.scrub(&format!(
+                "SQL Server at {} offers no TLS and the connection string asks for encryption \
                  (Encrypt=true or strict): not connecting unencrypted",
-            )),
+                shown_addr(addr)
+            ))),
             Refused::Other(e) => e,
         }
     }
@@ -193,52 +199,65 @@ impl Refused {
 /// the login requires it; the attempt runs as its own task so that panic is
 /// an error here, not a crash.
 async fn login(config: Config, secret: &ConnectionString) -> Result<Client, Refused> {
+    let addr = config.get_addr();
     let task_secret = secret.clone();
     let attempt = tokio::spawn(async move { login_once(config, &task_secret).await });
     match attempt.await {
         Ok(result) => result,
         Err(join) if join.is_panic() => Err(Refused::NoTls),
         Err(join) => Err(Refused::Other(DbError::transient(format!(
-            "SQL Server login did not finish: {join}"
+            "the login to SQL Server at {} did not finish: {join}",
+            shown_addr(&addr)
         )))),
     }
 }
 
 async fn login_once(config: Config, secret: &ConnectionString) -> Result<Client, Refused> {
-    let failed = |e: tiberius::error::Error| {
+    let failed = |e: tiberius::error::Error, addr: &str| {
         let no_tls = matches!(&e, tiberius::error::Error::Tls(_))
             || matches!(&e, tiberius::error::Error::Io { message, .. } if message.contains("tls handshake eof"));
         if no_tls {
             Refused::NoTls
         } else {
-            Refused::Other(driver_error(&e, secret))
+            Refused::Other(login_error(&e, &shown_addr(addr), secret))
         }
     };
-    let tcp = open_tcp(&config.get_addr(), secret)
-        .await
-        .map_err(Refused::Other)?;
+    let addr = config.get_addr();
+    let tcp = open_tcp(&addr, secret).await.map_err(Refused::Other)?;
     match tiberius::Client::connect(config.clone(), tcp.compat_write()).await {
         Ok(client) => Ok(client),
         Err(tiberius::error::Error::Routing { host, port }) => {
             let mut routed = config;
             routed.host(&host);
             routed.port(port);
-            let tcp = open_tcp(&routed.get_addr(), secret)
-                .await
-                .map_err(Refused::Other)?;
+            let addr = routed.get_addr();
+            let tcp = open_tcp(&addr, secret).await.map_err(Refused::Other)?;
             tiberius::Client::connect(routed, tcp.compat_write())
                 .await
-                .map_err(failed)
+                .map_err(|e| failed(e, &addr))
         }
-        Err(e) => Err(failed(e)),
+        Err(e) => Err(failed(e, &addr)),
     }
+}
+
+/// `host:port` as messages show it: a server name that is no host name (a
+/// string mangled by a missing quote may carry part of a password into it)
+/// is not shown.
+pub(crate) fn shown_addr(addr: &str) -> String {
+    shown_host(addr).map_or_else(
+        || "a server that is no host name (not shown)".to_string(),
+        str::to_string,
+    )
 }
 
 /// A TCP connection to `addr` (`host:port`) with keepalive and nodelay, trying
 /// each resolved address in turn.
 async fn open_tcp(addr: &str, secret: &ConnectionString) -> Result<TcpStream, DbError> {
     let unreachable = |e: std::io::Error| {
-        DbError::transient(secret.scrub(&format!("cannot reach SQL Server: {e}")))
+        DbError::transient(secret.scrub(&format!(
+            "cannot connect to SQL Server at {}: {e}",
+            shown_addr(addr)
+        )))
     };
     let mut last = None;
     for resolved in tokio::net::lookup_host(addr).await.map_err(unreachable)? {
