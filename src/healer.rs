@@ -317,7 +317,7 @@ impl<E: Engine> Healer<E> {
                 Ok(proven) => proven,
                 Err(e) => {
                     self.db_error("watermark", &e);
-                    self.health.watermark_failed(&format!("read: {e}"));
+                    self.health.watermark_failed(&prefixed("read", &e));
                     warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
                     None
                 }
@@ -742,7 +742,7 @@ impl<E: Engine> Healer<E> {
                 report.errors += 1;
                 self.db_error("fill", &e);
                 if e.kind == crate::engine::DbErrorKind::Permanent {
-                    self.health.fill_refused(&format!("fill: {e}"));
+                    self.health.fill_refused(&prefixed("fill", &e));
                 }
                 warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
                 // Whatever broke (connection, rights) will break the rest too.
@@ -794,7 +794,7 @@ impl<E: Engine> Healer<E> {
 
     fn db_error(&self, operation: &'static str, e: &DbError) {
         self.health.series.db_error(operation).increment(1);
-        self.health.record_error(&format!("{operation}: {e}"));
+        self.health.record_error(&prefixed(operation, e));
     }
 
     /// Refreshes the checkpoint lag gauges, at most every few seconds.
@@ -879,7 +879,7 @@ impl<E: Engine> Healer<E> {
             }
             Err(e) => {
                 self.db_error("watermark", &e);
-                self.health.watermark_failed(&format!("publish: {e}"));
+                self.health.watermark_failed(&prefixed("publish", &e));
                 warn!(error = %e, "cannot publish the contiguous watermark; retrying next turn");
             }
         }
@@ -1020,6 +1020,23 @@ impl<E: Engine> Healer<E> {
     }
 }
 
+/// `operation: error`, unless the engine's own prefix (the message up to
+/// its first `:`) begins or ends with the operation's word: PostgreSQL's
+/// errors name it (`probe: 57014: ...`, `fill 2..=3: ...`, `read the
+/// watermark: ...`), SQL Server's do not. One prefix per message.
+fn prefixed(operation: &str, e: &DbError) -> String {
+    let lead = e.message.split(':').next().unwrap_or_default();
+    let words: Vec<&str> = lead
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.first() == Some(&operation) || words.last() == Some(&operation) {
+        e.message.clone()
+    } else {
+        format!("{operation}: {e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The loop's timing rules under a paused clock, against an in-memory
@@ -1050,6 +1067,8 @@ mod tests {
         /// without shared readings does), counting the readings.
         shared: bool,
         shared_reads: usize,
+        /// What every probe fails with, when set.
+        probe_error: Option<DbError>,
     }
 
     struct Fake(Mutex<Model>);
@@ -1107,6 +1126,9 @@ mod tests {
         async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
             let mut m = self.0.lock().unwrap();
             m.probes.push((Instant::now(), ranges.to_vec()));
+            if let Some(e) = m.probe_error.clone() {
+                return Err(e);
+            }
             let committed = ranges
                 .iter()
                 .flat_map(|r| m.committed.range(r.start..=r.end).copied())
@@ -1223,6 +1245,53 @@ mod tests {
             Health::new(Duration::from_millis(250), Duration::from_secs(2)),
         );
         (fake, h)
+    }
+
+    /// Issue 20: `/status` read "probe: probe: 57014: ...": the healer named
+    /// the operation, and PostgreSQL's error had named it already.
+    #[tokio::test(start_paused = true)]
+    async fn an_error_names_its_operation_once() {
+        for (engine_said, shown) in [
+            (
+                "probe: 57014: canceling statement due to statement timeout",
+                "probe: 57014: canceling statement due to statement timeout",
+            ),
+            (
+                "SQL Server error 1205: deadlock victim",
+                "probe: SQL Server error 1205: deadlock victim",
+            ),
+            (
+                "cannot connect to PostgreSQL at probe.db:5432: Connection refused",
+                "probe: cannot connect to PostgreSQL at probe.db:5432: Connection refused",
+            ),
+        ] {
+            let (fake, mut h) = healer([1, 3], opts());
+            h.begin().await.unwrap();
+            h.scan_step().await.unwrap();
+            fake.0.lock().unwrap().probe_error = Some(DbError::transient(engine_said));
+            tokio::time::advance(Duration::from_secs(6)).await;
+            // The due hole is probed again before its fill, and that fails.
+            let report = h.fill_due(&CancellationToken::new()).await;
+            assert_eq!(report.errors, 1);
+            assert_eq!(h.health.status().last_error.as_deref(), Some(shown));
+        }
+        let e = |m: &str| DbError::permanent(m);
+        assert_eq!(
+            prefixed("fill", &e("fill 2..=3: 42501: denied")),
+            "fill 2..=3: 42501: denied"
+        );
+        assert_eq!(
+            prefixed("read", &e("read the watermark: 42P01: no table")),
+            "read the watermark: 42P01: no table"
+        );
+        assert_eq!(
+            prefixed("watermark", &e("publish the watermark: 42501: denied")),
+            "publish the watermark: 42501: denied"
+        );
+        assert_eq!(
+            prefixed("fill", &e("SQL Server error 229: denied")),
+            "fill: SQL Server error 229: denied"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,6 +12,16 @@ use std::fmt;
 const SECRET_KEYS: [&str; 2] = ["password", "pwd"];
 const MASK: &str = "***";
 
+/// A host name (or socket directory) as a message may show it, or `None`
+/// when it is not one: a string mangled by a missing quote (`host=db
+/// password=ab cd=Ef`, read as one Npgsql value) can carry the rest of a
+/// password into the host, and scrubbing catches only the password's part
+/// it can find.
+pub fn shown_host(host: &str) -> Option<&str> {
+    let plain = |c: char| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%' | '/');
+    (!host.is_empty() && host.len() <= 255 && host.chars().all(plain)).then_some(host)
+}
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnectionString(String);
 
@@ -274,6 +284,24 @@ mod tests {
         );
         assert_eq!(redact("postgres://app@db/es"), "postgres://app@db/es");
         assert_eq!(redact("host=db user=app"), "host=db user=app");
+    }
+
+    #[test]
+    fn only_plain_host_names_are_shown() {
+        for host in [
+            "db",
+            "db-1.example.net",
+            "10.0.0.1",
+            "::1",
+            "fe80::1%eth0",
+            "/run/postgresql",
+            "événements.example",
+        ] {
+            assert_eq!(shown_host(host), Some(host));
+        }
+        for host in ["", "db password=***", "db;x=y", "db'", "a\tb", "h{x}"] {
+            assert_eq!(shown_host(host), None, "{host}");
+        }
     }
 
     #[test]

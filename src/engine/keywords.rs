@@ -15,6 +15,16 @@ pub struct AdoError(pub String);
 /// (`}}` inside stands for `}`); unquoted values end at `;` and are trimmed.
 /// Later duplicates win, as in SqlClient (callers take the last).
 pub fn split_ado(raw: &str) -> Result<Vec<(String, String)>, AdoError> {
+    Ok(split_ado_marked(raw)?
+        .into_iter()
+        .map(|(key, value, _)| (key, value))
+        .collect())
+}
+
+/// [`split_ado`], each pair marked with whether its value was quoted: a
+/// "key" right after an unquoted password may be the rest of that password
+/// (`Password=ab;cd=ef`), so an error must not name it.
+pub fn split_ado_marked(raw: &str) -> Result<Vec<(String, String, bool)>, AdoError> {
     let chars: Vec<char> = raw.chars().collect();
     let mut pairs = Vec::new();
     let mut i = 0;
@@ -62,6 +72,7 @@ pub fn split_ado(raw: &str) -> Result<Vec<(String, String)>, AdoError> {
         while i < chars.len() && chars[i] != ';' && chars[i].is_whitespace() {
             i += 1;
         }
+        let quoted = matches!(chars.get(i), Some('\'' | '"' | '{'));
         let value = match chars.get(i) {
             Some(&q @ ('\'' | '"' | '{')) => {
                 let close = if q == '{' { '}' } else { q };
@@ -110,7 +121,7 @@ pub fn split_ado(raw: &str) -> Result<Vec<(String, String)>, AdoError> {
                     .to_string()
             }
         };
-        pairs.push((key, value));
+        pairs.push((key, value, quoted));
     }
     Ok(pairs)
 }
@@ -149,5 +160,8 @@ mod tests {
             split_ado("a==b=c").unwrap(),
             vec![("a=b".into(), "c".into())]
         );
+        let marked = split_ado_marked("a=1;b='2';c={3};d=\"4\"").unwrap();
+        let quoted: Vec<bool> = marked.iter().map(|p| p.2).collect();
+        assert_eq!(quoted, [false, true, true, true]);
     }
 }

@@ -594,12 +594,9 @@ impl fmt::Display for EngineKind {
 /// connects. The message is the driver's, scrubbed of the password.
 pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Result<(), String> {
     let result = match kind {
-        EngineKind::Postgres => postgres::tls::parse(cs.expose()).map(|_| ()).map_err(|e| {
-            format!(
-                "not a PostgreSQL connection string: {e} ({})",
-                postgres::npgsql::ACCEPTED_FORMS
-            )
-        }),
+        EngineKind::Postgres => postgres::tls::parse(cs.expose())
+            .map(|_| ())
+            .map_err(|e| postgres::tls::refusal(&e)),
         EngineKind::Mssql => mssql::check_connection_string(cs),
     };
     result.map_err(|m| cs.scrub(&m))

@@ -80,8 +80,8 @@ pub struct Pool<M: ManageConnection<Error = DbError>> {
     max_size: AtomicU32,
     last: LastError,
     connect_timeout: Duration,
-    /// The server's name in messages: "SQL Server", "PostgreSQL".
-    server: &'static str,
+    /// The server and where it is, for messages: "PostgreSQL at db:5432".
+    server: String,
 }
 
 impl<M: ManageConnection<Error = DbError>> fmt::Debug for Pool<M> {
@@ -98,7 +98,16 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
     /// A lazy pool: nothing connects (nor is spawned) until the first
     /// checkout, so a daemon started while the database is down comes up and
     /// retries.
-    pub fn new(server: &'static str, manager: M, max_size: u32, connect_timeout: Duration) -> Self {
+    /// `server`: what it connects to and where, for messages ("PostgreSQL
+    /// at db:5432"): a connection attempt that never answers (a dropped
+    /// SYN, a listener that says nothing) leaves no error of its own.
+    pub fn new(
+        server: impl Into<String>,
+        manager: M,
+        max_size: u32,
+        connect_timeout: Duration,
+    ) -> Self {
+        let server = server.into();
         Pool {
             inner: OnceLock::new(),
             manager: Mutex::new(Some(manager)),
@@ -158,27 +167,25 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
         }
     }
 
+    /// The failed attempt's own error: the managers' connect errors say
+    /// which server and where (`cannot connect to PostgreSQL at db:5432:
+    /// ...`), so a prefix here would say it twice.
     fn failed(&self) -> DbError {
         match self.last.get() {
-            Some(last) => DbError {
-                message: format!("{} connection failed: {}", self.server, last.message),
-                ..last
-            },
-            None => DbError::transient(format!("{} connection failed", self.server)),
+            Some(last) => last,
+            None => DbError::transient(format!("the connection to {} failed", self.server)),
         }
     }
 
     fn timed_out(&self) -> DbError {
         let waited = humantime::format_duration(self.connect_timeout);
         match self.last.get() {
+            // The last failure names the server and where already.
             Some(last) => DbError {
-                message: format!(
-                    "no {} connection within {waited}: {}",
-                    self.server, last.message
-                ),
+                message: format!("no connection within {waited}: {}", last.message),
                 ..last
             },
-            None => DbError::transient(format!("no {} connection within {waited}", self.server)),
+            None => DbError::transient(format!("no connection to {} within {waited}", self.server)),
         }
     }
 }

@@ -1096,3 +1096,209 @@ async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
     assert!(!log.contains("Zq7Npgsql"), "{log}");
     store.drop_schema().await;
 }
+
+/// Issue 20: unknown libpq keys, unsupported ones, URL query parameters, a
+/// bad URL port and an unknown Npgsql key all read "invalid PostgreSQL
+/// connection string: invalid connection string", naming no key. Each
+/// refusal names the key (never the value: it may be a password), lists
+/// what is taken, and says "not a PostgreSQL connection string" once.
+#[test]
+fn a_refused_connection_string_names_the_key_and_what_is_taken_never_the_value() {
+    let libpq = "the keys gap-healer takes are host, hostaddr, port, user, password, dbname";
+    let npgsql = "the Npgsql keys gap-healer takes are Host (or Server), Port";
+    for (cs, said, listed) in [
+        (
+            "host=127.0.0.1 usr=Zq7Hidden password=Zq7Hidden",
+            "unknown key \"usr\" (did you mean \"user\"?)",
+            libpq,
+        ),
+        (
+            "host=127.0.0.1 sslcert=/etc/Zq7Hidden.pem password=Zq7Hidden",
+            "libpq key \"sslcert\" is not supported",
+            libpq,
+        ),
+        (
+            "postgres://app:Zq7Hidden@127.0.0.1/test?usr=Zq7Hidden",
+            "unknown URL query parameter \"usr\" (did you mean \"user\"?)",
+            "the query parameters gap-healer takes are the libpq keys host",
+        ),
+        (
+            "postgres://app:Zq7Hidden@127.0.0.1:Zq7Hidden/test",
+            "the port in the URL is not valid: expected a number up to 65535",
+            "accepted forms",
+        ),
+        (
+            "host=127.0.0.1 port=Zq7Hidden",
+            "the value of \"port\" is not valid: expected port numbers",
+            "accepted forms",
+        ),
+        (
+            "Host=127.0.0.1;Colour=Zq7Hidden;Password=Zq7Hidden",
+            "unknown Npgsql key \"colour\"",
+            npgsql,
+        ),
+        (
+            "Host=127.0.0.1;Password=Zq7Hidden;Target Session Attributes=Zq7Hidden",
+            "invalid Target Session Attributes: expected Any or ReadWrite",
+            "accepted forms",
+        ),
+    ] {
+        for sub in ["check", "scan"] {
+            let out = cli(
+                &[sub, "--engine", "postgres", "--connection-string", cs],
+                &[],
+            );
+            assert_eq!(out.code, 2, "{sub} {cs}: {}", out.all());
+            let all = out.all();
+            assert!(all.contains(said), "{sub} {cs}: {all}");
+            assert!(all.contains(listed), "{sub} {cs}: {all}");
+            assert!(all.contains("accepted forms: libpq key/value"), "{all}");
+            assert_eq!(
+                all.matches("PostgreSQL connection string").count(),
+                1,
+                "{sub} {cs}: {all}"
+            );
+            assert!(!all.contains("Zq7Hidden"), "{sub} {cs}: {all}");
+        }
+    }
+    // SQL Server's driver named no key either ("Not a valid boolean").
+    for (cs, said) in [
+        (
+            "Server=tcp:db,Zq7Hidden;User Id=sa;Password=Zq7Hidden",
+            "the value of `Server` is not valid: expected tcp:host,port or host,port",
+        ),
+        (
+            "Server=db;User Id=sa;Password=Zq7Hidden;Encrypt=Zq7Hidden",
+            "the value of `Encrypt` is not valid: expected true, false, yes, no, mandatory or optional",
+        ),
+    ] {
+        let out = cli(&["check", "--engine", "mssql", "--connection-string", cs], &[]);
+        assert_eq!(out.code, 2, "{cs}: {}", out.all());
+        assert!(out.stderr.contains(said), "{cs}: {}", out.stderr);
+        assert!(!out.all().contains("Zq7Hidden"), "{cs}: {}", out.all());
+    }
+}
+
+/// Issue 20: the Npgsql keys the refusal left out of its list (Pooling,
+/// Maximum Pool Size, Keepalive, Include Error Detail) are accepted, and
+/// Target Session Attributes, refused before, is tokio-postgres's
+/// target_session_attrs.
+#[tokio::test]
+async fn npgsql_pool_keepalive_and_target_session_attributes_are_accepted() {
+    let store = store_with_holes("npgsql_keys").await;
+    let npgsql = format!(
+        "Host=127.0.0.1;Port={};Username=postgres;Password=Zq7Npgsql;Database=test;\
+         Pooling=true;Maximum Pool Size=20;Keepalive=30;Include Error Detail=true;\
+         Target Session Attributes=ReadWrite",
+        pg_port()
+    );
+    let out = store.cli_at(&npgsql, &["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(out.stdout.contains("4..=6"), "{}", out.stdout);
+    assert!(!out.all().contains("Zq7Npgsql"), "{}", out.all());
+    store.drop_schema().await;
+}
+
+/// A TCP listener on a free port of 127.0.0.1 that answers each
+/// connection with `answer` (an HTTP error, say) and closes it; with
+/// `None` it accepts and never says a word. It lives as long as the test.
+fn listener(answer: Option<&'static [u8]>) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            match answer {
+                Some(answer) => {
+                    stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
+                    let mut buf = [0u8; 1024];
+                    let _ = stream.read(&mut buf);
+                    let _ = stream.write_all(answer);
+                }
+                None => held.push(stream),
+            }
+        }
+    });
+    port
+}
+
+/// A port of 127.0.0.1 nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Issue 20: connect errors named no host or port ("PostgreSQL connection
+/// failed: connect: error connecting to server: Connection refused"), a
+/// server that is not PostgreSQL read "bytes remaining on stream", and SQL
+/// Server's said "SQL Server connection failed: SQL Server connection
+/// failed:". Each now names host:port once, never the password, and says
+/// when what answers there does not speak the engine's protocol.
+#[test]
+fn connect_errors_name_the_server_and_say_when_it_is_not_the_database() {
+    const HTTP: &[u8] =
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let closed = closed_port();
+    let http = listener(Some(HTTP));
+    let silent = listener(None);
+    let pg = |port: u16| {
+        format!("host=127.0.0.1 port={port} user=postgres password=Zq7Hidden dbname=test")
+    };
+    let mssql = |port: u16| {
+        format!(
+            "Server=tcp:127.0.0.1,{port};User Id=sa;Password=Zq7Hidden;TrustServerCertificate=true"
+        )
+    };
+    let cases = [
+        (
+            "postgres",
+            pg(closed),
+            format!("cannot connect to PostgreSQL at 127.0.0.1:{closed}: "),
+        ),
+        (
+            "postgres",
+            pg(http),
+            format!("the server at 127.0.0.1:{http} does not speak the PostgreSQL protocol"),
+        ),
+        (
+            "postgres",
+            pg(silent),
+            format!("no connection to PostgreSQL at 127.0.0.1:{silent} within 2s"),
+        ),
+        (
+            "mssql",
+            mssql(closed),
+            format!("cannot connect to SQL Server at 127.0.0.1:{closed}: "),
+        ),
+        (
+            "mssql",
+            mssql(http),
+            format!("the server at 127.0.0.1:{http} does not speak TDS, SQL Server's protocol"),
+        ),
+        (
+            "mssql",
+            mssql(silent),
+            format!("no connection to SQL Server at 127.0.0.1:{silent} within 2s"),
+        ),
+    ];
+    for (engine, cs, said) in &cases {
+        for sub in ["check", "scan"] {
+            let out = cli(
+                &[sub, "--engine", engine, "--connect-timeout", "2s"],
+                &[("GAP_HEALER_CONNECTION_STRING", cs)],
+            );
+            assert_eq!(out.code, 3, "{sub} {cs}: {}", out.all());
+            let all = out.all();
+            let line = match sub {
+                // check's finding, on the connection line.
+                "check" => format!("FAIL connection                 {said}"),
+                _ => format!("gap-healer: {said}"),
+            };
+            assert!(all.contains(&line), "{sub} {cs}: wanted {line:?} in\n{all}");
+            assert!(!all.contains("connection failed"), "{sub} {cs}: {all}");
+            assert!(!all.contains("Zq7Hidden"), "{sub} {cs}: {all}");
+        }
+    }
+}

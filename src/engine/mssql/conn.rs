@@ -30,10 +30,10 @@ use tiberius::{AuthMethod, Config, EncryptionLevel};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::errors::driver_error;
+use super::errors::{driver_error, login_error};
 use crate::engine::keywords::{last, split_ado, AdoError};
 use crate::engine::DbError;
-use crate::secret::ConnectionString;
+use crate::secret::{shown_host, ConnectionString};
 
 /// A tiberius client on a tokio TCP stream.
 pub(crate) type Client = tiberius::Client<Compat<TcpStream>>;
@@ -114,16 +114,18 @@ impl bb8::ManageConnection for Manager {
 /// caller, is what notices a dead server quickly; keepalive only keeps a
 /// quiet connection from being dropped silently by a middlebox.
 pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Result<Client, DbError> {
+    let addr = config.get_addr();
     if !wants_login_encryption_only(config) {
         return login(config.clone(), secret)
             .await
-            .map_err(|e| e.into_db(secret));
+            .map_err(|e| e.into_db(&addr, secret));
     }
-    let addr = config.get_addr();
     let mut plain = config.clone();
     plain.encryption(EncryptionLevel::NotSupported);
     if offers_no_tls(&addr) {
-        return login(plain, secret).await.map_err(|e| e.into_db(secret));
+        return login(plain, secret)
+            .await
+            .map_err(|e| e.into_db(&addr, secret));
     }
     // A server without TLS answers the TLS handshake with EOF, or (seen on
     // Babelfish) not at all: a login that hangs past LOGIN_WAIT is taken
@@ -135,9 +137,11 @@ pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Resul
                 server = %addr,
                 "the server offers no TLS and the connection string says Encrypt=false: connecting unencrypted"
             );
-            login(plain, secret).await.map_err(|e| e.into_db(secret))
+            login(plain, secret)
+                .await
+                .map_err(|e| e.into_db(&addr, secret))
         }
-        Ok(other) => other.map_err(|e| e.into_db(secret)),
+        Ok(other) => other.map_err(|e| e.into_db(&addr, secret)),
     }
 }
 
@@ -178,12 +182,14 @@ enum Refused {
 }
 
 impl Refused {
-    fn into_db(self, secret: &ConnectionString) -> DbError {
+    /// `addr`: the server the login went to.
+    fn into_db(self, addr: &str, secret: &ConnectionString) -> DbError {
         match self {
-            Refused::NoTls => DbError::permanent(secret.scrub(
-                "the server offers no TLS and the connection string asks for encryption \
+            Refused::NoTls => DbError::permanent(secret.scrub(&format!(
+                "SQL Server at {} offers no TLS and the connection string asks for encryption \
                  (Encrypt=true or strict): not connecting unencrypted",
-            )),
+                shown_addr(addr)
+            ))),
             Refused::Other(e) => e,
         }
     }
@@ -193,52 +199,65 @@ impl Refused {
 /// the login requires it; the attempt runs as its own task so that panic is
 /// an error here, not a crash.
 async fn login(config: Config, secret: &ConnectionString) -> Result<Client, Refused> {
+    let addr = config.get_addr();
     let task_secret = secret.clone();
     let attempt = tokio::spawn(async move { login_once(config, &task_secret).await });
     match attempt.await {
         Ok(result) => result,
         Err(join) if join.is_panic() => Err(Refused::NoTls),
         Err(join) => Err(Refused::Other(DbError::transient(format!(
-            "SQL Server login did not finish: {join}"
+            "the login to SQL Server at {} did not finish: {join}",
+            shown_addr(&addr)
         )))),
     }
 }
 
 async fn login_once(config: Config, secret: &ConnectionString) -> Result<Client, Refused> {
-    let failed = |e: tiberius::error::Error| {
+    let failed = |e: tiberius::error::Error, addr: &str| {
         let no_tls = matches!(&e, tiberius::error::Error::Tls(_))
             || matches!(&e, tiberius::error::Error::Io { message, .. } if message.contains("tls handshake eof"));
         if no_tls {
             Refused::NoTls
         } else {
-            Refused::Other(driver_error(&e, secret))
+            Refused::Other(login_error(&e, &shown_addr(addr), secret))
         }
     };
-    let tcp = open_tcp(&config.get_addr(), secret)
-        .await
-        .map_err(Refused::Other)?;
+    let addr = config.get_addr();
+    let tcp = open_tcp(&addr, secret).await.map_err(Refused::Other)?;
     match tiberius::Client::connect(config.clone(), tcp.compat_write()).await {
         Ok(client) => Ok(client),
         Err(tiberius::error::Error::Routing { host, port }) => {
             let mut routed = config;
             routed.host(&host);
             routed.port(port);
-            let tcp = open_tcp(&routed.get_addr(), secret)
-                .await
-                .map_err(Refused::Other)?;
+            let addr = routed.get_addr();
+            let tcp = open_tcp(&addr, secret).await.map_err(Refused::Other)?;
             tiberius::Client::connect(routed, tcp.compat_write())
                 .await
-                .map_err(failed)
+                .map_err(|e| failed(e, &addr))
         }
-        Err(e) => Err(failed(e)),
+        Err(e) => Err(failed(e, &addr)),
     }
+}
+
+/// `host:port` as messages show it: a server name that is no host name (a
+/// string mangled by a missing quote may carry part of a password into it)
+/// is not shown.
+pub(crate) fn shown_addr(addr: &str) -> String {
+    shown_host(addr).map_or_else(
+        || "a server that is no host name (not shown)".to_string(),
+        str::to_string,
+    )
 }
 
 /// A TCP connection to `addr` (`host:port`) with keepalive and nodelay, trying
 /// each resolved address in turn.
 async fn open_tcp(addr: &str, secret: &ConnectionString) -> Result<TcpStream, DbError> {
     let unreachable = |e: std::io::Error| {
-        DbError::transient(secret.scrub(&format!("cannot reach SQL Server: {e}")))
+        DbError::transient(secret.scrub(&format!(
+            "cannot connect to SQL Server at {}: {e}",
+            shown_addr(addr)
+        )))
     };
     let mut last = None;
     for resolved in tokio::net::lookup_host(addr).await.map_err(unreachable)? {
@@ -274,14 +293,36 @@ const INTEGRATED_KEYS: [&str; 3] = [
 ];
 const DATABASE_KEYS: [&str; 3] = ["database", "initial catalog", "databasename"];
 const APPLICATION_KEYS: [&str; 2] = ["application name", "applicationname"];
-/// Keys handed to tiberius's own parser (server and TLS settings).
-const TIBERIUS_KEYS: [&str; 6] = [
-    "server",
-    "data source",
-    "trustservercertificate",
-    "trustservercertificateca",
-    "encrypt",
-    "applicationintent",
+/// Keys handed to tiberius's own parser (server and TLS settings), each
+/// with its name and what it takes, for the message when tiberius refuses
+/// its value (its own errors name no key: "Not a valid boolean").
+const TIBERIUS_KEYS: [(&str, &str, &str); 6] = [
+    (
+        "server",
+        "Server",
+        "tcp:host,port or host,port (host alone: port 1433; named instances need their port)",
+    ),
+    (
+        "data source",
+        "Data Source",
+        "tcp:host,port or host,port (host alone: port 1433; named instances need their port)",
+    ),
+    (
+        "trustservercertificate",
+        "TrustServerCertificate",
+        "true or false",
+    ),
+    (
+        "trustservercertificateca",
+        "TrustServerCertificateCA",
+        "a certificate file (.pem, .crt or .der)",
+    ),
+    (
+        "encrypt",
+        "Encrypt",
+        "true, false, yes, no, mandatory or optional",
+    ),
+    ("applicationintent", "ApplicationIntent", "ReadWrite"),
 ];
 /// SqlClient's spellings with spaces, as tiberius spells them.
 const KEY_ALIASES: [(&str, &str); 3] = [
@@ -376,7 +417,8 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
     }
 
     let mut handed = String::new();
-    for key in TIBERIUS_KEYS {
+    let mut refused = None;
+    for (key, name, takes) in TIBERIUS_KEYS {
         // Like Microsoft.Data.SqlClient 4 and later: encrypted unless the
         // string says otherwise (tiberius alone would default to login-only).
         let value = match last(&pairs, &[key]) {
@@ -400,12 +442,26 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
             };
         let quoted = quote_for_tiberius(&value).ok_or_else(|| {
             AdoError(format!(
-                "the value of `{key}` has characters the SQL Server driver cannot take"
+                "the value of `{name}` has characters the SQL Server driver cannot take"
             ))
         })?;
-        handed.push_str(&format!("{key}={quoted};"));
+        let pair = format!("{key}={quoted};");
+        if refused.is_none() && Config::from_ado_string(&pair).is_err() {
+            refused = Some(format!(
+                "the value of `{name}` is not valid: expected {takes}"
+            ));
+        }
+        handed.push_str(&pair);
     }
-    let mut config = Config::from_ado_string(&handed).map_err(|e| AdoError(format!("{e}")))?;
+    // tiberius's errors name no key, and its parser's may name a character
+    // of the string: say which key it refused instead.
+    let mut config = Config::from_ado_string(&handed).map_err(|_| {
+        AdoError(refused.unwrap_or_else(|| {
+            "the SQL Server driver refused the server and TLS settings together (Server, \
+             Encrypt, TrustServerCertificate, TrustServerCertificateCA, ApplicationIntent)"
+                .into()
+        }))
+    })?;
     if let Some(db) = last(&pairs, &DATABASE_KEYS).filter(|d| !d.is_empty()) {
         config.database(db);
     }
@@ -559,6 +615,34 @@ mod tests {
             let err = config_from_ado(raw).expect_err(raw);
             assert!(!err.0.contains("s3cr3t"), "{raw} -> {}", err.0);
             assert!(!err.0.contains("Valü"), "{raw} -> {}", err.0);
+        }
+    }
+
+    /// Issue 20: tiberius's refusals named no key ("Conversion error:
+    /// Connection string: Not a valid boolean").
+    #[test]
+    fn a_value_the_driver_refuses_names_its_key() {
+        for (raw, said) in [
+            (
+                "Server=tcp:db,Zq7Secret;User Id=app;Password=Zq7Secret",
+                "the value of `Server` is not valid: expected tcp:host,port or host,port",
+            ),
+            (
+                "Data Source=tcp:db,Zq7Secret;User Id=app;Password=Zq7Secret",
+                "the value of `Data Source` is not valid",
+            ),
+            (
+                "Server=db;User Id=app;Password=Zq7Secret;Encrypt=Zq7Secret",
+                "the value of `Encrypt` is not valid: expected true, false, yes, no, mandatory or optional",
+            ),
+            (
+                "Server=db;User Id=app;Password=Zq7Secret;TrustServerCertificate=Zq7Secret",
+                "the value of `TrustServerCertificate` is not valid: expected true or false",
+            ),
+        ] {
+            let e = config_from_ado(raw).expect_err(raw).0;
+            assert_eq!(e, said.to_string() + &e[said.len()..], "{raw}");
+            assert!(!e.contains("Zq7Secret"), "{raw}: {e}");
         }
     }
 

@@ -266,6 +266,47 @@ pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionStri
     }
 }
 
+/// A failed login to the server at `addr` (`host:port`; never the
+/// password) as a [`DbError`]: the server's own refusal, or an answer that
+/// is not TDS. tiberius reads the answer to its PRELOGIN as TDS packets, so
+/// something else listening there (an HTTP server, PostgreSQL, a
+/// port-forwarder with nothing behind it) shows as a protocol error ("invalid
+/// packet type") or as the stream ending early ("failed to fill whole
+/// buffer"); a connection reset or broken is only lost.
+pub(crate) fn login_error(
+    err: &tiberius::error::Error,
+    addr: &str,
+    secret: &ConnectionString,
+) -> DbError {
+    use std::io::ErrorKind as K;
+    use tiberius::error::Error as E;
+    let not_tds = match err {
+        E::Protocol(_) => true,
+        E::Io { kind, .. } => matches!(kind, K::UnexpectedEof | K::InvalidData | K::InvalidInput),
+        _ => false,
+    };
+    let lost = matches!(err, E::Io { .. }) && !not_tds;
+    let message = if not_tds {
+        format!(
+            "the server at {addr} does not speak TDS, SQL Server's protocol (it answered the \
+             login with: {err}): check the server name and port"
+        )
+    } else if lost {
+        format!("lost the connection to SQL Server at {addr}: {err}")
+    } else {
+        let e = driver_error(err, secret);
+        return DbError {
+            message: format!("SQL Server at {addr}: {}", e.message),
+            ..e
+        };
+    };
+    DbError {
+        kind: DbErrorKind::Transient,
+        code: None,
+        message: secret.scrub(&message),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,5 +568,51 @@ mod tests {
             message: "refused".into(),
         };
         assert!(driver_error(&io, &secret).is_transient());
+    }
+
+    /// A failed login names the server once: not TDS, lost, or refused.
+    #[test]
+    fn login_errors_name_the_server() {
+        let secret = ConnectionString::new("Server=db;User Id=sa;Password=hunter2;");
+        let protocol = tiberius::error::Error::Protocol("header: invalid packet type: 72".into());
+        let e = login_error(&protocol, "db:1433", &secret);
+        assert!(e.is_transient());
+        assert!(
+            e.message.starts_with(
+                "the server at db:1433 does not speak TDS, SQL Server's protocol (it answered the login with: Protocol error: header: invalid packet type: 72)"
+            ),
+            "{}",
+            e.message
+        );
+        let eof = tiberius::error::Error::Io {
+            kind: std::io::ErrorKind::UnexpectedEof,
+            message: "failed to fill whole buffer".into(),
+        };
+        assert!(login_error(&eof, "db:1433", &secret)
+            .message
+            .contains("does not speak TDS"));
+        let reset = tiberius::error::Error::Io {
+            kind: std::io::ErrorKind::ConnectionReset,
+            message: "reset while sending hunter2".into(),
+        };
+        let e = login_error(&reset, "db:1433", &secret);
+        assert!(e.is_transient());
+        assert!(
+            e.message
+                .starts_with("lost the connection to SQL Server at db:1433: "),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+        // Anything else is the driver's error, prefixed with where.
+        let tls = tiberius::error::Error::Tls("bad certificate".into());
+        let e = login_error(&tls, "db:1433", &secret);
+        assert_eq!(e.kind, DbErrorKind::Permanent);
+        assert!(
+            e.message
+                .starts_with("SQL Server at db:1433: TLS with SQL Server failed"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -182,7 +182,8 @@ impl MssqlEngine {
         let limit = self.settings.connect_timeout;
         tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
             Err(DbError::transient(format!(
-                "no SQL Server leader session within {}",
+                "no SQL Server leader session at {} within {}",
+                conn::shown_addr(&self.config.get_addr()),
                 humantime::format_duration(limit)
             )))
         })
@@ -319,7 +320,9 @@ mod tests {
         let waited = started.elapsed();
         assert!(err.is_transient(), "{err:?}");
         assert!(
-            err.message.contains("no SQL Server leader session within"),
+            err.message.starts_with(&format!(
+                "no SQL Server leader session at 127.0.0.1:{port} within"
+            )),
             "{}",
             err.message
         );

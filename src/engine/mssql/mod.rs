@@ -198,7 +198,7 @@ impl MssqlEngine {
         let key = format!("{max_connections}\n{}", settings.sharing_key());
         let pool = Pool::shared(&pools.mssql, &key, || {
             Pool::new(
-                "SQL Server",
+                format!("SQL Server at {}", conn::shown_addr(&config.get_addr())),
                 Manager::new(config.clone(), settings.connection_string.clone()),
                 max_connections.max(1),
                 settings.connect_timeout,
@@ -747,8 +747,11 @@ mod tests {
         let err = engine.head().await.expect_err("nothing listens on port 1");
         assert!(err.is_transient(), "{err:?}");
         assert!(!err.message.contains("Hunter2"), "{}", err.message);
+        // Issue 20: "SQL Server connection failed: cannot reach SQL Server:",
+        // naming no server; one prefix now, and where.
         assert!(
-            err.message.starts_with("SQL Server connection failed: "),
+            err.message
+                .starts_with("cannot connect to SQL Server at 127.0.0.1:1: "),
             "{}",
             err.message
         );
@@ -762,6 +765,53 @@ mod tests {
             .await
             .expect_err("preflight without a server is an Err");
         assert!(err.is_transient());
+    }
+
+    /// Issue 20: a server that is not SQL Server read "SQL Server connection
+    /// failed: SQL Server connection failed: Protocol error: header: invalid
+    /// packet type: 72".
+    #[tokio::test]
+    async fn a_server_that_does_not_speak_tds_is_named_as_such() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let http = tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 512];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        for encrypt in ["true", "false"] {
+            let mut s = settings(&format!(
+                "Server=tcp:127.0.0.1,{port};User Id=app;Password=Hunter2;Encrypt={encrypt};TrustServerCertificate=true"
+            ));
+            s.connect_timeout = Duration::from_secs(5);
+            let engine = MssqlEngine::new(&s).unwrap();
+            let err = engine
+                .head()
+                .await
+                .expect_err("an HTTP server is no database");
+            assert!(
+                err.message.starts_with(&format!(
+                    "the server at 127.0.0.1:{port} does not speak TDS, SQL Server's protocol"
+                )),
+                "Encrypt={encrypt}: {}",
+                err.message
+            );
+            assert!(
+                !err.message.contains("connection failed"),
+                "{}",
+                err.message
+            );
+            assert!(!err.message.contains("Hunter2"), "{}", err.message);
+        }
+        http.abort();
     }
 
     #[test]

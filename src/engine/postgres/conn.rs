@@ -15,10 +15,10 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::errors::db_error;
+use super::errors::{connect_error, db_error};
 use super::tls;
 use crate::engine::{DbError, DbResult};
-use crate::secret::ConnectionString;
+use crate::secret::{shown_host, ConnectionString};
 
 /// A lock session idle this long (`idle_session_timeout`), or a pooled
 /// session idle this long inside a transaction
@@ -49,7 +49,7 @@ impl Target {
             mut config,
             tls,
             mode,
-        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&e)))?;
+        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&tls::refusal(&e))))?;
         if config.get_application_name().is_none() {
             config.application_name("gap-healer");
         }
@@ -74,6 +74,11 @@ impl Target {
         })
     }
 
+    /// Where it connects, for messages ([`servers`]).
+    pub(crate) fn servers(&self) -> String {
+        servers(&self.config)
+    }
+
     /// A session outside the pool, with its connection driven by a task
     /// that ends when the returned handle is aborted or the session closes.
     pub(crate) async fn connect(
@@ -84,7 +89,7 @@ impl Target {
         let (client, connection) = config
             .connect(self.tls.clone())
             .await
-            .map_err(|e| db_error(&self.cs, &e, during))?;
+            .map_err(|e| connect_error(&self.cs, &servers(config), &e, during))?;
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -143,6 +148,49 @@ impl Target {
     }
 }
 
+/// Where a configuration connects, for messages: `host:port` for each host
+/// as tokio-postgres pairs them (one port for all, or one each; 5432 by
+/// default), the address of `hostaddr` where given (that is where the
+/// connection goes), a socket directory as its socket file.
+fn servers(config: &Config) -> String {
+    use tokio_postgres::config::Host;
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    let all: Vec<String> = (0..hosts.len().max(addrs.len()))
+        .map(|i| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match (addrs.get(i), hosts.get(i)) {
+                (Some(std::net::IpAddr::V6(ip)), _) => format!("[{ip}]:{port}"),
+                (Some(ip), _) => format!("{ip}:{port}"),
+                (None, Some(Host::Tcp(name))) => match shown_host(name) {
+                    Some(name) if name.contains(':') => format!("[{name}]:{port}"),
+                    Some(name) => format!("{name}:{port}"),
+                    None => format!("a host that is no host name (not shown):{port}"),
+                },
+                #[cfg(unix)]
+                (None, Some(Host::Unix(dir))) => {
+                    let file = dir.join(format!(".s.PGSQL.{port}"));
+                    match file.to_str().and_then(shown_host) {
+                        Some(file) => file.to_string(),
+                        None => {
+                            format!("a socket directory that is no path (not shown), port {port}")
+                        }
+                    }
+                }
+                (None, None) => format!("?:{port}"),
+            }
+        })
+        .collect();
+    match all.as_slice() {
+        [] => "no host".to_string(),
+        [one] => one.clone(),
+        many => format!("any of {}", many.join(", ")),
+    }
+}
+
 /// A pooled session. One that met 25006 (read-only) is retired: a session
 /// opened while the database was read-only keeps that default after the
 /// database is made writable.
@@ -173,7 +221,7 @@ impl bb8::ManageConnection for Manager {
     type Error = DbError;
 
     async fn connect(&self) -> Result<PgConn, DbError> {
-        let (client, task) = self.0.connect(&self.0.config, "connect").await?;
+        let (client, task) = self.0.connect(&self.0.config, "").await?;
         Ok(PgConn {
             client,
             retire: false,
@@ -191,5 +239,32 @@ impl bb8::ManageConnection for Manager {
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
         conn.retire || conn.client.is_closed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    #[test]
+    fn servers_are_named_as_host_and_port() {
+        let named = |raw: &str| servers(&Config::from_str(raw).unwrap());
+        assert_eq!(named("host=db"), "db:5432");
+        assert_eq!(named("host=db port=6432"), "db:6432");
+        assert_eq!(named("host=a,b port=1,2"), "any of a:1, b:2");
+        assert_eq!(named("host=a,b port=7"), "any of a:7, b:7");
+        assert_eq!(named("host=db hostaddr=10.0.0.1"), "10.0.0.1:5432");
+        assert_eq!(named("hostaddr=::1 port=5"), "[::1]:5");
+        assert_eq!(named("postgres://app@[::1]:5433/es"), "[::1]:5433");
+        assert_eq!(
+            named("host=/run/postgresql"),
+            "/run/postgresql/.s.PGSQL.5432"
+        );
+        assert_eq!(named("user=app"), "no host");
+        // A string that lost a quote: the "host" holds the rest of it.
+        let mangled = named("host='db password=Zq7 Secret9x=y'");
+        assert_eq!(mangled, "a host that is no host name (not shown):5432");
     }
 }

@@ -65,12 +65,88 @@ pub(crate) fn db_error(cs: &ConnectionString, e: &tokio_postgres::Error, during:
     let text = describe(e);
     let message = match e.code().map(SqlState::code) {
         Some("28P01" | "28000") => {
-            format!("{during}: login refused: check the user and password ({text})")
+            format!("login refused: check the user and password ({text})")
         }
-        Some("42501") => format!(
-            "{during}: {text} (a right is missing: `gap-healer check` names it and the GRANT to run)"
-        ),
-        _ => format!("{during}: {text}"),
+        Some("42501") => {
+            format!("{text} (a right is missing: `gap-healer check` names it and the GRANT to run)")
+        }
+        _ => text,
+    };
+    let message = if during.is_empty() {
+        message
+    } else {
+        format!("{during}: {message}")
+    };
+    DbError {
+        kind: classify(e),
+        code: e.code().map(|c| c.code().to_string()),
+        message: cs.scrub(&message),
+    }
+}
+
+/// A failed connection attempt to `servers` (`host:port`, every host tried
+/// when there are several; never the password): nothing there to connect
+/// to, something there that is not PostgreSQL, or the server's own refusal.
+/// `during`: what the session was for ("leader session"), named first;
+/// empty for the pool's sessions.
+///
+/// tokio-postgres tells its failures apart only in their text: "error
+/// connecting to server" is the TCP connection (or the name lookup); after
+/// it, a malformed or unexpected answer to the startup message ("error
+/// communicating with the server: bytes remaining on stream", "unexpected
+/// message from server", "error parsing response from server", or the peer
+/// closing without a word) comes from something that does not speak the
+/// protocol: an HTTP server, SQL Server, a port-forwarder with nothing
+/// behind it. A connection reset or broken is only lost.
+pub(crate) fn connect_error(
+    cs: &ConnectionString,
+    servers: &str,
+    e: &tokio_postgres::Error,
+    during: &str,
+) -> DbError {
+    let cause = std::error::Error::source(e);
+    let io_kind = cause
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    let lost = matches!(
+        io_kind,
+        Some(
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::TimedOut
+        )
+    );
+    let said = e.to_string();
+    let body = if e.as_db_error().is_some() {
+        format!("PostgreSQL at {servers}: {}", db_error(cs, e, "").message)
+    } else if said == "error connecting to server" {
+        let cause = cause.map_or_else(String::new, |c| format!(": {c}"));
+        format!("cannot connect to PostgreSQL at {servers}{cause}")
+    } else if lost {
+        format!(
+            "lost the connection to PostgreSQL at {servers}: {}",
+            describe(e)
+        )
+    } else if matches!(
+        said.as_str(),
+        "error communicating with the server"
+            | "unexpected message from server"
+            | "error parsing response from server"
+            | "connection closed"
+    ) {
+        format!(
+            "the server at {servers} does not speak the PostgreSQL protocol (it answered the \
+             startup message with: {}): check the host and port",
+            describe(e)
+        )
+    } else {
+        format!("PostgreSQL at {servers}: {}", describe(e))
+    };
+    let message = if during.is_empty() {
+        body
+    } else {
+        format!("{during}: {body}")
     };
     DbError {
         kind: classify(e),

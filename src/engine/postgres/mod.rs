@@ -108,7 +108,7 @@ impl PostgresEngine {
         let key = settings.sharing_key();
         let pool = Pool::shared(&pools.postgres, &key, || {
             Pool::new(
-                "PostgreSQL",
+                format!("PostgreSQL at {}", target.servers()),
                 Manager(target.clone()),
                 MAX_POOLED_SESSIONS,
                 settings.connect_timeout,
@@ -370,5 +370,114 @@ mod tests {
             .expect("port=x must be refused");
         assert_eq!(err.kind, DbErrorKind::Permanent);
         assert!(!err.message.contains("topsecret"), "{}", err.message);
+        assert!(
+            err.message
+                .starts_with("not a PostgreSQL connection string: the value of \"port\""),
+            "{}",
+            err.message
+        );
+    }
+
+    fn settings_at(port: u16) -> StoreSettings {
+        StoreSettings {
+            connection_string: ConnectionString::new(format!(
+                "host=127.0.0.1 port={port} user=app password=Zq7Secret dbname=es"
+            )),
+            schema: "eventuous".into(),
+            tombstone_stream: "__tombstones__".into(),
+            tombstone_type: "$tombstone".into(),
+            connect_timeout: Duration::from_secs(2),
+            watermark_table: None,
+            profile: Profile::Eventuous,
+        }
+    }
+
+    /// Issue 20: connect errors named no host or port, and read
+    /// "PostgreSQL connection failed: connect: error connecting to server".
+    #[tokio::test]
+    async fn a_refused_connection_names_the_server_once() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let engine = PostgresEngine::new(&settings_at(port)).unwrap();
+        let err = engine.head().await.expect_err("nothing listens there");
+        assert!(err.is_transient(), "{err:?}");
+        assert!(
+            err.message.starts_with(&format!(
+                "cannot connect to PostgreSQL at 127.0.0.1:{port}: "
+            )),
+            "{}",
+            err.message
+        );
+        assert!(
+            !err.message.contains("connection failed"),
+            "{}",
+            err.message
+        );
+        assert!(!err.message.contains("Zq7Secret"), "{}", err.message);
+    }
+
+    /// Issue 20: a server that is not PostgreSQL read "error communicating
+    /// with the server: bytes remaining on stream".
+    #[tokio::test]
+    async fn a_server_that_is_not_postgresql_is_named_as_such() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let http = tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 512];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let engine = PostgresEngine::new(&settings_at(port)).unwrap();
+        let err = engine
+            .head()
+            .await
+            .expect_err("an HTTP server is no database");
+        assert!(
+            err.message.starts_with(&format!(
+                "the server at 127.0.0.1:{port} does not speak the PostgreSQL protocol"
+            )),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("check the host and port"),
+            "{}",
+            err.message
+        );
+        assert!(!err.message.contains("Zq7Secret"), "{}", err.message);
+        http.abort();
+    }
+
+    /// A server that accepts the connection and says nothing leaves no
+    /// error of its own: the timeout names where it waited.
+    #[tokio::test]
+    async fn a_server_that_never_answers_is_named_in_the_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let mut settings = settings_at(port);
+        settings.connect_timeout = Duration::from_millis(500);
+        let engine = PostgresEngine::new(&settings).unwrap();
+        let err = engine.head().await.expect_err("nothing answers");
+        assert_eq!(
+            err.message,
+            format!("no connection to PostgreSQL at 127.0.0.1:{port} within 500ms")
+        );
+        silent.abort();
     }
 }

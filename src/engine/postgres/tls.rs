@@ -15,6 +15,11 @@
 //!
 //! Npgsql strings (`Host=..;SSL Mode=Require`) are turned into the libpq
 //! form first ([`super::npgsql`]).
+//!
+//! [`parse`] is also where a string is refused: a key tokio-postgres does
+//! not take is named before it parses (its own refusal reads only "invalid
+//! connection string"), with the keys it does take; a value it cannot read
+//! is named by its key. Never by the value: it may be a password.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -40,7 +45,214 @@ pub struct Target {
     pub mode: TlsMode,
 }
 
-/// Parses a libpq key/value string or URL. Errors never contain a value.
+/// The libpq keys gap-healer takes, and what each takes (for the message
+/// when a value is refused): tokio-postgres's own (its `Config::param`)
+/// and the two this module takes out before it parses.
+const KEYS: &[(&str, &str)] = &[
+    (
+        "host",
+        "host names, IP addresses or socket directories, separated by commas",
+    ),
+    ("hostaddr", "IP addresses, separated by commas"),
+    ("port", "port numbers up to 65535, separated by commas"),
+    ("user", "a role name"),
+    ("password", "a password"),
+    ("dbname", "a database name"),
+    ("options", "server settings (-c name=value)"),
+    ("application_name", "a name"),
+    (
+        "sslmode",
+        "disable, allow, prefer, require, verify-ca or verify-full",
+    ),
+    ("sslrootcert", "a file of PEM certificates"),
+    ("sslnegotiation", "postgres or direct"),
+    ("connect_timeout", "whole seconds"),
+    ("tcp_user_timeout", "whole seconds"),
+    ("keepalives", "1 or 0"),
+    ("keepalives_idle", "whole seconds"),
+    ("keepalives_interval", "whole seconds"),
+    ("keepalives_retries", "a whole number"),
+    (
+        "target_session_attrs",
+        "any or read-write (read-write connects only to a server that takes writes, which \
+         gap-healer needs; the driver has no primary, standby or prefer-standby)",
+    ),
+    ("channel_binding", "disable, prefer or require"),
+    ("load_balance_hosts", "disable or random"),
+];
+
+/// libpq keys the driver has no use for, and why: "unknown" would mislead
+/// for a key the operator read in libpq's manual.
+const UNSUPPORTED: &[(&[&str], &str)] = &[
+    (
+        &["sslcert", "sslkey", "sslpassword", "sslcertmode"],
+        "client certificates are not supported: the login is user and password",
+    ),
+    (
+        &["sslcrl", "sslcrldir"],
+        "certificate revocation lists are not read",
+    ),
+    (
+        &[
+            "sslcompression",
+            "sslsni",
+            "ssl_min_protocol_version",
+            "ssl_max_protocol_version",
+            "requiressl",
+        ],
+        "TLS is set by sslmode and sslrootcert alone",
+    ),
+    (
+        &["passfile"],
+        "password files are not read: give password, or keep the whole connection string in a file (connection_string_file)",
+    ),
+    (&["service"], "service files are not read"),
+    (
+        &["gssencmode", "krbsrvname", "gsslib", "gssdelegation"],
+        "Kerberos and GSSAPI are not supported: the login is user and password",
+    ),
+    (
+        &["require_auth", "requirepeer"],
+        "the driver does not restrict the server's authentication",
+    ),
+    (
+        &["client_encoding"],
+        "the driver always speaks UTF8",
+    ),
+    (
+        &["fallback_application_name"],
+        "give application_name",
+    ),
+    (
+        &["replication"],
+        "a replication session cannot run the healer's statements",
+    ),
+];
+
+/// A refusal of a PostgreSQL connection string, as configuration checks and
+/// the engine both report it.
+pub fn refusal(e: &str) -> String {
+    format!(
+        "not a PostgreSQL connection string: {e} ({})",
+        super::npgsql::ACCEPTED_FORMS
+    )
+}
+
+/// The libpq keys gap-healer takes, for a refusal.
+fn accepted_keys(url: bool) -> String {
+    let keys: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+    if url {
+        format!(
+            "the query parameters gap-healer takes are the libpq keys {}",
+            keys.join(", ")
+        )
+    } else {
+        format!("the keys gap-healer takes are {}", keys.join(", "))
+    }
+}
+
+/// Refuses a key gap-healer does not take, naming it, never its value:
+/// pair `n` of a key/value string or query parameter `n` of a URL.
+/// `follows_password`: it comes right after an unquoted password, so it
+/// may be the rest of that password (`password=ab cd=ef`), and is not named
+/// unless it is a libpq key.
+fn check_key(
+    n: usize,
+    key: &str,
+    value: &str,
+    follows_password: bool,
+    url: bool,
+) -> Result<(), String> {
+    if KEYS.iter().any(|(k, _)| *k == key) {
+        if key == "target_session_attrs" && value == "read-only" {
+            return Err(
+                "target_session_attrs=read-only connects only to a server that takes no writes, \
+                 and gap-healer writes tombstones: give read-write or any"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    let accepted = accepted_keys(url);
+    let what = if url { "URL query parameter" } else { "key" };
+    // A libpq key by name is no fragment of a password: always named.
+    if let Some((_, why)) = UNSUPPORTED.iter().find(|(keys, _)| keys.contains(&key)) {
+        return Err(format!(
+            "libpq {what} {key:?} is not supported ({why}); {accepted}"
+        ));
+    }
+    if follows_password {
+        return Err(if url {
+            format!(
+                "query parameter {n}, right after password, is not one gap-healer takes (not \
+                 shown: it may be the rest of a password that holds a `&`; percent-encode it, \
+                 %26); {accepted}"
+            )
+        } else {
+            format!(
+                "the key of pair {n}, right after an unquoted password, is not one gap-healer \
+                 takes (not shown: it may be the rest of a password that holds a space; quote \
+                 the password, password='...'); {accepted}"
+            )
+        });
+    }
+    let close = KEYS
+        .iter()
+        .map(|(k, _)| (strsim::levenshtein(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| format!(" (did you mean {k:?}?)"))
+        .unwrap_or_default();
+    Err(format!("unknown {what} {key:?}{close}; {accepted}"))
+}
+
+/// tokio-postgres's refusal of what the checks above let through (a value
+/// it cannot read: `port=abc`, a URL's `db:abc`) as a message naming the
+/// key. Its causes name keys only (``invalid value for option `port` ``),
+/// except the key/value parser's "unexpected character", which names a
+/// character of the string: only the known shapes are passed on.
+fn driver_refusal(e: &tokio_postgres::Error, url: bool) -> String {
+    let cause = std::error::Error::source(e)
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    let named = |prefix: &str| {
+        cause
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix('`'))
+            .map(str::to_string)
+    };
+    if let Some(key) = named("invalid value for option `") {
+        return match (url, key.as_str()) {
+            (true, "port") => "the port in the URL is not valid: expected a number up to 65535, \
+                               as in postgres://app@db:5432/es"
+                .into(),
+            (true, "host") => "the host in the URL is not valid: expected a name, an IP \
+                               address, or an IPv6 address in brackets (postgres://app@[::1]:5432/es)"
+                .into(),
+            _ => {
+                let expected = KEYS.iter().find(|(k, _)| *k == key).map_or("", |(_, x)| *x);
+                format!("the value of {key:?} is not valid: expected {expected}")
+            }
+        };
+    }
+    if let Some(key) = named("unknown option `") {
+        return check_key(1, &key, "", false, url)
+            .err()
+            .unwrap_or_else(|| format!("the driver does not take the key {key:?}"));
+    }
+    let fixed = [
+        "unterminated parameter",
+        "unexpected EOF",
+        "unterminated quoted connection parameter value",
+    ];
+    if fixed.contains(&cause.as_str()) || cause.contains("utf-8") {
+        format!("{e}: {cause}")
+    } else {
+        e.to_string()
+    }
+}
+
+/// Parses a libpq key/value string or URL. Errors name keys, never a value.
 pub fn parse(raw: &str) -> Result<Target, String> {
     let converted;
     let url = raw.starts_with("postgres://") || raw.starts_with("postgresql://");
@@ -52,8 +264,7 @@ pub fn parse(raw: &str) -> Result<Target, String> {
         raw
     };
     let (rest, options) = take_tls_options(raw)?;
-    let mut config = Config::from_str(&rest)
-        .map_err(|e| format!("invalid PostgreSQL connection string: {e}"))?;
+    let mut config = Config::from_str(&rest).map_err(|e| driver_refusal(&e, url))?;
     let verify = match options.sslmode.as_deref() {
         None | Some("disable" | "allow" | "prefer") => false,
         // As in libpq: with a root certificate given, require verifies.
@@ -195,18 +406,35 @@ struct TlsOptions {
     sslrootcert: Option<String>,
 }
 
+/// Where a URL's query begins: at the first `?` after the credentials,
+/// which end at the first `@` (as tokio-postgres reads them), so a `?` in a
+/// password is not taken for the query.
+fn url_query(raw: &str) -> Option<usize> {
+    let after_scheme = raw.find("://")? + 3;
+    let from = raw[after_scheme..]
+        .find('@')
+        .map_or(after_scheme, |at| after_scheme + at + 1);
+    raw[from..].find('?').map(|q| from + q)
+}
+
 /// Removes `sslmode` and `sslrootcert` from a key/value string or a URL's
-/// query, returning the rest for tokio-postgres and the two values.
+/// query, returning the rest for tokio-postgres and the two values, and
+/// refuses any key gap-healer does not take ([`check_key`]).
 fn take_tls_options(raw: &str) -> Result<(String, TlsOptions), String> {
     let mut options = TlsOptions::default();
     if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
-        let Some((base, query)) = raw.split_once('?') else {
+        let Some(q) = url_query(raw) else {
             return Ok((raw.to_string(), options));
         };
+        let (base, query) = (&raw[..q], &raw[q + 1..]);
         let mut kept = Vec::new();
-        for pair in query.split('&') {
+        let mut follows_password = false;
+        for (n, pair) in query.split('&').enumerate() {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            match k {
+            let key = percent_decode(k);
+            check_key(n + 1, &key, &percent_decode(v), follows_password, true)?;
+            follows_password = key == "password";
+            match key.as_str() {
                 "sslmode" => options.sslmode = Some(percent_decode(v)),
                 "sslrootcert" => options.sslrootcert = Some(percent_decode(v)),
                 _ => kept.push(pair),
@@ -220,7 +448,16 @@ fn take_tls_options(raw: &str) -> Result<(String, TlsOptions), String> {
         return Ok((rest, options));
     }
     let mut kept = Vec::new();
-    for (key, raw_value, value) in key_values(raw)? {
+    let mut follows_password = false;
+    for (n, (key, raw_value, value)) in key_values(raw)?.into_iter().enumerate() {
+        check_key(n + 1, &key, &value, follows_password, false)?;
+        follows_password = key == "password" && !raw_value.starts_with('\'');
+        if raw_value.is_empty() {
+            // tokio-postgres would say only "unexpected EOF".
+            return Err(format!(
+                "key {key:?} has no value: give one, or quote an empty one ({key}='')"
+            ));
+        }
         match key.as_str() {
             "sslmode" => options.sslmode = Some(value),
             "sslrootcert" => options.sslrootcert = Some(value),
@@ -371,6 +608,132 @@ mod tests {
             let e = parse(malformed).err().unwrap();
             assert!(!e.contains("Zq71") && !e.contains("Secret9x"), "{e}");
         }
+    }
+
+    /// Issue 20: unknown and unsupported libpq keys, URL query parameters
+    /// and bad values all read "invalid connection string", naming no key.
+    /// Each refusal names the key, never the value, and lists the keys
+    /// taken.
+    #[test]
+    fn refusals_name_the_key_never_the_value_and_list_the_keys_taken() {
+        let list = "the keys gap-healer takes are host, hostaddr, port, user, password, dbname";
+        let url_list = "the query parameters gap-healer takes are the libpq keys host, hostaddr";
+        for (raw, said, listed) in [
+            (
+                "host=db usr=Zq7Secret password=Zq7Secret",
+                "unknown key \"usr\" (did you mean \"user\"?)",
+                list,
+            ),
+            (
+                "host=db sslcert=/Zq7Secret.pem password=Zq7Secret",
+                "libpq key \"sslcert\" is not supported (client certificates",
+                list,
+            ),
+            (
+                "host=db passfile=/Zq7Secret",
+                "libpq key \"passfile\" is not supported (password files are not read",
+                list,
+            ),
+            (
+                "postgres://app:Zq7Secret@db/es?sslmode=require&usr=Zq7Secret",
+                "unknown URL query parameter \"usr\" (did you mean \"user\"?)",
+                url_list,
+            ),
+            (
+                "postgres://app:Zq7Secret@db/es?sslkey=/Zq7Secret",
+                "libpq URL query parameter \"sslkey\" is not supported",
+                url_list,
+            ),
+            (
+                "host=db port=Zq7Secret password=Zq7Secret",
+                "the value of \"port\" is not valid: expected port numbers",
+                "",
+            ),
+            (
+                "host=db keepalives_idle=Zq7Secret",
+                "the value of \"keepalives_idle\" is not valid: expected whole seconds",
+                "",
+            ),
+            (
+                "postgres://app:Zq7Secret@db:Zq7Secret/es",
+                "the port in the URL is not valid: expected a number up to 65535",
+                "",
+            ),
+            (
+                "postgres://app:Zq7Secret@db/es?connect_timeout=Zq7Secret",
+                "the value of \"connect_timeout\" is not valid: expected whole seconds",
+                "",
+            ),
+            (
+                "host=db target_session_attrs=primary password=Zq7Secret",
+                "the value of \"target_session_attrs\" is not valid: expected any or read-write",
+                "",
+            ),
+            (
+                "host=db target_session_attrs=read-only",
+                "target_session_attrs=read-only connects only to a server that takes no writes",
+                "",
+            ),
+            (
+                "host=db password=Zq7Secret dbname=",
+                "key \"dbname\" has no value",
+                "",
+            ),
+        ] {
+            let e = parse(raw).err().unwrap_or_else(|| panic!("{raw} parsed"));
+            assert!(e.starts_with(said), "{raw}: {e}");
+            assert!(e.contains(listed), "{raw}: {e}");
+            assert!(!e.contains("Zq7Secret"), "{raw}: {e}");
+            // One prefix, as configuration checks and the engine both say it.
+            let shown = refusal(&e);
+            assert_eq!(
+                shown.matches("PostgreSQL connection string").count(),
+                1,
+                "{shown}"
+            );
+            assert!(!shown.contains("invalid connection string"), "{shown}");
+            assert!(shown.contains("accepted forms: libpq key/value"), "{shown}");
+        }
+        assert!(parse("host=db target_session_attrs=read-write").is_ok());
+        assert!(parse("host=db target_session_attrs=any").is_ok());
+    }
+
+    /// A "key" right after an unquoted password may be the rest of a
+    /// password holding a space (or an `&` in a URL's query): refused
+    /// without being named.
+    #[test]
+    fn a_key_after_an_unquoted_password_is_not_named() {
+        let e = parse("host=db password=Zq7 secretx=y").err().unwrap();
+        assert!(!e.contains("secretx"), "{e}");
+        assert!(
+            e.contains("pair 3, right after an unquoted password"),
+            "{e}"
+        );
+        let e = parse("postgres://db/es?password=Zq7&Secret9x=y")
+            .err()
+            .unwrap();
+        assert!(!e.contains("Secret9x"), "{e}");
+        assert!(e.contains("query parameter 2, right after password"), "{e}");
+        // Quoted, it cannot run on: the next key is named.
+        let e = parse("host=db password='Zq7 x' colour=y").err().unwrap();
+        assert!(e.starts_with("unknown key \"colour\""), "{e}");
+        // A libpq key by name is no fragment of a password: named.
+        let e = parse("host=db password=Zq7 sslcert=/c.pem").err().unwrap();
+        assert!(
+            e.starts_with("libpq key \"sslcert\" is not supported"),
+            "{e}"
+        );
+    }
+
+    /// A `?` in a URL's password is not the start of its query: its rest is
+    /// never read (nor named) as a query parameter.
+    #[test]
+    fn a_question_mark_in_a_url_password_is_not_the_query() {
+        let t = parse("postgres://app:Zq7?Secret9x=y@db/es?sslmode=require").unwrap();
+        assert_eq!(t.mode, TlsMode::Encrypted);
+        assert_eq!(t.config.get_password(), Some(&b"Zq7?Secret9x=y"[..]));
+        assert_eq!(url_query("postgres://db/es?a=b"), Some(16));
+        assert_eq!(url_query("postgres://a:b?c@db/es"), None);
     }
 
     /// A `%` followed by a multi-byte character used to panic (a `&str`
