@@ -235,7 +235,7 @@ impl World for PgWorld {
         let holes: i64 = c
             .query_one(
                 &format!(
-                    "SELECT count(*) FROM generate_series($1 + 1, (SELECT MAX(global_position) FROM {s}.messages)) g (p)
+                    "SELECT count(*) FROM generate_series($1::bigint + 1, (SELECT MAX(global_position) FROM {s}.messages)) g (p)
                      WHERE NOT EXISTS (SELECT 1 FROM {s}.messages m WHERE m.global_position = g.p)"
                 ),
                 &[&after],
