@@ -621,4 +621,36 @@ pub(crate) mod tests_support {
             profile: super::profile::Profile::Eventuous,
         }
     }
+
+    /// A local server that is no database: it answers whatever it is sent
+    /// with an HTTP 400. Its port, and the task to abort.
+    pub(crate) async fn http_listener() -> (u16, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buf = [0u8; 512];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        (port, task)
+    }
+
+    /// A local server that accepts connections and never says anything.
+    /// Its port, and the task to abort.
+    pub(crate) async fn silent_listener() -> (u16, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        (port, task)
+    }
 }

@@ -568,11 +568,25 @@ async fn leader_session_killed_no_fill_while_another_leads() {
         became_a.len() + became_b.len() >= 3,
         "the lock changed hands too rarely"
     );
+    // On a failure, what each process said about leading and filling, for
+    // telling a stale leader from a log that lost a line.
+    let said = |log: &str| -> String {
+        log.lines()
+            .filter(|l| {
+                ["leader", "lead", "fence", "filled hole"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert!(
         violations.is_empty(),
-        "two fillers at once, {} fills in all, e.g.:\n{}",
+        "two fillers at once, {} fills in all, e.g.:\n{}\n--- A:\n{}\n--- B:\n{}",
         violations.len(),
-        violations[..violations.len().min(10)].join("\n")
+        violations[..violations.len().min(10)].join("\n"),
+        said(&log_a),
+        said(&log_b)
     );
 }
 

@@ -303,14 +303,7 @@ mod tests {
     #[tokio::test]
     async fn try_lead_gives_up_at_the_connect_timeout() {
         // A listener that accepts and never answers the TDS prelogin.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let silent = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
+        let (port, silent) = crate::engine::tests_support::silent_listener().await;
         let engine = MssqlEngine::new(&settings(&format!(
             "Server=tcp:127.0.0.1,{port};User Id=app;Password=Hunter2;TrustServerCertificate=true"
         )))

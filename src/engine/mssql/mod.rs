@@ -772,21 +772,7 @@ mod tests {
     /// packet type: 72".
     #[tokio::test]
     async fn a_server_that_does_not_speak_tds_is_named_as_such() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let http = tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                let mut buf = [0u8; 512];
-                let _ = socket.read(&mut buf).await;
-                let _ = socket
-                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-                    .await;
-            }
-        });
+        let (port, http) = crate::engine::tests_support::http_listener().await;
         for encrypt in ["true", "false"] {
             let mut s = settings(&format!(
                 "Server=tcp:127.0.0.1,{port};User Id=app;Password=Hunter2;Encrypt={encrypt};TrustServerCertificate=true"

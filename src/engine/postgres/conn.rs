@@ -33,6 +33,10 @@ pub const STALLED_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
 /// this long instead of freezing its store's loop.
 pub const READ_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The bound of a dedicated session's opening when the configuration
+/// gives none (it always does: [`Target::new`] sets the connect timeout).
+const DEDICATED_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How to reach the server: the parsed configuration and its TLS.
 #[derive(Clone)]
 pub(crate) struct Target {
@@ -99,7 +103,30 @@ impl Target {
     /// A session of its own for the leader lock, outside the pool, with TCP
     /// keepalive so a dead peer is noticed within about 20 s without traffic,
     /// and ended by the server once idle for [`STALLED_SESSION_TIMEOUT`].
+    ///
+    /// Bounded as a whole by the connect timeout: tokio-postgres bounds only
+    /// the TCP connect, so a server that accepts and never answers the
+    /// startup (or the settings below) would hold the election, and with it
+    /// the store's loop, for ever.
     pub(crate) async fn connect_dedicated(
+        &self,
+    ) -> DbResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+        let limit = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(DEDICATED_CONNECT_TIMEOUT);
+        match tokio::time::timeout(limit, self.connect_dedicated_unbounded()).await {
+            Ok(session) => session,
+            Err(_) => Err(DbError::transient(format!(
+                "no leader session with PostgreSQL at {} within {}",
+                self.servers(),
+                humantime::format_duration(limit)
+            ))),
+        }
+    }
+
+    async fn connect_dedicated_unbounded(
         &self,
     ) -> DbResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
         let mut config = self.config.clone();

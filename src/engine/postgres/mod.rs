@@ -422,21 +422,7 @@ mod tests {
     /// with the server: bytes remaining on stream".
     #[tokio::test]
     async fn a_server_that_is_not_postgresql_is_named_as_such() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let http = tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                let mut buf = [0u8; 512];
-                let _ = socket.read(&mut buf).await;
-                let _ = socket
-                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-                    .await;
-            }
-        });
+        let (port, http) = crate::engine::tests_support::http_listener().await;
         let engine = PostgresEngine::new(&settings_at(port)).unwrap();
         let err = engine
             .head()
@@ -462,14 +448,7 @@ mod tests {
     /// error of its own: the timeout names where it waited.
     #[tokio::test]
     async fn a_server_that_never_answers_is_named_in_the_timeout() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let silent = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
+        let (port, silent) = crate::engine::tests_support::silent_listener().await;
         let mut settings = settings_at(port);
         settings.connect_timeout = Duration::from_millis(500);
         let engine = PostgresEngine::new(&settings).unwrap();
@@ -477,6 +456,27 @@ mod tests {
         assert_eq!(
             err.message,
             format!("no connection to PostgreSQL at 127.0.0.1:{port} within 500ms")
+        );
+        // The leader session is opened outside the pool: bounded the same
+        // (before, tokio-postgres bounded only the TCP connect, and the
+        // election waited for ever).
+        use crate::engine::LeaderLock;
+        let started = std::time::Instant::now();
+        let err = match tokio::time::timeout(Duration::from_secs(5), engine.open_session("k")).await
+        {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => panic!("a leader session from a server that says nothing"),
+            Err(_) => panic!("opening the leader session waited past 5 s"),
+        };
+        assert_eq!(
+            err.message,
+            format!("no leader session with PostgreSQL at 127.0.0.1:{port} within 500ms")
+        );
+        assert!(err.is_transient());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
         );
         silent.abort();
     }
