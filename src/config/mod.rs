@@ -924,12 +924,12 @@ impl<'a> Validator<'a> {
             (Some(inline), None) => (inline.text.clone(), inline.origin.clone()),
             (_, Some(file)) => match read_small(&file.text) {
                 Ok(text) => {
-                    self.origins
-                        .push(("connection_string", file.origin.clone()));
-                    (
-                        text.trim_end_matches(['\r', '\n']).to_string(),
-                        format!("file {} named by {}", file.text, file.origin),
-                    )
+                    // The value shown as connection_string is the file's: so
+                    // is its origin (the key's own, read first, lost).
+                    let origin = format!("file {} named by {}", file.text, file.origin);
+                    self.origins.retain(|(k, _)| *k != "connection_string");
+                    self.origins.push(("connection_string", origin.clone()));
+                    (text.trim_end_matches(['\r', '\n']).to_string(), origin)
                 }
                 Err(e) => {
                     self.problems.push(Problem {
@@ -1239,7 +1239,12 @@ mod tests {
             "host=db password=FromFile1"
         );
         let toml = s.to_toml();
-        assert!(toml.contains("# flag --connection-string-file"), "{toml}");
+        assert!(
+            toml.contains(&format!(
+                "# file {path} named by flag --connection-string-file"
+            )),
+            "{toml}"
+        );
         assert!(!toml.contains("connection_string_file ="), "{toml}");
         assert!(!toml.contains("FromFile1"), "{toml}");
         // The higher layer wins: the flag's file over the environment's string,
@@ -1278,6 +1283,149 @@ mod tests {
         let err = load(&from_file, env(&[]), Need::Connection).unwrap_err();
         assert_eq!(err.problems.len(), 1, "{err}");
         assert!(err.to_string().contains("not both"), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    /// Issue 20 item 5: `config` named the wrong origin. With
+    /// GAP_HEALER_CONNECTION_STRING set and --connection-string-file given,
+    /// it printed the file's value labelled `# environment variable
+    /// GAP_HEALER_CONNECTION_STRING`. Every combination of where the string
+    /// and where a file of it is set: the higher layer's value wins, and the
+    /// printed origin is that value's.
+    #[test]
+    fn the_connection_strings_origin_for_every_layer_combination() {
+        #[derive(Clone, Copy, PartialEq, Debug)]
+        enum L {
+            File,
+            Env,
+            Flag,
+        }
+        let rank = |l: L| match l {
+            L::File => 1,
+            L::Env => 3,
+            L::Flag => 4,
+        };
+        let dir = temp_dir("cs-origins");
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "host=fromsecret\n").unwrap();
+        let secret = secret.to_str().unwrap().to_string();
+        let config = dir.join("c.toml");
+        let layers = [None, Some(L::File), Some(L::Env), Some(L::Flag)];
+        for inline in layers {
+            for file in layers {
+                let mut toml = String::from("engine = \"postgres\"\n");
+                let mut vars = Vec::new();
+                let mut args = ConfigArgs::default();
+                args.config = Some(config.clone());
+                match inline {
+                    Some(L::File) => toml += "connection_string = \"host=fromtoml\"\n",
+                    Some(L::Env) => vars.push(("GAP_HEALER_CONNECTION_STRING", "host=fromenv")),
+                    Some(L::Flag) => args = args.with("connection_string", "host=fromflag"),
+                    None => {}
+                }
+                match file {
+                    Some(L::File) => toml += &format!("connection_string_file = {secret:?}\n"),
+                    Some(L::Env) => {
+                        vars.push(("GAP_HEALER_CONNECTION_STRING_FILE", secret.as_str()))
+                    }
+                    Some(L::Flag) => args = args.with("connection_string_file", secret.clone()),
+                    None => {}
+                }
+                std::fs::write(&config, &toml).unwrap();
+                let loaded = load(&args, env(&vars), Need::Connection);
+                let case = format!("string {inline:?}, file {file:?}");
+                let (value, origin) = match (inline, file) {
+                    (None, None) => {
+                        let err = loaded.unwrap_err().to_string();
+                        assert!(err.contains("required"), "{case}: {err}");
+                        continue;
+                    }
+                    (Some(i), Some(f)) if rank(i) == rank(f) => {
+                        let err = loaded.unwrap_err().to_string();
+                        assert!(err.contains("not both"), "{case}: {err}");
+                        continue;
+                    }
+                    (Some(i), f) if f.is_none_or(|f| rank(i) > rank(f)) => match i {
+                        L::File => ("host=fromtoml", format!("config file {}", config.display())),
+                        L::Env => (
+                            "host=fromenv",
+                            "environment variable GAP_HEALER_CONNECTION_STRING".into(),
+                        ),
+                        L::Flag => ("host=fromflag", "flag --connection-string".into()),
+                    },
+                    (_, Some(f)) => {
+                        let named = match f {
+                            L::File => format!("config file {}", config.display()),
+                            L::Env => {
+                                "environment variable GAP_HEALER_CONNECTION_STRING_FILE".into()
+                            }
+                            L::Flag => "flag --connection-string-file".into(),
+                        };
+                        ("host=fromsecret", format!("file {secret} named by {named}"))
+                    }
+                    (Some(_), None) => unreachable!(),
+                };
+                let s = loaded.unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(
+                    s.stores[0].store.connection_string.expose(),
+                    value,
+                    "{case}"
+                );
+                let shown = s.to_toml();
+                let row = shown
+                    .lines()
+                    .find(|l| l.starts_with("connection_string ="))
+                    .unwrap_or_else(|| panic!("{case}: {shown}"));
+                assert!(row.ends_with(&format!("# {origin}")), "{case}: {row}");
+            }
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    /// Any other key set in several layers is shown with the origin of the
+    /// layer whose value wins (flag over environment over file over default).
+    #[test]
+    fn a_keys_origin_is_the_winning_layers_for_every_combination() {
+        let dir = temp_dir("origins");
+        let config = dir.join("c.toml");
+        for mask in 0..8u8 {
+            let (in_file, in_env, in_flag) = (mask & 1 != 0, mask & 2 != 0, mask & 4 != 0);
+            let mut toml = String::from("engine = \"postgres\"\nconnection_string = \"host=db\"\n");
+            if in_file {
+                toml += "gap_timeout = \"7s\"\n";
+            }
+            std::fs::write(&config, &toml).unwrap();
+            let mut args = ConfigArgs::default();
+            args.config = Some(config.clone());
+            if in_flag {
+                args = args.with("gap_timeout", "9s");
+            }
+            let vars: Vec<(&str, &str)> = if in_env {
+                vec![("GAP_HEALER_GAP_TIMEOUT", "8s")]
+            } else {
+                vec![]
+            };
+            let s = load(&args, env(&vars), Need::Connection).unwrap();
+            let (value, origin) = if in_flag {
+                ("9s", "flag --gap-timeout".to_string())
+            } else if in_env {
+                (
+                    "8s",
+                    "environment variable GAP_HEALER_GAP_TIMEOUT".to_string(),
+                )
+            } else if in_file {
+                ("7s", format!("config file {}", config.display()))
+            } else {
+                ("5s", "default".to_string())
+            };
+            let shown = s.to_toml();
+            let row = shown
+                .lines()
+                .find(|l| l.starts_with("gap_timeout ="))
+                .unwrap_or_else(|| panic!("{mask}: {shown}"));
+            assert!(row.contains(&format!("\"{value}\"")), "{mask}: {row}");
+            assert!(row.ends_with(&format!("# {origin}")), "{mask}: {row}");
+        }
         std::fs::remove_dir_all(dir).ok();
     }
 
@@ -1383,9 +1531,14 @@ mod tests {
                 let s = load(&a, e, Need::Connection)
                     .unwrap_or_else(|err| panic!("{} by {origin}: {err}", key.name));
                 let toml = s.to_toml();
-                let shown = match key.name {
-                    "connection_string_file" => "connection_string",
-                    name => name,
+                // A file's connection string is shown as connection_string,
+                // from the file the key named.
+                let (shown, origin) = match key.name {
+                    "connection_string_file" => (
+                        "connection_string",
+                        format!("file {} named by {origin}", value(key)),
+                    ),
+                    name => (name, origin.to_string()),
                 };
                 let line = toml
                     .lines()
