@@ -148,6 +148,13 @@ pub async fn run(
     for store in &settings.stores {
         running.start(store, &stop);
     }
+    // Readiness is the stores' once they are on the board (the static
+    // ones now, a set's at its first listing): before, an empty board is
+    // a daemon starting up, and /readyz says so (it said ready).
+    let mut opened = settings.sets.is_empty();
+    if opened {
+        running.board.open();
+    }
     info!(
         stores = settings.stores.len(),
         store_sets = settings.sets.len(),
@@ -168,6 +175,10 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_discovery), if !settings.sets.is_empty() => {
                 for set in &settings.sets {
                     running.discover(settings, set, &stop).await;
+                }
+                if !opened {
+                    running.board.open();
+                    opened = true;
                 }
                 next_discovery = tokio::time::Instant::now() + settings.daemon.discover_interval;
             }

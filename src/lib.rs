@@ -11,7 +11,7 @@
 //! - [`healer`]: the loop: scan, track, fill what is due, report.
 //! - [`fleet`]: many stores in one daemon, each its own healer.
 //! - [`leader`]: whether this process may fill now.
-//! - [`telemetry`]: logs, metrics, and the `/metrics`, `/healthz`, `/readyz` server.
+//! - [`telemetry`]: logs, metrics, and the `/metrics`, `/healthz`, `/readyz`, `/status` server.
 //! - [`shutdown`]: SIGTERM and SIGINT into a cancellation token.
 //! - [`backoff`]: capped, jittered exponential backoff.
 //! - [`cli`]: the subcommands, each a function `main` calls.

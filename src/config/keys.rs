@@ -202,7 +202,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "metrics_addr",
-        help: "Address of /metrics, /healthz, /readyz",
+        help: "Address of the HTTP endpoints: /metrics, /healthz, /readyz, /status (and / listing them)",
         flag: Flag::Value("HOST:PORT"),
         unset: Unset::Default(DEFAULT_METRICS_ADDR),
         scope: Scope::daemon(

@@ -1096,3 +1096,58 @@ async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
     assert!(!log.contains("Zq7Npgsql"), "{log}");
     store.drop_schema().await;
 }
+
+/// Issue 20: a store whose database answers with a refusal is not ready,
+/// and `/readyz` says the refusal, not that the database has not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_the_refusal_when_the_database_answers_with_one() {
+    let store = store_with_holes("ready_why").await;
+    let role = format!("{}_login", store.schema);
+    let cs = store.create_login(&role).await;
+    let d = Daemon::with_connection_string(&cs, &store.schema, &["--poll-interval", "100ms"]);
+    let mut body = String::new();
+    for _ in 0..100 {
+        let (code, text) = d.get("/readyz").await;
+        assert_eq!(code, 503, "{text}");
+        body = text;
+        if body.contains("permission denied") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        body.contains("no scan has succeeded since start; every scan has failed, for ")
+            && body.contains(" ms (the database is not reachable, or the store is broken): ")
+            && body.contains("permission denied"),
+        "{body}"
+    );
+    assert!(!body.contains("has not answered"), "{body}");
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_with_login(&role).await;
+}
+
+/// Issue 20: `/` answers with links to the endpoints, and any other path
+/// with a 404 naming them, instead of an empty 404.
+#[tokio::test]
+async fn the_http_root_links_the_endpoints() {
+    let store = Store::new("http_root").await;
+    let d = Daemon::start(&store, &[]);
+    let (code, body) = d.get("/").await;
+    assert_eq!(code, 200, "{body}");
+    for path in ["/metrics", "/healthz", "/readyz", "/status"] {
+        assert!(
+            body.contains(&format!("<a href=\"{path}\">")),
+            "{path}: {body}"
+        );
+    }
+    let (code, body) = d.get("/nope").await;
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body.contains("no endpoint /nope") && body.contains("/status"),
+        "{body}"
+    );
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_schema().await;
+}
