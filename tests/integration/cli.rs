@@ -1127,6 +1127,36 @@ async fn readyz_says_the_refusal_when_the_database_answers_with_one() {
     store.drop_with_login(&role).await;
 }
 
+/// Issue 20: the one store of a daemon that gives up does not say "the
+/// others go on": there are none, and the daemon exits 3.
+#[tokio::test]
+async fn a_lone_store_that_gives_up_says_the_daemon_exits() {
+    let cmd = gap_healer_testkit::bin::command(
+        [
+            "run",
+            "--engine",
+            "postgres",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--give-up-after",
+            "1s",
+            "--connect-timeout",
+            "1s",
+        ],
+        [(
+            "GAP_HEALER_CONNECTION_STRING",
+            "host=127.0.0.1 port=1 user=postgres dbname=test",
+        )],
+    );
+    let (code, output) = gap_healer_testkit::bin::run(cmd, Duration::from_secs(30)).await;
+    assert_eq!(code, 3, "{output}");
+    assert!(
+        output.contains("this store gave up; no store is left to heal: the daemon exits"),
+        "{output}"
+    );
+    assert!(!output.contains("the others go on"), "{output}");
+}
+
 /// Issue 20: `/` answers with links to the endpoints, and any other path
 /// with a 404 naming them, instead of an empty 404.
 #[tokio::test]
