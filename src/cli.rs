@@ -23,10 +23,23 @@ pub const EXIT_HOLES_FOUND: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INCOMPLETE: u8 = 3;
 
+/// `0.1.0 (commit 40bf8af1c2d3, built 2026-05-02)`: the package's version,
+/// the commit it was built from (`unknown` when built outside a git
+/// checkout, as the Docker build is) and the date of the build (UTC; or of
+/// `SOURCE_DATE_EPOCH`), as build.rs found them.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GAP_HEALER_COMMIT"),
+    ", built ",
+    env!("GAP_HEALER_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gap-healer",
-    version,
+    version = VERSION,
     about = "Fills holes in the global position of identity-positioned event stores with tombstones, so all-stream subscriptions never stall."
 )]
 pub struct Cli {
@@ -686,5 +699,24 @@ mod tests {
             );
         }
         cmd.debug_assert();
+    }
+
+    #[test]
+    fn the_version_names_the_commit_and_the_build_date() {
+        let (version, rest) = VERSION.split_once(" (commit ").unwrap();
+        assert_eq!(version, env!("CARGO_PKG_VERSION"));
+        let (commit, date) = rest.split_once(", built ").unwrap();
+        assert!(
+            commit == "unknown"
+                || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{VERSION}"
+        );
+        let date = date.strip_suffix(')').unwrap();
+        let parts: Vec<&str> = date.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [4, 2, 2],
+            "{VERSION}"
+        );
     }
 }

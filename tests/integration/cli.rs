@@ -1157,6 +1157,47 @@ async fn a_lone_store_that_gives_up_says_the_daemon_exits() {
     assert!(!output.contains("the others go on"), "{output}");
 }
 
+/// Issue 20: `--version` names the commit (this checkout's, when built
+/// from one) and the build's date.
+#[test]
+fn version_names_the_commit_and_the_build_date() {
+    let out = cli(&["--version"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let line = out.stdout.trim();
+    let rest = line
+        .strip_prefix(&format!(
+            "gap-healer {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (commit, built) = rest
+        .split_once(", built ")
+        .unwrap_or_else(|| panic!("{line}"));
+    let date = built.strip_suffix(')').unwrap_or_else(|| panic!("{line}"));
+    let digits: Vec<usize> = date.split('-').map(str::len).collect();
+    assert_eq!(digits, [4, 2, 2], "{line}");
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let top = git(&["rev-parse", "--show-toplevel"]);
+    let same =
+        top.is_some_and(|t| std::fs::canonicalize(t).ok() == std::fs::canonicalize(dir).ok());
+    if same {
+        let head = git(&["rev-parse", "--short=12", "HEAD"]).unwrap();
+        assert_eq!(commit, head, "{line}");
+    } else {
+        assert_eq!(commit, "unknown", "{line}: built outside a git checkout");
+    }
+}
+
 /// Issue 20: `/` answers with links to the endpoints, and any other path
 /// with a 404 naming them, instead of an empty 404.
 #[tokio::test]
