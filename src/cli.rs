@@ -252,7 +252,16 @@ async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     let names: Vec<&str> = settings.stores.iter().map(|s| s.name.as_str()).collect();
     info!(addr = %addr, stores = %names.join(","), "gap-healer listening on {addr}");
     let server = tokio::spawn(server);
+    // Ready for systemd once the endpoints answer: a store's database may
+    // be down for long (the daemon waits for it, /readyz says why), and a
+    // start that waited for it would fail the unit at TimeoutStartSec.
+    crate::systemd::ready(&format!(
+        "serving /metrics, /healthz, /readyz, /status on {addr}; healing {} store(s) and {} store set(s)",
+        settings.stores.len(),
+        settings.sets.len()
+    ));
     let (ended, culprit) = crate::fleet::run(settings, board, stop.clone()).await;
+    crate::systemd::stopping();
     stop.cancel();
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),

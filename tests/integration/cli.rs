@@ -1222,3 +1222,35 @@ async fn the_http_root_links_the_endpoints() {
     assert_eq!(code, Some(0), "{log}");
     store.drop_schema().await;
 }
+
+/// Issue 20: under systemd (`Type=notify`, `NOTIFY_SOCKET`) the daemon
+/// says READY=1 once its endpoints answer, and STOPPING=1 on SIGTERM.
+#[tokio::test]
+async fn systemd_hears_ready_once_the_endpoints_answer_and_stopping_at_the_end() {
+    use std::os::unix::net::UnixDatagram;
+    let store = Store::new("notify").await;
+    let dir = std::env::temp_dir().join(format!("gh-notify-{}", store.schema));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut args = vec!["run".to_string()];
+    args.extend(store.args());
+    let d = Daemon::spawn(&args, &[("NOTIFY_SOCKET", path.to_str().unwrap())]);
+    let mut buf = [0u8; 1024];
+    let n = socket.recv(&mut buf).expect("READY=1 within 20 s");
+    let message = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(
+        message.starts_with("READY=1\nSTATUS=serving /metrics, /healthz, /readyz, /status on "),
+        "{message:?}"
+    );
+    assert_eq!(d.get("/healthz").await.0, 200);
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    let n = socket.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1\n");
+    std::fs::remove_dir_all(&dir).ok();
+    store.drop_schema().await;
+}
