@@ -1,8 +1,10 @@
 //! The command line: each subcommand is a function that `main` calls and the
 //! tests call through the real binary.
 //!
-//! Exit codes: 0 success; 1 `scan` found holes; 2 bad usage or configuration;
-//! 3 could not complete (database unreachable, missing table, missing rights).
+//! Exit codes: 0 success; 1 holes: `scan` found some, `heal --once` left
+//! some (not as a dry run); 2 bad usage or configuration; 3 could not
+//! complete (database unreachable, missing table, missing rights, a fill
+//! failed).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, Instrument};
 
 use crate::config::{self, ConfigArgs, Need, Settings, Store};
 use crate::engine::{self, DbError, Engine, EngineKind, Pools};
@@ -19,6 +21,8 @@ use crate::leader::Leader;
 use crate::telemetry::{self, Board, Health};
 
 pub const EXIT_OK: u8 = 0;
+/// `scan` found holes; `heal --once` left holes unfilled (a dry run, which
+/// fills nothing by design, exits 0).
 pub const EXIT_HOLES_FOUND: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INCOMPLETE: u8 = 3;
@@ -58,6 +62,7 @@ pub enum Command {
     Run,
     /// Report the current holes without writing; exit 1 when there is at least one.
     Scan {
+        /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
         /// List at most N holes (text: 20 unless given; JSON: every hole unless given).
@@ -67,14 +72,18 @@ pub enum Command {
         #[arg(long, conflicts_with = "limit")]
         all: bool,
     },
-    /// One detect-and-fill pass, then exit (for Jobs and cron).
+    /// One detect-and-fill pass, then exit (for Jobs and cron); exit 1 when holes are left.
     Heal {
         /// Required: one pass, then exit.
         #[arg(long, required = true)]
         once: bool,
+        /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
-    /// Preflight: connection, table shapes, rights; one line per finding.
+    /// Preflight: connection, TLS, table shapes, rights; one line per finding.
     Check {
+        /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
@@ -187,19 +196,31 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         let many = many || stores.len() > 1;
         let mut worst = EXIT_OK;
         for store in &stores {
-            if many {
-                eprintln!("== store {}", store.name);
-            }
-            let done = match store.engine {
-                EngineKind::Postgres => {
-                    let engine = engine::postgres::PostgresEngine::sharing(&store.store, &pools);
-                    dispatch(Arc::new(engine?), store, cli.command.clone()).await
-                }
-                EngineKind::Mssql => {
-                    let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
-                    dispatch(Arc::new(engine?), store, cli.command.clone()).await
-                }
+            // In a fleet every line says its store: each output line, each
+            // object (its "store"), each log line (the store span).
+            let out = Out {
+                prefix: many.then(|| format!("[store {}] ", store.name)),
             };
+            let span = if many {
+                tracing::info_span!("store", store = %store.name)
+            } else {
+                tracing::Span::none()
+            };
+            let done = async {
+                match store.engine {
+                    EngineKind::Postgres => {
+                        let engine =
+                            engine::postgres::PostgresEngine::sharing(&store.store, &pools);
+                        dispatch(Arc::new(engine?), store, cli.command.clone(), &out).await
+                    }
+                    EngineKind::Mssql => {
+                        let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
+                        dispatch(Arc::new(engine?), store, cli.command.clone(), &out).await
+                    }
+                }
+            }
+            .instrument(span)
+            .await;
             match done {
                 Ok(code) => worst = worst.max(code),
                 // One store: its failure is the command's.
@@ -214,16 +235,35 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     })
 }
 
+/// Where a one-shot command prints a store's lines: stdout, each line led
+/// by `[store NAME] ` in a fleet.
+struct Out {
+    prefix: Option<String>,
+}
+
+impl Out {
+    /// One line on stdout.
+    fn line(&self, text: impl std::fmt::Display) {
+        println!("{}{text}", self.prefix.as_deref().unwrap_or_default());
+    }
+
+    /// One line on stderr (a remark beside the output, not part of it).
+    fn note(&self, text: impl std::fmt::Display) {
+        eprintln!("{}{text}", self.prefix.as_deref().unwrap_or_default());
+    }
+}
+
 async fn dispatch<E: Engine>(
     engine: Arc<E>,
     store: &Store,
     command: Command,
+    out: &Out,
 ) -> Result<u8, Failure> {
     match command {
-        Command::Scan { format, limit, all } => scan(engine, store, format, limit, all).await,
-        Command::Heal { .. } => heal_once(engine, store).await,
-        Command::Check { format } => check(engine, store, format).await,
-        Command::Install => install(engine, store).await,
+        Command::Scan { format, limit, all } => scan(engine, store, format, limit, all, out).await,
+        Command::Heal { format, .. } => heal_once(engine, store, format, out).await,
+        Command::Check { format } => check(engine, store, format, out).await,
+        Command::Install => install(engine, store, out).await,
         Command::Run | Command::Sql { .. } | Command::Config => {
             unreachable!("handled before a store's engine is made")
         }
@@ -311,8 +351,10 @@ const PROGRESS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5
 const SCAN_LIST_DEFAULT: usize = 20;
 
 /// Progress on stderr: a bar when stderr is a terminal; otherwise the same
-/// figures as an INFO log line at most every [`PROGRESS_LOG_EVERY`].
-fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+/// figures as an INFO log line at most every [`PROGRESS_LOG_EVERY`] (the
+/// first that long after the start, which the healer logs itself); and,
+/// either way, a completion line ([`Progress::finish`]).
+fn progress(len: u64, what: &'static str) -> Progress {
     use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
     let (bar, template) = if std::io::stderr().is_terminal() {
         (
@@ -320,7 +362,7 @@ fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
             "{msg} [{bar:40}] {human_pos}/{human_len} positions ({rate}, eta {eta})",
         )
     } else {
-        let log = ProgressDrawTarget::term_like_with_hz(Box::new(ProgressLog::default()), 1);
+        let log = ProgressDrawTarget::term_like_with_hz(Box::new(ProgressLog::new()), 1);
         (
             ProgressBar::with_draw_target(Some(len), log),
             "{msg}: {human_pos} of {human_len} positions ({rate}, eta {eta})",
@@ -341,15 +383,62 @@ fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
         .with_key("rate", rate);
     bar.set_style(style.progress_chars("=> "));
     bar.set_message(what.to_string());
-    bar
+    Progress {
+        bar,
+        what,
+        len,
+        started: std::time::Instant::now(),
+    }
+}
+
+/// A bar or progress log of [`progress`], and what it counts.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    what: &'static str,
+    len: u64,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn set(&self, done: u64) {
+        self.bar.set_position(done);
+    }
+
+    /// Clears the bar and logs the completion line: `scanning: done, 6 of
+    /// 6 positions in 4ms (1,500 positions/s)`.
+    fn finish(self, done: u64) {
+        use indicatif::HumanCount;
+        self.bar.finish_and_clear();
+        let took = self.started.elapsed();
+        let rate = done as f64 / took.as_secs_f64().max(1e-6);
+        info!(
+            "{}: done, {} of {} positions in {} ({} positions/s)",
+            self.what,
+            HumanCount(done),
+            HumanCount(self.len.max(done)),
+            humantime::format_duration(std::time::Duration::from_millis(took.as_millis() as u64)),
+            HumanCount(rate.round() as u64)
+        );
+    }
 }
 
 /// The draw target of [`progress`] without a terminal: each frame indicatif
 /// draws becomes an INFO line, at most one every [`PROGRESS_LOG_EVERY`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ProgressLog {
     frame: std::sync::Mutex<String>,
-    last: std::sync::Mutex<Option<std::time::Instant>>,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+impl ProgressLog {
+    /// The first line comes [`PROGRESS_LOG_EVERY`] after now: a frame at
+    /// the start would only say "0 of N".
+    fn new() -> Self {
+        ProgressLog {
+            frame: std::sync::Mutex::default(),
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+        }
+    }
 }
 
 impl indicatif::TermLike for ProgressLog {
@@ -392,8 +481,8 @@ impl indicatif::TermLike for ProgressLog {
         }
         if let Ok(mut last) = self.last.lock() {
             let now = std::time::Instant::now();
-            if last.is_none_or(|t| now.duration_since(t) >= PROGRESS_LOG_EVERY) {
-                *last = Some(now);
+            if now.duration_since(*last) >= PROGRESS_LOG_EVERY {
+                *last = now;
                 info!("{line}");
             }
         }
@@ -407,12 +496,14 @@ async fn scan_all<E: Engine>(
 ) -> Result<crate::healer::Start, Failure> {
     let start = healer.begin().await?;
     let bar = progress((start.head - start.after).max(0) as u64, "scanning");
+    let mut done = 0;
     healer
         .scan_to_head(stop, |examined| {
-            bar.set_position((examined - start.after).max(0) as u64)
+            done = (examined - start.after).max(0) as u64;
+            bar.set(done)
         })
         .await?;
-    bar.finish_and_clear();
+    bar.finish(done);
     Ok(start)
 }
 
@@ -425,12 +516,21 @@ fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
     Healer::new(engine, Options::from(settings), Leader::always(), health)
 }
 
+fn plural(n: impl Into<u64>) -> &'static str {
+    if n.into() == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 async fn scan<E: Engine>(
     engine: Arc<E>,
     settings: &Store,
     format: Format,
     limit: Option<usize>,
     all: bool,
+    out: &Out,
 ) -> Result<u8, Failure> {
     let stop = CancellationToken::new();
     let mut healer = one_shot_healer(engine, settings);
@@ -443,10 +543,10 @@ async fn scan<E: Engine>(
     } else {
         healer.examined().unwrap_or(start.head)
     };
+    let from = start.after + 1;
     let above_head = start.above_head().then(|| {
         format!(
-            "the scan started at {}, above the head {}: positions at or below {} were not examined, so holes among them are not reported (--start-from 0 examines the whole table)",
-            start.after + 1,
+            "the scan started at {from}, above the head {}: positions at or below {} were not examined, so holes among them are not reported (--start-from 0 examines the whole table)",
             start.head,
             start.after
         )
@@ -464,8 +564,9 @@ async fn scan<E: Engine>(
         Format::Json => {
             let mut report = serde_json::json!({
                 "store": settings.name,
-                "from": start.after + 1,
+                "from": from,
                 "head": head,
+                "empty": start.empty,
                 "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
                 "hole_count": holes.len(),
                 "holes_not_listed": holes.len() - shown,
@@ -478,34 +579,38 @@ async fn scan<E: Engine>(
         }
         Format::Text => {
             if let Some(warning) = &above_head {
-                println!("WARNING: {warning}");
+                out.line(format_args!("WARNING: {warning}"));
             }
             let span = if above_head.is_some() {
-                format!("from {} on, above the head {head}", start.after + 1)
+                format!(" from {from} on, above the head {head}")
+            } else if start.empty && holes.is_empty() {
+                ": the table has no rows yet".to_string()
+            } else if from > head {
+                format!(": nothing to examine, the scan starts at {from} and the head is {head}")
             } else {
-                format!("between {} and the head {head}", start.after + 1)
+                format!(" between {from} and the head {head}")
             };
-            println!(
-                "{} hole{} ({} missing position{}) {span}",
+            out.line(format_args!(
+                "{} hole{} ({} missing position{}){span}",
                 holes.len(),
-                if holes.len() == 1 { "" } else { "s" },
+                plural(holes.len() as u64),
                 positions,
-                if positions == 1 { "" } else { "s" },
-            );
+                plural(positions),
+            ));
             for r in &holes[..shown] {
                 let range = r.to_string();
-                println!(
+                out.line(format_args!(
                     "  {range:<24} {:>10} position{}",
                     r.width(),
-                    if r.width() == 1 { "" } else { "s" }
-                );
+                    plural(r.width())
+                ));
             }
             let more = holes.len() - shown;
             if more > 0 {
-                println!(
+                out.line(format_args!(
                     "... and {more} more hole{} (use --all)",
-                    if more == 1 { "" } else { "s" }
-                );
+                    plural(more as u64)
+                ));
             }
         }
     }
@@ -516,7 +621,12 @@ async fn scan<E: Engine>(
     })
 }
 
-async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Failure> {
+async fn heal_once<E: Engine>(
+    engine: Arc<E>,
+    settings: &Store,
+    format: Format,
+    out: &Out,
+) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
@@ -532,65 +642,115 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Fa
         }
         holes += stats.holes;
         positions += stats.positions;
+        // A dry run fills nothing, so waiting for the holes to come due
+        // would only pass the time: it reports what it found at once.
+        if settings.dry_run {
+            break;
+        }
         if let Some(due) = healer.tracker().last_due() {
             let wait = due.saturating_duration_since(tokio::time::Instant::now());
-            eprintln!(
+            out.note(format_args!(
                 "found {} hole(s), {} position(s); waiting {} (gap_timeout) before filling",
                 stats.holes,
                 stats.positions,
                 humantime::format_duration(std::time::Duration::from_millis(
                     wait.as_millis() as u64
                 ))
-            );
+            ));
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
                 _ = stop.cancelled() => return Ok(EXIT_OK),
             }
         }
         let bar = progress(stats.positions, "filling");
+        let mut filled = 0;
         let round = healer
-            .fill_due_with_progress(&stop, &mut |so_far| bar.set_position(so_far.tombstones))
+            .fill_due_with_progress(&stop, &mut |so_far| {
+                filled = so_far.tombstones;
+                bar.set(so_far.tombstones)
+            })
             .await;
         healer.publish_watermark().await;
-        bar.finish_and_clear();
+        bar.finish(filled);
         report.add(&round);
-        if settings.dry_run || !healer.scan_paused() || round.tombstones == 0 || stop.is_cancelled()
-        {
+        if !healer.scan_paused() || round.tombstones == 0 || stop.is_cancelled() {
             break;
         }
     }
-    if holes == 0 {
-        println!("no holes: nothing to fill");
-        return Ok(EXIT_OK);
-    }
-    let left = healer.tracker().stats();
-    if settings.dry_run {
-        println!(
-            "dry run: would have filled {positions} position(s) in {holes} hole(s); nothing written"
-        );
-        return Ok(EXIT_OK);
-    }
+    let left = if settings.dry_run {
+        crate::gaps::Stats {
+            holes,
+            positions,
+            ..healer.tracker().stats()
+        }
+    } else {
+        healer.tracker().stats()
+    };
+    let code = if report.errors > 0 {
+        EXIT_INCOMPLETE
+    } else if left.holes > 0 && !settings.dry_run {
+        EXIT_HOLES_FOUND
+    } else {
+        EXIT_OK
+    };
     let filling = report
         .statements
         .saturating_sub(report.committed + report.held + report.errors);
-    println!(
-        "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left",
-        report.tombstones,
-        report.statements,
-        report.committed,
-        report.held,
-        report.errors,
-        left.positions,
-        left.holes
-    );
-    Ok(if report.errors > 0 {
-        EXIT_INCOMPLETE
+    if format == Format::Json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "store": settings.name,
+                "dry_run": settings.dry_run,
+                "found": { "holes": holes, "positions": positions },
+                "filled": report.tombstones,
+                "statements": {
+                    "total": report.statements,
+                    "wrote": filling,
+                    "committed": report.committed,
+                    "held": report.held,
+                    "failed": report.errors,
+                },
+                "left": { "holes": left.holes, "positions": left.positions },
+            })
+        );
+        return Ok(code);
+    }
+    if holes == 0 {
+        out.line("no holes: nothing to fill");
+    } else if settings.dry_run {
+        let unless = if settings.gap_timeout.is_zero() {
+            String::new()
+        } else {
+            format!(
+                " (holes as found now: a fill waits gap_timeout, {}, and leaves out what commits meanwhile)",
+                humantime::format_duration(settings.gap_timeout)
+            )
+        };
+        out.line(format_args!(
+            "dry run: would have filled {positions} position(s) in {holes} hole(s); nothing written{unless}"
+        ));
     } else {
-        EXIT_OK
-    })
+        out.line(format_args!(
+            "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left",
+            report.tombstones,
+            report.statements,
+            report.committed,
+            report.held,
+            report.errors,
+            left.positions,
+            left.holes
+        ));
+    }
+    Ok(code)
 }
 
-async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> Result<u8, Failure> {
+async fn check<E: Engine>(
+    engine: Arc<E>,
+    settings: &Store,
+    format: Format,
+    out: &Out,
+) -> Result<u8, Failure> {
     let mut findings = vec![engine::Finding::pass(
         engine::Check::Configuration,
         format!(
@@ -626,28 +786,30 @@ async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> R
         }
     }
     let failed = findings.iter().filter(|f| !f.ok).count();
+    let warnings = findings.iter().filter(|f| f.warning).count();
     match format {
         Format::Json => println!(
             "{}",
-            serde_json::json!({ "store": settings.name, "ok": failed == 0, "findings": findings })
+            serde_json::json!({ "store": settings.name, "ok": failed == 0, "warnings": warnings, "findings": findings })
         ),
         Format::Text => {
             for f in &findings {
-                println!(
-                    "{} {:<26} {}",
-                    if f.ok { "ok  " } else { "FAIL" },
-                    f.what,
-                    f.detail
-                );
+                let label = match (f.ok, f.warning) {
+                    (false, _) => "FAIL",
+                    (true, true) => "WARN",
+                    (true, false) => "ok  ",
+                };
+                out.line(format_args!("{label} {:<26} {}", f.what, f.detail));
             }
-            println!(
-                "{}",
-                if failed == 0 {
-                    "all checks passed".to_string()
-                } else {
-                    format!("{failed} check(s) failed")
-                }
-            );
+            let warned = match warnings {
+                0 => String::new(),
+                n => format!(" ({n} warning{})", plural(n as u64)),
+            };
+            out.line(if failed == 0 {
+                format!("all checks passed{warned}")
+            } else {
+                format!("{failed} check(s) failed{warned}")
+            });
         }
     }
     Ok(if failed == 0 {
@@ -657,9 +819,9 @@ async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> R
     })
 }
 
-async fn install<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Failure> {
+async fn install<E: Engine>(engine: Arc<E>, settings: &Store, out: &Out) -> Result<u8, Failure> {
     let done = engine.install().await?;
-    println!("{done}");
+    out.line(done);
     let _ = settings;
     Ok(EXIT_OK)
 }

@@ -244,7 +244,8 @@ async fn heal_once_summary_counts_positions_statements_and_what_is_left() {
     let open = store.open_append_between(1).await;
     assert_eq!(open.positions, vec![9]);
     let out = store.heal_once("0s", &["--lock-timeout", "300ms"]);
-    assert_eq!(out.code, 0, "{}", out.all());
+    // Exit 1: a hole is left (issue 20; it was 0).
+    assert_eq!(out.code, 1, "{}", out.all());
     assert_eq!(
         out.stdout,
         "filled 4 position(s) with 5 statement(s) (2 wrote tombstones, 0 refused by a committed append, 3 by a held position, 0 failed); 1 position(s) in 1 hole(s) left\n",
@@ -1097,6 +1098,118 @@ async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
     store.drop_schema().await;
 }
 
+/// Issue 20: `heal --once` exits 1 when it leaves holes (a position held
+/// by an open append) and says so in JSON too; 0 once nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heal_once_reports_in_json_and_exits_1_while_holes_are_left() {
+    let store = Store::with_holes("heal_json", &[1, 3]).await;
+    let open = store.open_append_between(1).await;
+    let out = store.heal_once("0s", &["--lock-timeout", "300ms", "--format", "json"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["store"], "default", "{v}");
+    assert_eq!(v["dry_run"], false, "{v}");
+    assert_eq!(
+        v["found"],
+        serde_json::json!({"holes": 3, "positions": 5}),
+        "{v}"
+    );
+    assert_eq!(v["filled"], 4, "{v}");
+    assert_eq!(
+        v["left"],
+        serde_json::json!({"holes": 1, "positions": 1}),
+        "{v}"
+    );
+    assert_eq!(v["statements"]["held"], 3, "{v}");
+    assert_eq!(v["statements"]["failed"], 0, "{v}");
+    open.rollback().await;
+    let out = store.heal_once("0s", &["--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["filled"], 1, "{v}");
+    assert_eq!(
+        v["left"],
+        serde_json::json!({"holes": 0, "positions": 0}),
+        "{v}"
+    );
+    let out = store.heal_once("0s", &["--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(
+        v["found"],
+        serde_json::json!({"holes": 0, "positions": 0}),
+        "{v}"
+    );
+    store.drop_schema().await;
+}
+
+/// Issue 20: a dry run fills nothing, so it does not wait gap_timeout: it
+/// reports what it found at once (exit 0: it did what it was asked).
+#[tokio::test]
+async fn heal_once_dry_run_reports_at_once_instead_of_waiting_gap_timeout() {
+    let store = store_with_holes("dry_wait").await;
+    let started = std::time::Instant::now();
+    let out = store.heal_once("60s", &["--dry-run"]);
+    let took = started.elapsed();
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        took < Duration::from_secs(20),
+        "waited {took:?}: {}",
+        out.all()
+    );
+    assert!(
+        out.stdout.starts_with(
+            "dry run: would have filled 4 position(s) in 2 hole(s); nothing written (holes as found now: a fill waits gap_timeout, 1m, "
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stderr.contains("waiting"), "{}", out.stderr);
+    assert!(store.tombstone_positions().await.is_empty());
+    store.drop_schema().await;
+}
+
+/// Issue 20: without a terminal a scan logs no "0 of N" line at its start
+/// and ends with a completion line; an empty store is said to be empty,
+/// and a start at the head to have nothing to examine.
+#[tokio::test]
+async fn scan_ends_with_a_completion_line_and_says_what_it_examined() {
+    let store = store_with_holes("scan_done").await;
+    let out = store.cli(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let done: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" INFO ") && l.contains("scanning: "))
+        .collect();
+    assert_eq!(done.len(), 1, "{}", out.stderr);
+    assert!(
+        done[0].contains("scanning: done, 7 of 7 positions in "),
+        "{}",
+        done[0]
+    );
+    assert_whole_rate(done[0]);
+    let out = store.cli(&["scan", "--start-from", "head"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "0 holes (0 missing positions): nothing to examine, the scan starts at 8 and the head is 7\n"
+    );
+    store.drop_schema().await;
+
+    let empty = Store::new("scan_empty").await;
+    let out = empty.cli(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "0 holes (0 missing positions): the table has no rows yet\n"
+    );
+    let out = empty.cli(&["scan", "--start-from", "0", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["empty"], true, "{v}");
+    empty.drop_schema().await;
+}
+
 /// Issue 20: a store whose database answers with a refusal is not ready,
 /// and `/readyz` says the refusal, not that the database has not answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1155,6 +1268,134 @@ async fn a_lone_store_that_gives_up_says_the_daemon_exits() {
         "{output}"
     );
     assert!(!output.contains("the others go on"), "{output}");
+}
+
+/// A config file listing `stores` as [[stores]] of the local server.
+fn fleet_file(tag: &str, stores: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gh-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = format!(
+        "engine = \"postgres\"\nconnection_string = {}\n",
+        toml_string(&gap_healer_testkit::pg::pg_url())
+    );
+    for (name, schema) in stores {
+        text += &format!("[[stores]]\nname = \"{name}\"\nschema = \"{schema}\"\n");
+    }
+    let file = dir.join("fleet.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Issue 20: in a fleet, `scan`, `check` and `heal --once` print every
+/// line on stdout with its store (no header on stderr), and `--format
+/// json` prints one object per store, each on its own line, each naming
+/// its store; every key of those objects is documented in the README.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_output_names_the_store_in_each_line_and_object() {
+    let a = Store::with_holes("fleet_out_a", &[1]).await;
+    let b = Store::with_holes("fleet_out_b", &[1, 3]).await;
+    let file = fleet_file("fleet-out", &[("a", &a.schema), ("b", &b.schema)]);
+    let config = file.to_str().unwrap();
+    let run = |argv: &[&str]| cli(&[argv, &["--config", config]].concat(), &[]);
+    let prefixed = |stdout: &str| {
+        assert!(!stdout.trim().is_empty());
+        for line in stdout.lines() {
+            assert!(
+                line.starts_with("[store a] ") || line.starts_with("[store b] "),
+                "{line:?} in\n{stdout}"
+            );
+        }
+        assert!(
+            stdout.contains("[store a] ") && stdout.contains("[store b] "),
+            "{stdout}"
+        );
+    };
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let json_section = readme
+        .split("### JSON output")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a JSON output section in the README");
+    let documented = |v: &serde_json::Value, what: &str| {
+        for key in v.as_object().unwrap().keys() {
+            assert!(
+                json_section.contains(&format!("`{key}`")),
+                "{what}: `{key}` is not in the README's JSON output section"
+            );
+        }
+    };
+    let objects = |stdout: &str, what: &str| -> Vec<serde_json::Value> {
+        let objects: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: {e}: {l}")))
+            .collect();
+        let stores: Vec<&str> = objects
+            .iter()
+            .map(|o| o["store"].as_str().unwrap())
+            .collect();
+        assert_eq!(stores, ["a", "b"], "{what}: {stdout}");
+        for o in &objects {
+            documented(o, what);
+        }
+        objects
+    };
+
+    let out = run(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    prefixed(&out.stdout);
+    assert!(
+        out.stdout
+            .contains("[store b] 2 holes (4 missing positions) between 1 and the head 7\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stderr.contains("== store"), "{}", out.stderr);
+    let out = run(&["scan", "--start-from", "0", "--format", "json"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let scans = objects(&out.stdout, "scan");
+    assert_eq!(scans[1]["positions"], 4);
+    for hole in scans[1]["holes"].as_array().unwrap() {
+        documented(hole, "scan hole");
+    }
+
+    let out = run(&["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    prefixed(&out.stdout);
+    assert!(
+        out.stdout.contains("[store a] all checks passed\n"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&["check", "--format", "json"]);
+    let checks = objects(&out.stdout, "check");
+    documented(&checks[0]["findings"][0], "check finding");
+
+    let out = run(&["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    prefixed(&out.stdout);
+    let out = run(&[
+        "heal",
+        "--once",
+        "--start-from",
+        "0",
+        "--gap-timeout",
+        "0s",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let heals = objects(&out.stdout, "heal");
+    for what in ["found", "statements", "left"] {
+        documented(&heals[0][what], &format!("heal {what}"));
+    }
+    std::fs::remove_dir_all(file.parent().unwrap()).ok();
+    a.drop_schema().await;
+    b.drop_schema().await;
 }
 
 /// Issue 20: `--version` names the commit (this checkout's, when built
@@ -1252,5 +1493,96 @@ async fn systemd_hears_ready_once_the_endpoints_answer_and_stopping_at_the_end()
     let n = socket.recv(&mut buf).expect("STOPPING=1");
     assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1\n");
     std::fs::remove_dir_all(&dir).ok();
+    store.drop_schema().await;
+}
+
+/// An IPv4 address of this machine that is not a loopback one: where the
+/// route off the machine leaves from (nothing is sent).
+fn non_loopback_ipv4() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket.connect("203.0.113.1:9").expect(
+        "this test needs an IPv4 route off this machine, to find a non-loopback address of its own",
+    );
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    ip
+}
+
+/// Forwards every connection to `listener` to 127.0.0.1:`port`, on threads
+/// of its own, for as long as the test process runs.
+fn forward(listener: std::net::TcpListener, port: u16) {
+    use std::net::{Shutdown, TcpStream};
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { break };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let (mut client2, mut server2) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut client, &mut server);
+                let _ = server.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server2, &mut client2);
+                let _ = client2.shutdown(Shutdown::Write);
+            });
+        }
+    });
+}
+
+/// Issue 20: `check` warns (never fails) when the session is not encrypted
+/// and the server is not this machine; a local one gets no warning.
+#[tokio::test]
+async fn check_warns_when_tls_is_off_to_a_server_that_is_not_this_machine() {
+    let store = Store::new("tls_warn").await;
+    let ip = non_loopback_ipv4();
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    forward(listener, pg_port());
+    let remote = format!("host={ip} port={port} user=postgres dbname=test sslmode=disable");
+    let out = store.cli_at(&remote, &["check"]);
+    assert_eq!(out.code, 0, "a warning is not a failure: {}", out.all());
+    let tls = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("WARN tls"))
+        .unwrap_or_else(|| panic!("no tls warning:\n{}", out.stdout));
+    assert!(
+        tls.contains(&format!(
+            "off: not encrypted, to {ip}, which is not this machine"
+        )) && tls.contains("sslmode=verify-full"),
+        "{tls}"
+    );
+    assert!(
+        out.stdout.ends_with("all checks passed (1 warning)\n"),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli_at(&remote, &["check", "--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!((&v["ok"], &v["warnings"]), (&true.into(), &1.into()), "{v}");
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "tls")
+        .unwrap();
+    assert_eq!(
+        (&finding["ok"], &finding["warning"]),
+        (&true.into(), &true.into()),
+        "{finding}"
+    );
+    // The same server over loopback: no warning.
+    let out = store.cli(&["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(!out.stdout.contains("WARN"), "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with("all checks passed\n"),
+        "{}",
+        out.stdout
+    );
     store.drop_schema().await;
 }
