@@ -1,8 +1,13 @@
 //! The command line: each subcommand is a function that `main` calls and the
 //! tests call through the real binary.
 //!
-//! Exit codes: 0 success; 1 holes: `scan` found some, `heal --once` left
-//! some (not as a dry run); 2 bad usage or configuration; 3 could not
+//! Each command takes the flags of the configuration keys it reads
+//! ([`config::Key::commands`]), listed by `gap-healer <command> --help`
+//! under their headings; the same flags may also come before the command's
+//! name, where the command refuses any it does not read.
+//!
+//! Exit codes ([`EXIT_CODES`]): 0 success; 1 holes: `scan` found some,
+//! `heal --once` left some (not as a dry run); 2 bad usage or configuration; 3 could not
 //! complete (database unreachable, missing table, missing rights, a fill
 //! failed).
 
@@ -10,11 +15,11 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, Instrument};
 
-use crate::config::{self, ConfigArgs, Need, Settings, Store};
+use crate::config::{self, commands, Flags, Need, Settings, Store};
 use crate::engine::{self, DbError, Engine, EngineKind, Pools};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::Leader;
@@ -40,71 +45,325 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// The exit codes, as `--help` shows them (the README's table says the same).
+pub const EXIT_CODES: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  done: scan found no holes, heal --once left none, check passed (warnings included)
+  1  holes: scan found some; heal --once left some unfilled (held by appends still open; a dry run exits 0)
+  2  bad usage or configuration (every problem listed, before connecting; run: start_from above the head)
+  3  could not complete: database unreachable, missing table or right, a failed check or fill; run: give_up_after passed";
+
+const RUN_EXIT: &str = "\
+Exit codes:
+  0  stopped by SIGTERM or SIGINT (the fill in flight drains within 2 s)
+  2  bad usage or configuration (before connecting), or start_from above the head of a table with events
+  3  every scan failed for give_up_after, or metrics_addr cannot be bound
+
+With NOTIFY_SOCKET set (systemd Type=notify), READY=1 is sent once the HTTP endpoints listen.";
+
+const SCAN_EXIT: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  no holes
+  1  holes found
+  2  bad usage or configuration
+  3  could not complete: database unreachable, missing table or right";
+
+const HEAL_EXIT: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  every hole found is filled (or there were none; or --dry-run, which fills none)
+  1  holes left: held by appends still open (run it again later)
+  2  bad usage or configuration
+  3  could not complete: database unreachable, missing table or right, or a fill failed";
+
+const CHECK_EXIT: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  every check passed (a WARN finding is not a failure)
+  2  bad usage or configuration
+  3  a check failed, or the database is unreachable";
+
+const PRINT_EXIT: &str = "\
+Exit codes:
+  0  printed
+  2  bad usage or configuration";
+
+const INSTALL_EXIT: &str = "\
+Exit codes:
+  0  installed, or nothing to install
+  2  bad usage or configuration
+  3  could not complete";
+
+const ABOUT: &str = "Fills holes in the global position of identity-positioned event stores with tombstones, so all-stream subscriptions never stall.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gap-healer",
     version = VERSION,
-    about = "Fills holes in the global position of identity-positioned event stores with tombstones, so all-stream subscriptions never stall."
+    about = ABOUT,
+    after_help = EXIT_CODES,
+    after_long_help = EXIT_CODES,
 )]
 pub struct Cli {
+    /// The configuration flags given before the command's name: any key's,
+    /// unlisted; [`Cli::try_parse_args`] hands them to the command, which
+    /// refuses those it does not read.
     #[command(flatten)]
-    pub config: ConfigArgs,
-    /// Only this store of the file's [[stores]] (repeatable; default: every store).
-    #[arg(long = "store", global = true, value_name = "NAME")]
-    pub stores: Vec<String>,
+    early: Flags<{ commands::ALL }, true>,
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The command line as documented: each command with its own flags and
+/// none before its name (the parser takes them there too, for the command
+/// lines written before each command had flags of its own, but offers
+/// them nowhere). Completions and man pages are made of it.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gap-healer",
+    version = VERSION,
+    about = ABOUT,
+    after_help = EXIT_CODES,
+    after_long_help = EXIT_CODES,
+)]
+struct Documented {
+    #[command(subcommand)]
+    command: Command,
+}
+
+type RunFlags = Flags<{ commands::RUN }>;
+type ScanFlags = Flags<{ commands::SCAN }>;
+type HealFlags = Flags<{ commands::HEAL }>;
+type CheckFlags = Flags<{ commands::CHECK }>;
+type SqlFlags = Flags<{ commands::SQL }>;
+type ConfigFlags = Flags<{ commands::CONFIG }>;
+type InstallFlags = Flags<{ commands::INSTALL }>;
+
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {
-    /// Run the daemon: scan, fill holes older than gap_timeout, serve metrics.
-    Run,
+    /// Run the daemon: scan, fill holes older than gap_timeout, serve /metrics, /healthz, /readyz and /status.
+    #[command(after_help = RUN_EXIT)]
+    Run(RunFlags),
     /// Report the current holes without writing; exit 1 when there is at least one.
-    Scan {
-        /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-        /// List at most N holes (text: 20 unless given; JSON: every hole unless given).
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-        /// List every hole, however many.
-        #[arg(long, conflicts_with = "limit")]
-        all: bool,
-    },
+    #[command(after_help = SCAN_EXIT)]
+    Scan(ScanArgs),
     /// One detect-and-fill pass, then exit (for Jobs and cron); exit 1 when holes are left.
-    Heal {
-        /// Required: one pass, then exit.
-        #[arg(long, required = true)]
-        once: bool,
-        /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-    },
+    #[command(after_help = HEAL_EXIT)]
+    Heal(HealArgs),
     /// Preflight: connection, TLS, table shapes, rights; one line per finding.
-    Check {
-        /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-    },
+    #[command(after_help = CHECK_EXIT)]
+    Check(CheckArgs),
     /// Print the SQL objects and grants the healer needs, for a DBA.
-    Sql {
-        /// The role (PostgreSQL) or database user (SQL Server) of the
-        /// healer's login, to grant to; without it the script says
-        /// <healer_role>, to be replaced before it runs.
-        #[arg(long, value_name = "ROLE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
-        role: Option<String>,
-    },
+    #[command(after_help = PRINT_EXIT)]
+    Sql(SqlArgs),
     /// Print the effective configuration (secrets redacted) and where each value came from.
-    Config,
+    #[command(after_help = PRINT_EXIT)]
+    Config(ConfigFlags),
     /// Create the fill procedure in the store's schema (SQL Server procedure mode).
-    Install,
+    #[command(after_help = INSTALL_EXIT)]
+    Install(InstallFlags),
+    /// Print a shell completion script, from these very flags (e.g. gap-healer completions bash > /etc/bash_completion.d/gap-healer).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print a man page (roff), gap-healer's or one command's (e.g. gap-healer man scan | man -l -).
+    Man {
+        /// The command whose page to print; without it, gap-healer(1).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(MAN_PAGES))]
+        command: Option<String>,
+    },
+}
+
+/// The commands with a man page of their own.
+const MAN_PAGES: [&str; 9] = [
+    "run",
+    "scan",
+    "heal",
+    "check",
+    "sql",
+    "config",
+    "install",
+    "completions",
+    "man",
+];
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub flags: ScanFlags,
+    /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// List at most N holes (text: 20 unless given; JSON: every hole unless given).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// List every hole, however many.
+    #[arg(long, conflicts_with = "limit")]
+    pub all: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct HealArgs {
+    #[command(flatten)]
+    pub flags: HealFlags,
+    /// Required: one pass, then exit.
+    #[arg(long, required = true)]
+    pub once: bool,
+    /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub flags: CheckFlags,
+    /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SqlArgs {
+    #[command(flatten)]
+    pub flags: SqlFlags,
+    /// The role (PostgreSQL) or database user (SQL Server) of the
+    /// healer's login, to grant to; without it the script says
+    /// <healer_role>, to be replaced before it runs.
+    #[arg(long, value_name = "ROLE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub role: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Text,
     Json,
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Run(_) => "run",
+            Command::Scan(_) => "scan",
+            Command::Heal(_) => "heal",
+            Command::Check(_) => "check",
+            Command::Sql(_) => "sql",
+            Command::Config(_) => "config",
+            Command::Install(_) => "install",
+            Command::Completions { .. } => "completions",
+            Command::Man { .. } => "man",
+        }
+    }
+
+    /// The configuration flags given (`None`: a command without any).
+    pub fn flags(&self) -> Option<(&config::ConfigArgs, &[String])> {
+        fn of<const C: u16>(f: &Flags<C>) -> Option<(&config::ConfigArgs, &[String])> {
+            Some((&f.config, &f.stores))
+        }
+        match self {
+            Command::Run(f) => of(f),
+            Command::Scan(a) => of(&a.flags),
+            Command::Heal(a) => of(&a.flags),
+            Command::Check(a) => of(&a.flags),
+            Command::Sql(a) => of(&a.flags),
+            Command::Config(f) => of(f),
+            Command::Install(f) => of(f),
+            Command::Completions { .. } | Command::Man { .. } => None,
+        }
+    }
+
+    /// Takes the flags given before the command's name, refusing any key
+    /// the command does not read.
+    fn take_early(&mut self, early: Flags<{ commands::ALL }, true>) -> Result<(), String> {
+        fn merge<const C: u16>(
+            flags: &mut Flags<C>,
+            early: Flags<{ commands::ALL }, true>,
+            name: &str,
+        ) -> Result<(), String> {
+            *flags = std::mem::take(flags).after(early, name)?;
+            Ok(())
+        }
+        let name = self.name();
+        match self {
+            Command::Run(f) => merge(f, early, name),
+            Command::Scan(a) => merge(&mut a.flags, early, name),
+            Command::Heal(a) => merge(&mut a.flags, early, name),
+            Command::Check(a) => merge(&mut a.flags, early, name),
+            Command::Sql(a) => merge(&mut a.flags, early, name),
+            Command::Config(f) => merge(f, early, name),
+            Command::Install(f) => merge(f, early, name),
+            Command::Completions { .. } | Command::Man { .. } if early.is_empty() => Ok(()),
+            Command::Completions { .. } | Command::Man { .. } => {
+                Err(format!("`gap-healer {name}` takes no configuration flags"))
+            }
+        }
+    }
+}
+
+impl Cli {
+    /// Parses `argv` (the program's name first): the command with every
+    /// configuration flag it was given, before or after its name.
+    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cli = Cli::try_parse_from(argv).map_err(explain)?;
+        let early = std::mem::take(&mut cli.early);
+        if let Err(message) = cli.command.take_early(early) {
+            return Err(command_error(
+                cli.command.name(),
+                clap::error::ErrorKind::ArgumentConflict,
+                message,
+            ));
+        }
+        Ok(cli)
+    }
+}
+
+/// clap's refusal of a key's flag after a command that does not read it
+/// (`scan --metrics-addr`), said as such: which command reads it instead.
+fn explain(e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(given)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let flag = given.split('=').next().unwrap_or_default();
+    let long = flag.strip_prefix("--").unwrap_or_default();
+    let key = config::KEYS
+        .iter()
+        .find(|k| k.long() == long || format!("no-{}", k.long()) == long);
+    // The command is the usage line's second word: `gap-healer scan [OPTIONS]`.
+    let usage = match e.get(ContextKind::Usage) {
+        Some(ContextValue::StyledStr(usage)) => usage.to_string(),
+        _ => String::new(),
+    };
+    let name = usage
+        .split_whitespace()
+        .skip_while(|w| *w != "gap-healer")
+        .nth(1)
+        .filter(|n| MAN_PAGES.contains(n));
+    match (key, name) {
+        (Some(key), Some(name)) => command_error(
+            name,
+            ErrorKind::UnknownArgument,
+            config::not_read(flag, key, name),
+        ),
+        _ => e,
+    }
+}
+
+/// An error of command `name`, shown with its usage line.
+fn command_error(name: &str, kind: clap::error::ErrorKind, message: String) -> clap::Error {
+    let mut cmd = Cli::command();
+    cmd.build();
+    match cmd.find_subcommand_mut(name) {
+        Some(sub) => sub.error(kind, message),
+        None => cmd.error(kind, message),
+    }
 }
 
 /// Why a command stopped short, and the exit code that says so.
@@ -129,7 +388,7 @@ impl Failure {
 
 /// Parses the command line and runs the command; what `main` calls.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
@@ -147,19 +406,31 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = Documented::command();
+            clap_complete::generate(*shell, &mut cmd, "gap-healer", &mut std::io::stdout());
+            return Ok(EXIT_OK);
+        }
+        Command::Man { command } => return man(command.as_deref()),
+        _ => {}
+    }
+    let Some((args, stores)) = cli.command.flags() else {
+        unreachable!("every other command takes configuration flags")
+    };
     let need = match cli.command {
-        Command::Sql { .. } => Need::EngineOnly,
+        Command::Sql(_) => Need::EngineOnly,
         _ => Need::Connection,
     };
-    let mut settings = config::load(&cli.config, std::env::vars(), need)?;
-    settings.select(&cli.stores)?;
+    let mut settings = config::load(args, std::env::vars(), need)?;
+    settings.select(stores)?;
     let many = settings.stores.len() + settings.sets.len() > 1;
-    match cli.command {
-        Command::Config => {
+    match &cli.command {
+        Command::Config(_) => {
             print!("{}", settings.to_toml());
             return Ok(EXIT_OK);
         }
-        Command::Sql { role } => {
+        Command::Sql(SqlArgs { role, .. }) => {
             let role = role.as_deref();
             for store in &settings.stores {
                 if many {
@@ -188,7 +459,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         .build()
         .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
     runtime.block_on(async move {
-        if let Command::Run = cli.command {
+        if let Command::Run(_) = cli.command {
             return run_daemon(&settings).await;
         }
         let pools = Pools::default();
@@ -211,11 +482,11 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                     EngineKind::Postgres => {
                         let engine =
                             engine::postgres::PostgresEngine::sharing(&store.store, &pools);
-                        dispatch(Arc::new(engine?), store, cli.command.clone(), &out).await
+                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
                     }
                     EngineKind::Mssql => {
                         let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
-                        dispatch(Arc::new(engine?), store, cli.command.clone(), &out).await
+                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
                     }
                 }
             }
@@ -253,18 +524,42 @@ impl Out {
     }
 }
 
+/// `gap-healer man [COMMAND]`: the page, from the same definitions as the flags.
+fn man(command: Option<&str>) -> Result<u8, Failure> {
+    let mut cmd = Documented::command();
+    cmd.build();
+    let page = match command {
+        None => cmd,
+        Some(name) => cmd
+            .find_subcommand(name)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no command {name}"))?,
+    };
+    clap_mangen::Man::new(page)
+        .date(env!("GAP_HEALER_BUILD_DATE"))
+        .source(format!("gap-healer {}", env!("CARGO_PKG_VERSION")))
+        .manual("gap-healer")
+        .render(&mut std::io::stdout())
+        .map_err(|e| anyhow::anyhow!("writing the man page: {e}"))?;
+    Ok(EXIT_OK)
+}
+
 async fn dispatch<E: Engine>(
     engine: Arc<E>,
     store: &Store,
-    command: Command,
+    command: &Command,
     out: &Out,
 ) -> Result<u8, Failure> {
     match command {
-        Command::Scan { format, limit, all } => scan(engine, store, format, limit, all, out).await,
-        Command::Heal { format, .. } => heal_once(engine, store, format, out).await,
-        Command::Check { format } => check(engine, store, format, out).await,
-        Command::Install => install(engine, store, out).await,
-        Command::Run | Command::Sql { .. } | Command::Config => {
+        Command::Scan(a) => scan(engine, store, a.format, a.limit, a.all, out).await,
+        Command::Heal(a) => heal_once(engine, store, a.format, out).await,
+        Command::Check(a) => check(engine, store, a.format, out).await,
+        Command::Install(_) => install(engine, store, out).await,
+        Command::Run(_)
+        | Command::Sql(_)
+        | Command::Config(_)
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
             unreachable!("handled before a store's engine is made")
         }
     }
@@ -831,7 +1126,11 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("gap-healer").chain(argv.iter().copied()))
+        Cli::try_parse_args(std::iter::once("gap-healer").chain(argv.iter().copied()))
+    }
+
+    fn get<'a>(cli: &'a Cli, key: &str) -> Option<&'a str> {
+        cli.command.flags().and_then(|(args, _)| args.get(key))
     }
 
     #[test]
@@ -849,27 +1148,114 @@ mod tests {
             (&["run", "--no-dry-run"], "dry_run", "false"),
         ] {
             let cli = parse(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-            assert_eq!(cli.config.get(key), Some(value), "{argv:?}");
+            assert_eq!(get(&cli, key), Some(value), "{argv:?}");
         }
         let cli = parse(&["heal", "--once", "--dry-run=no", "--engine", "postgres"]).unwrap();
-        let s = config::load(&cli.config, [], Need::EngineOnly).unwrap();
+        let s = config::load(cli.command.flags().unwrap().0, [], Need::EngineOnly).unwrap();
         assert!(!s.stores[0].dry_run);
         // A value must follow `=`: `--dry-run heal` keeps `heal` the subcommand.
         assert!(parse(&["run", "--leader-election", "false"]).is_err());
     }
 
+    /// Each command lists the flags of the keys it reads and no others;
+    /// `run` and `config` take every key, and every key is taken
+    /// somewhere before and after a command's name.
     #[test]
-    fn every_configuration_key_is_a_global_flag() {
-        let cmd = <Cli as clap::CommandFactory>::command();
-        for key in config::KEYS {
-            assert!(
-                cmd.get_arguments()
-                    .any(|a| a.get_long() == Some(key.long().as_str()) && a.is_global_set()),
-                "--{}",
-                key.long()
-            );
+    fn each_command_takes_the_flags_of_the_keys_it_reads() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        cmd.build();
+        let listed = |name: &str| -> Vec<String> {
+            cmd.find_subcommand(name)
+                .unwrap()
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long().map(String::from))
+                .collect()
+        };
+        for (bit, name) in commands::NAMES {
+            let listed = listed(name);
+            for key in config::KEYS {
+                assert_eq!(
+                    listed.contains(&key.long()),
+                    key.taken_by(bit),
+                    "{name} --{}",
+                    key.long()
+                );
+            }
+            assert!(listed.contains(&"config".to_string()), "{name}");
+            assert!(listed.contains(&"store".to_string()), "{name}");
         }
+        for name in ["run", "config"] {
+            assert!(listed(name).len() > config::KEYS.len(), "{name}");
+        }
+        // The operator's examples: each is refused, saying where it belongs.
+        for (argv, needle) in [
+            (
+                &["scan", "--metrics-addr", "0.0.0.0:1"][..],
+                "--metrics-addr is not a flag of `gap-healer scan`",
+            ),
+            (
+                &["sql", "--connect-timeout", "1s"],
+                "--connect-timeout is not a flag of `gap-healer sql`",
+            ),
+            (
+                &["--poll-interval", "1s", "check"],
+                "--poll-interval is not a flag of `gap-healer check`",
+            ),
+            (
+                &["completions", "bash", "--schema", "x"],
+                "`gap-healer completions` takes no configuration flags (--schema is a flag of run",
+            ),
+            (
+                &["--schema", "x", "man"],
+                "`gap-healer man` takes no configuration flags",
+            ),
+        ] {
+            let err = parse(argv).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{argv:?}");
+            assert!(err.to_string().contains(needle), "{argv:?}: {err}");
+        }
+        // No key's flag is global any more, and the root lists none.
+        assert!(cmd.get_arguments().all(|a| !a.is_global_set()
+            && (a.is_hide_set() || a.get_long().is_some_and(|l| l == "help" || l == "version"))));
         cmd.debug_assert();
+    }
+
+    /// Completions and man pages offer each command's own flags, and none
+    /// before a command's name.
+    #[test]
+    fn the_documented_command_line_is_the_parsed_one_without_early_flags() {
+        let mut documented = Documented::command();
+        documented.build();
+        let mut parsed = <Cli as clap::CommandFactory>::command();
+        parsed.build();
+        let longs = |c: &clap::Command| -> Vec<String> {
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(String::from))
+                .collect()
+        };
+        assert_eq!(longs(&documented), ["help", "version"]);
+        for sub in parsed.get_subcommands() {
+            let twin = documented.find_subcommand(sub.get_name()).unwrap();
+            assert_eq!(longs(sub), longs(twin), "{}", sub.get_name());
+        }
+        documented.debug_assert();
+    }
+
+    #[test]
+    fn format_has_help_wherever_it_is_taken() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        cmd.build();
+        for name in ["scan", "heal", "check"] {
+            let format = cmd
+                .find_subcommand(name)
+                .unwrap()
+                .get_arguments()
+                .find(|a| a.get_long() == Some("format"))
+                .unwrap_or_else(|| panic!("{name} has no --format"));
+            let help = format.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(help.contains("json"), "{name}: {help:?}");
+        }
     }
 
     #[test]

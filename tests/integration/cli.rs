@@ -752,7 +752,8 @@ fn bad_input_exits_2_naming_every_problem_and_never_the_password() {
         ),
         (
             vec![
-                "scan",
+                // check reads lock_timeout (scan, which does not, refuses the flag).
+                "check",
                 "--engine",
                 "postgres",
                 "--connection-string",
@@ -1098,6 +1099,96 @@ async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
     store.drop_schema().await;
 }
 
+/// Issue 20: each command lists the flags of the keys it reads and no
+/// others (the daemon's only under `run`), `--format` has help where it is
+/// taken, and a flag a command does not read is refused, before or after
+/// its name, saying which commands take it.
+#[test]
+fn each_command_lists_and_takes_only_the_flags_it_reads() {
+    let help = |argv: &[&str]| {
+        let out = cli(argv, &[]);
+        assert_eq!(out.code, 0, "{argv:?}: {}", out.all());
+        out.stdout
+    };
+    let scan = help(&["scan", "--help"]);
+    for absent in [
+        "--metrics-addr",
+        "--poll-interval",
+        "--leader-election",
+        "--give-up-after",
+        "--gap-timeout",
+        "--dry-run",
+    ] {
+        assert!(!scan.contains(absent), "scan lists {absent}:\n{scan}");
+    }
+    for present in [
+        "--start-from",
+        "--connect-timeout",
+        "--engine",
+        "--schema",
+        "--store",
+    ] {
+        assert!(scan.contains(present), "scan lacks {present}:\n{scan}");
+    }
+    let sql = help(&["sql", "--help"]);
+    assert!(!sql.contains("--connect-timeout"), "{sql}");
+    assert!(!sql.contains("--log-level"), "{sql}");
+    assert!(
+        sql.contains("--watermark-table") && sql.contains("--role"),
+        "{sql}"
+    );
+    let run = help(&["run", "--help"]);
+    for present in [
+        "--metrics-addr",
+        "--give-up-after",
+        "--no-leader-election",
+        "--gap-timeout",
+    ] {
+        assert!(run.contains(present), "run lacks {present}:\n{run}");
+    }
+    // --format: with help, on every command that has it.
+    for command in ["scan", "heal", "check"] {
+        let text = help(&[command, "--help"]);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("--format"))
+            .unwrap_or_else(|| panic!("{command} has no --format:\n{text}"));
+        assert!(
+            line.contains("json (one object per store"),
+            "{command}: {line}"
+        );
+    }
+    // The exit codes, in the help.
+    assert!(
+        help(&["heal", "--help"]).contains("  1  holes left: held by appends still open"),
+        "heal --help names its exit codes"
+    );
+    assert!(help(&["--help"]).contains("Exit codes"));
+
+    for (argv, needle) in [
+        (
+            &["scan", "--metrics-addr", "0.0.0.0:1"][..],
+            "--metrics-addr is not a flag of `gap-healer scan`: scan does not read metrics_addr; it is a flag of run, config",
+        ),
+        (
+            &["sql", "--engine", "postgres", "--connect-timeout", "1s"],
+            "--connect-timeout is not a flag of `gap-healer sql`",
+        ),
+        (
+            &["--poll-interval", "1s", "check"],
+            "--poll-interval is not a flag of `gap-healer check`",
+        ),
+    ] {
+        let out = cli(argv, &[]);
+        assert_eq!(out.code, 2, "{argv:?}: {}", out.all());
+        assert!(out.stderr.contains(needle), "{argv:?}: {}", out.stderr);
+    }
+    // A key the command reads still goes before its name.
+    let out = cli(&["--schema", "shop", "sql", "--engine", "postgres"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.contains("ON shop.messages"), "{}", out.stdout);
+}
+
 /// Issue 20: `heal --once` exits 1 when it leaves holes (a position held
 /// by an open append) and says so in JSON too; 0 once nothing is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1396,6 +1487,62 @@ async fn fleet_output_names_the_store_in_each_line_and_object() {
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
     a.drop_schema().await;
     b.drop_schema().await;
+}
+
+/// Issue 20: shell completions and man pages come from the same
+/// definitions as the flags: each command's own.
+#[test]
+fn completions_and_man_pages_come_from_the_flag_definitions() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = cli(&["completions", shell], &[]);
+        assert_eq!(out.code, 0, "{shell}: {}", out.all());
+        assert!(out.stdout.contains("start-from"), "{shell}");
+        assert!(out.stdout.contains("completions"), "{shell}");
+    }
+    let bash = cli(&["completions", "bash"], &[]).stdout;
+    // bash's `opts` for `gap-healer scan` are scan's flags only, and those
+    // before a command are the subcommands and -h, -V alone.
+    let opts = |case: &str| -> String {
+        bash.split(&format!("\n        {case})\n"))
+            .nth(1)
+            .and_then(|s| s.split("opts=\"").nth(1))
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_else(|| panic!("no case {case} in\n{bash}"))
+            .to_string()
+    };
+    let scan = opts("gap__subcmd__healer__subcmd__scan");
+    assert!(
+        scan.contains("--start-from") && scan.contains("--format"),
+        "{scan}"
+    );
+    assert!(
+        !scan.contains("--metrics-addr") && !scan.contains("--dry-run"),
+        "{scan}"
+    );
+    let root = opts("gap__healer");
+    assert!(
+        root.starts_with("-h -V --help --version run scan "),
+        "{root}"
+    );
+
+    let man = cli(&["man"], &[]);
+    assert_eq!(man.code, 0, "{}", man.all());
+    assert!(
+        man.stdout.starts_with(".ie \\n(.g .ds Aq") || man.stdout.contains(".TH gap-healer 1"),
+        "{}",
+        man.stdout
+    );
+    assert!(man.stdout.contains("Exit codes"), "{}", man.stdout);
+    let scan = cli(&["man", "scan"], &[]);
+    assert_eq!(scan.code, 0, "{}", scan.all());
+    assert!(
+        scan.stdout.contains(".TH gap-healer-scan 1"),
+        "{}",
+        scan.stdout
+    );
+    assert!(scan.stdout.contains("start\\-from"), "{}", scan.stdout);
+    assert!(!scan.stdout.contains("metrics\\-addr"), "{}", scan.stdout);
+    assert_eq!(cli(&["man", "nope"], &[]).code, 2);
 }
 
 /// Issue 20: `--version` names the commit (this checkout's, when built
