@@ -1,88 +1,369 @@
 //! The command line: each subcommand is a function that `main` calls and the
 //! tests call through the real binary.
 //!
-//! Exit codes: 0 success; 1 `scan` found holes; 2 bad usage or configuration;
-//! 3 could not complete (database unreachable, missing table, missing rights).
+//! Each command takes the flags of the configuration keys it reads
+//! ([`config::Key::commands`]), listed by `gap-healer <command> --help`
+//! under their headings; the same flags may also come before the command's
+//! name, where the command refuses any it does not read.
+//!
+//! Exit codes ([`EXIT_CODES`]): 0 success; 1 holes: `scan` found some,
+//! `heal --once` left some (not as a dry run); 2 bad usage or configuration; 3 could not
+//! complete (database unreachable, missing table, missing rights, a fill
+//! failed).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, Instrument};
 
-use crate::config::{self, ConfigArgs, Need, Settings, Store};
+use crate::config::{self, commands, Flags, Need, Settings, Store};
 use crate::engine::{self, DbError, Engine, EngineKind, Pools};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::Leader;
 use crate::telemetry::{self, Board, Health};
 
 pub const EXIT_OK: u8 = 0;
+/// `scan` found holes; `heal --once` left holes unfilled (a dry run, which
+/// fills nothing by design, exits 0).
 pub const EXIT_HOLES_FOUND: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INCOMPLETE: u8 = 3;
 
+/// `0.1.0 (commit 40bf8af1c2d3, built 2026-05-02)`: the package's version,
+/// the commit it was built from (`unknown` when built outside a git
+/// checkout, as the Docker build is) and the date of the build (UTC; or of
+/// `SOURCE_DATE_EPOCH`), as build.rs found them.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GAP_HEALER_COMMIT"),
+    ", built ",
+    env!("GAP_HEALER_BUILD_DATE"),
+    ")"
+);
+
+/// The exit codes, as `--help` shows them (the README's table says the same).
+pub const EXIT_CODES: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  done: scan found no holes, heal --once left none, check passed (warnings included)
+  1  holes: scan found some; heal --once left some unfilled (held by appends still open; a dry run exits 0)
+  2  bad usage or configuration (every problem listed, before connecting; run: start_from above the head)
+  3  could not complete: database unreachable, missing table or right, a failed check or fill; run: give_up_after passed";
+
+const RUN_EXIT: &str = "\
+Exit codes:
+  0  stopped by SIGTERM or SIGINT (the fill in flight drains within 2 s)
+  2  bad usage or configuration (before connecting), or start_from above the head of a table with events
+  3  every scan failed for give_up_after, or metrics_addr cannot be bound
+
+With NOTIFY_SOCKET set (systemd Type=notify), READY=1 is sent once the HTTP endpoints listen.";
+
+const SCAN_EXIT: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  no holes
+  1  holes found
+  2  bad usage or configuration
+  3  could not complete: database unreachable, missing table or right";
+
+const HEAL_EXIT: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  every hole found is filled (or there were none; or --dry-run, which fills none)
+  1  holes left: held by appends still open (run it again later)
+  2  bad usage or configuration
+  3  could not complete: database unreachable, missing table or right, or a fill failed";
+
+const CHECK_EXIT: &str = "\
+Exit codes (in a fleet, the highest of any store's):
+  0  every check passed (a WARN finding is not a failure)
+  2  bad usage or configuration
+  3  a check failed, or the database is unreachable";
+
+const PRINT_EXIT: &str = "\
+Exit codes:
+  0  printed
+  2  bad usage or configuration";
+
+const INSTALL_EXIT: &str = "\
+Exit codes:
+  0  installed, or nothing to install
+  2  bad usage or configuration
+  3  could not complete";
+
+const ABOUT: &str = "Fills holes in the global position of identity-positioned event stores with tombstones, so all-stream subscriptions never stall.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gap-healer",
-    version,
-    about = "Fills holes in the global position of identity-positioned event stores with tombstones, so all-stream subscriptions never stall."
+    version = VERSION,
+    about = ABOUT,
+    after_help = EXIT_CODES,
+    after_long_help = EXIT_CODES,
 )]
 pub struct Cli {
+    /// The configuration flags given before the command's name: any key's,
+    /// unlisted; [`Cli::try_parse_args`] hands them to the command, which
+    /// refuses those it does not read.
     #[command(flatten)]
-    pub config: ConfigArgs,
-    /// Only this store of the file's [[stores]] (repeatable; default: every store).
-    #[arg(long = "store", global = true, value_name = "NAME")]
-    pub stores: Vec<String>,
+    early: Flags<{ commands::ALL }, true>,
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The command line as documented: each command with its own flags and
+/// none before its name (the parser takes them there too, for the command
+/// lines written before each command had flags of its own, but offers
+/// them nowhere). Completions and man pages are made of it.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gap-healer",
+    version = VERSION,
+    about = ABOUT,
+    after_help = EXIT_CODES,
+    after_long_help = EXIT_CODES,
+)]
+struct Documented {
+    #[command(subcommand)]
+    command: Command,
+}
+
+type RunFlags = Flags<{ commands::RUN }>;
+type ScanFlags = Flags<{ commands::SCAN }>;
+type HealFlags = Flags<{ commands::HEAL }>;
+type CheckFlags = Flags<{ commands::CHECK }>;
+type SqlFlags = Flags<{ commands::SQL }>;
+type ConfigFlags = Flags<{ commands::CONFIG }>;
+type InstallFlags = Flags<{ commands::INSTALL }>;
+
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {
-    /// Run the daemon: scan, fill holes older than gap_timeout, serve metrics.
-    Run,
+    /// Run the daemon: scan, fill holes older than gap_timeout, serve /metrics, /healthz, /readyz and /status.
+    #[command(after_help = RUN_EXIT)]
+    Run(RunFlags),
     /// Report the current holes without writing; exit 1 when there is at least one.
-    Scan {
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-        /// List at most N holes (text: 20 unless given; JSON: every hole unless given).
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-        /// List every hole, however many.
-        #[arg(long, conflicts_with = "limit")]
-        all: bool,
-    },
-    /// One detect-and-fill pass, then exit (for Jobs and cron).
-    Heal {
-        /// Required: one pass, then exit.
-        #[arg(long, required = true)]
-        once: bool,
-    },
-    /// Preflight: connection, table shapes, rights; one line per finding.
-    Check {
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-    },
+    #[command(after_help = SCAN_EXIT)]
+    Scan(ScanArgs),
+    /// One detect-and-fill pass, then exit (for Jobs and cron); exit 1 when holes are left.
+    #[command(after_help = HEAL_EXIT)]
+    Heal(HealArgs),
+    /// Preflight: connection, TLS, table shapes, rights; one line per finding.
+    #[command(after_help = CHECK_EXIT)]
+    Check(CheckArgs),
     /// Print the SQL objects and grants the healer needs, for a DBA.
-    Sql {
-        /// The role (PostgreSQL) or database user (SQL Server) of the
-        /// healer's login, to grant to; without it the script says
-        /// <healer_role>, to be replaced before it runs.
-        #[arg(long, value_name = "ROLE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
-        role: Option<String>,
-    },
+    #[command(after_help = PRINT_EXIT)]
+    Sql(SqlArgs),
     /// Print the effective configuration (secrets redacted) and where each value came from.
-    Config,
+    #[command(after_help = PRINT_EXIT)]
+    Config(ConfigFlags),
     /// Create the fill procedure in the store's schema (SQL Server procedure mode).
-    Install,
+    #[command(after_help = INSTALL_EXIT)]
+    Install(InstallFlags),
+    /// Print a shell completion script, from these very flags (e.g. gap-healer completions bash > /etc/bash_completion.d/gap-healer).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print a man page (roff), gap-healer's or one command's (e.g. gap-healer man scan | man -l -).
+    Man {
+        /// The command whose page to print; without it, gap-healer(1).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(MAN_PAGES))]
+        command: Option<String>,
+    },
+}
+
+/// The commands with a man page of their own.
+const MAN_PAGES: [&str; 9] = [
+    "run",
+    "scan",
+    "heal",
+    "check",
+    "sql",
+    "config",
+    "install",
+    "completions",
+    "man",
+];
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub flags: ScanFlags,
+    /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// List at most N holes (text: 20 unless given; JSON: every hole unless given).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// List every hole, however many.
+    #[arg(long, conflicts_with = "limit")]
+    pub all: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct HealArgs {
+    #[command(flatten)]
+    pub flags: HealFlags,
+    /// Required: one pass, then exit.
+    #[arg(long, required = true)]
+    pub once: bool,
+    /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub flags: CheckFlags,
+    /// Output: text, or json (one object per store, each on its own line: README, "JSON output").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SqlArgs {
+    #[command(flatten)]
+    pub flags: SqlFlags,
+    /// The role (PostgreSQL) or database user (SQL Server) of the
+    /// healer's login, to grant to; without it the script says
+    /// <healer_role>, to be replaced before it runs.
+    #[arg(long, value_name = "ROLE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub role: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Text,
     Json,
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Run(_) => "run",
+            Command::Scan(_) => "scan",
+            Command::Heal(_) => "heal",
+            Command::Check(_) => "check",
+            Command::Sql(_) => "sql",
+            Command::Config(_) => "config",
+            Command::Install(_) => "install",
+            Command::Completions { .. } => "completions",
+            Command::Man { .. } => "man",
+        }
+    }
+
+    /// The configuration flags given (`None`: a command without any).
+    pub fn flags(&self) -> Option<(&config::ConfigArgs, &[String])> {
+        fn of<const C: u16>(f: &Flags<C>) -> Option<(&config::ConfigArgs, &[String])> {
+            Some((&f.config, &f.stores))
+        }
+        match self {
+            Command::Run(f) => of(f),
+            Command::Scan(a) => of(&a.flags),
+            Command::Heal(a) => of(&a.flags),
+            Command::Check(a) => of(&a.flags),
+            Command::Sql(a) => of(&a.flags),
+            Command::Config(f) => of(f),
+            Command::Install(f) => of(f),
+            Command::Completions { .. } | Command::Man { .. } => None,
+        }
+    }
+
+    /// Takes the flags given before the command's name, refusing any key
+    /// the command does not read.
+    fn take_early(&mut self, early: Flags<{ commands::ALL }, true>) -> Result<(), String> {
+        fn merge<const C: u16>(
+            flags: &mut Flags<C>,
+            early: Flags<{ commands::ALL }, true>,
+            name: &str,
+        ) -> Result<(), String> {
+            *flags = std::mem::take(flags).after(early, name)?;
+            Ok(())
+        }
+        let name = self.name();
+        match self {
+            Command::Run(f) => merge(f, early, name),
+            Command::Scan(a) => merge(&mut a.flags, early, name),
+            Command::Heal(a) => merge(&mut a.flags, early, name),
+            Command::Check(a) => merge(&mut a.flags, early, name),
+            Command::Sql(a) => merge(&mut a.flags, early, name),
+            Command::Config(f) => merge(f, early, name),
+            Command::Install(f) => merge(f, early, name),
+            Command::Completions { .. } | Command::Man { .. } if early.is_empty() => Ok(()),
+            Command::Completions { .. } | Command::Man { .. } => {
+                Err(format!("`gap-healer {name}` takes no configuration flags"))
+            }
+        }
+    }
+}
+
+impl Cli {
+    /// Parses `argv` (the program's name first): the command with every
+    /// configuration flag it was given, before or after its name.
+    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cli = Cli::try_parse_from(argv).map_err(explain)?;
+        let early = std::mem::take(&mut cli.early);
+        if let Err(message) = cli.command.take_early(early) {
+            return Err(command_error(
+                cli.command.name(),
+                clap::error::ErrorKind::ArgumentConflict,
+                message,
+            ));
+        }
+        Ok(cli)
+    }
+}
+
+/// clap's refusal of a key's flag after a command that does not read it
+/// (`scan --metrics-addr`), said as such: which command reads it instead.
+fn explain(e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(given)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let flag = given.split('=').next().unwrap_or_default();
+    let long = flag.strip_prefix("--").unwrap_or_default();
+    let key = config::KEYS
+        .iter()
+        .find(|k| k.long() == long || format!("no-{}", k.long()) == long);
+    // The command is the usage line's second word: `gap-healer scan [OPTIONS]`.
+    let usage = match e.get(ContextKind::Usage) {
+        Some(ContextValue::StyledStr(usage)) => usage.to_string(),
+        _ => String::new(),
+    };
+    let name = usage
+        .split_whitespace()
+        .skip_while(|w| *w != "gap-healer")
+        .nth(1)
+        .filter(|n| MAN_PAGES.contains(n));
+    match (key, name) {
+        (Some(key), Some(name)) => command_error(
+            name,
+            ErrorKind::UnknownArgument,
+            config::not_read(flag, key, name),
+        ),
+        _ => e,
+    }
+}
+
+/// An error of command `name`, shown with its usage line.
+fn command_error(name: &str, kind: clap::error::ErrorKind, message: String) -> clap::Error {
+    let mut cmd = Cli::command();
+    cmd.build();
+    match cmd.find_subcommand_mut(name) {
+        Some(sub) => sub.error(kind, message),
+        None => cmd.error(kind, message),
+    }
 }
 
 /// Why a command stopped short, and the exit code that says so.
@@ -107,7 +388,7 @@ impl Failure {
 
 /// Parses the command line and runs the command; what `main` calls.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
@@ -125,19 +406,31 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = Documented::command();
+            clap_complete::generate(*shell, &mut cmd, "gap-healer", &mut std::io::stdout());
+            return Ok(EXIT_OK);
+        }
+        Command::Man { command } => return man(command.as_deref()),
+        _ => {}
+    }
+    let Some((args, stores)) = cli.command.flags() else {
+        unreachable!("every other command takes configuration flags")
+    };
     let need = match cli.command {
-        Command::Sql { .. } => Need::EngineOnly,
+        Command::Sql(_) => Need::EngineOnly,
         _ => Need::Connection,
     };
-    let mut settings = config::load(&cli.config, std::env::vars(), need)?;
-    settings.select(&cli.stores)?;
+    let mut settings = config::load(args, std::env::vars(), need)?;
+    settings.select(stores)?;
     let many = settings.stores.len() + settings.sets.len() > 1;
-    match cli.command {
-        Command::Config => {
+    match &cli.command {
+        Command::Config(_) => {
             print!("{}", settings.to_toml());
             return Ok(EXIT_OK);
         }
-        Command::Sql { role } => {
+        Command::Sql(SqlArgs { role, .. }) => {
             let role = role.as_deref();
             for store in &settings.stores {
                 if many {
@@ -166,7 +459,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         .build()
         .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
     runtime.block_on(async move {
-        if let Command::Run = cli.command {
+        if let Command::Run(_) = cli.command {
             return run_daemon(&settings).await;
         }
         let pools = Pools::default();
@@ -174,19 +467,31 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         let many = many || stores.len() > 1;
         let mut worst = EXIT_OK;
         for store in &stores {
-            if many {
-                eprintln!("== store {}", store.name);
-            }
-            let done = match store.engine {
-                EngineKind::Postgres => {
-                    let engine = engine::postgres::PostgresEngine::sharing(&store.store, &pools);
-                    dispatch(Arc::new(engine?), store, cli.command.clone()).await
-                }
-                EngineKind::Mssql => {
-                    let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
-                    dispatch(Arc::new(engine?), store, cli.command.clone()).await
-                }
+            // In a fleet every line says its store: each output line, each
+            // object (its "store"), each log line (the store span).
+            let out = Out {
+                prefix: many.then(|| format!("[store {}] ", store.name)),
             };
+            let span = if many {
+                tracing::info_span!("store", store = %store.name)
+            } else {
+                tracing::Span::none()
+            };
+            let done = async {
+                match store.engine {
+                    EngineKind::Postgres => {
+                        let engine =
+                            engine::postgres::PostgresEngine::sharing(&store.store, &pools);
+                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
+                    }
+                    EngineKind::Mssql => {
+                        let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
+                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
+                    }
+                }
+            }
+            .instrument(span)
+            .await;
             match done {
                 Ok(code) => worst = worst.max(code),
                 // One store: its failure is the command's.
@@ -201,17 +506,60 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     })
 }
 
+/// Where a one-shot command prints a store's lines: stdout, each line led
+/// by `[store NAME] ` in a fleet.
+struct Out {
+    prefix: Option<String>,
+}
+
+impl Out {
+    /// One line on stdout.
+    fn line(&self, text: impl std::fmt::Display) {
+        println!("{}{text}", self.prefix.as_deref().unwrap_or_default());
+    }
+
+    /// One line on stderr (a remark beside the output, not part of it).
+    fn note(&self, text: impl std::fmt::Display) {
+        eprintln!("{}{text}", self.prefix.as_deref().unwrap_or_default());
+    }
+}
+
+/// `gap-healer man [COMMAND]`: the page, from the same definitions as the flags.
+fn man(command: Option<&str>) -> Result<u8, Failure> {
+    let mut cmd = Documented::command();
+    cmd.build();
+    let page = match command {
+        None => cmd,
+        Some(name) => cmd
+            .find_subcommand(name)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no command {name}"))?,
+    };
+    clap_mangen::Man::new(page)
+        .date(env!("GAP_HEALER_BUILD_DATE"))
+        .source(format!("gap-healer {}", env!("CARGO_PKG_VERSION")))
+        .manual("gap-healer")
+        .render(&mut std::io::stdout())
+        .map_err(|e| anyhow::anyhow!("writing the man page: {e}"))?;
+    Ok(EXIT_OK)
+}
+
 async fn dispatch<E: Engine>(
     engine: Arc<E>,
     store: &Store,
-    command: Command,
+    command: &Command,
+    out: &Out,
 ) -> Result<u8, Failure> {
     match command {
-        Command::Scan { format, limit, all } => scan(engine, store, format, limit, all).await,
-        Command::Heal { .. } => heal_once(engine, store).await,
-        Command::Check { format } => check(engine, store, format).await,
-        Command::Install => install(engine, store).await,
-        Command::Run | Command::Sql { .. } | Command::Config => {
+        Command::Scan(a) => scan(engine, store, a.format, a.limit, a.all, out).await,
+        Command::Heal(a) => heal_once(engine, store, a.format, out).await,
+        Command::Check(a) => check(engine, store, a.format, out).await,
+        Command::Install(_) => install(engine, store, out).await,
+        Command::Run(_)
+        | Command::Sql(_)
+        | Command::Config(_)
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
             unreachable!("handled before a store's engine is made")
         }
     }
@@ -239,7 +587,16 @@ async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
     let names: Vec<&str> = settings.stores.iter().map(|s| s.name.as_str()).collect();
     info!(addr = %addr, stores = %names.join(","), "gap-healer listening on {addr}");
     let server = tokio::spawn(server);
+    // Ready for systemd once the endpoints answer: a store's database may
+    // be down for long (the daemon waits for it, /readyz says why), and a
+    // start that waited for it would fail the unit at TimeoutStartSec.
+    crate::systemd::ready(&format!(
+        "serving /metrics, /healthz, /readyz, /status on {addr}; healing {} store(s) and {} store set(s)",
+        settings.stores.len(),
+        settings.sets.len()
+    ));
     let (ended, culprit) = crate::fleet::run(settings, board, stop.clone()).await;
+    crate::systemd::stopping();
     stop.cancel();
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),
@@ -289,8 +646,10 @@ const PROGRESS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5
 const SCAN_LIST_DEFAULT: usize = 20;
 
 /// Progress on stderr: a bar when stderr is a terminal; otherwise the same
-/// figures as an INFO log line at most every [`PROGRESS_LOG_EVERY`].
-fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+/// figures as an INFO log line at most every [`PROGRESS_LOG_EVERY`] (the
+/// first that long after the start, which the healer logs itself); and,
+/// either way, a completion line ([`Progress::finish`]).
+fn progress(len: u64, what: &'static str) -> Progress {
     use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
     let (bar, template) = if std::io::stderr().is_terminal() {
         (
@@ -298,7 +657,7 @@ fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
             "{msg} [{bar:40}] {human_pos}/{human_len} positions ({rate}, eta {eta})",
         )
     } else {
-        let log = ProgressDrawTarget::term_like_with_hz(Box::new(ProgressLog::default()), 1);
+        let log = ProgressDrawTarget::term_like_with_hz(Box::new(ProgressLog::new()), 1);
         (
             ProgressBar::with_draw_target(Some(len), log),
             "{msg}: {human_pos} of {human_len} positions ({rate}, eta {eta})",
@@ -319,15 +678,62 @@ fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
         .with_key("rate", rate);
     bar.set_style(style.progress_chars("=> "));
     bar.set_message(what.to_string());
-    bar
+    Progress {
+        bar,
+        what,
+        len,
+        started: std::time::Instant::now(),
+    }
+}
+
+/// A bar or progress log of [`progress`], and what it counts.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    what: &'static str,
+    len: u64,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn set(&self, done: u64) {
+        self.bar.set_position(done);
+    }
+
+    /// Clears the bar and logs the completion line: `scanning: done, 6 of
+    /// 6 positions in 4ms (1,500 positions/s)`.
+    fn finish(self, done: u64) {
+        use indicatif::HumanCount;
+        self.bar.finish_and_clear();
+        let took = self.started.elapsed();
+        let rate = done as f64 / took.as_secs_f64().max(1e-6);
+        info!(
+            "{}: done, {} of {} positions in {} ({} positions/s)",
+            self.what,
+            HumanCount(done),
+            HumanCount(self.len.max(done)),
+            humantime::format_duration(std::time::Duration::from_millis(took.as_millis() as u64)),
+            HumanCount(rate.round() as u64)
+        );
+    }
 }
 
 /// The draw target of [`progress`] without a terminal: each frame indicatif
 /// draws becomes an INFO line, at most one every [`PROGRESS_LOG_EVERY`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ProgressLog {
     frame: std::sync::Mutex<String>,
-    last: std::sync::Mutex<Option<std::time::Instant>>,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+impl ProgressLog {
+    /// The first line comes [`PROGRESS_LOG_EVERY`] after now: a frame at
+    /// the start would only say "0 of N".
+    fn new() -> Self {
+        ProgressLog {
+            frame: std::sync::Mutex::default(),
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+        }
+    }
 }
 
 impl indicatif::TermLike for ProgressLog {
@@ -370,8 +776,8 @@ impl indicatif::TermLike for ProgressLog {
         }
         if let Ok(mut last) = self.last.lock() {
             let now = std::time::Instant::now();
-            if last.is_none_or(|t| now.duration_since(t) >= PROGRESS_LOG_EVERY) {
-                *last = Some(now);
+            if now.duration_since(*last) >= PROGRESS_LOG_EVERY {
+                *last = now;
                 info!("{line}");
             }
         }
@@ -385,12 +791,14 @@ async fn scan_all<E: Engine>(
 ) -> Result<crate::healer::Start, Failure> {
     let start = healer.begin().await?;
     let bar = progress((start.head - start.after).max(0) as u64, "scanning");
+    let mut done = 0;
     healer
         .scan_to_head(stop, |examined| {
-            bar.set_position((examined - start.after).max(0) as u64)
+            done = (examined - start.after).max(0) as u64;
+            bar.set(done)
         })
         .await?;
-    bar.finish_and_clear();
+    bar.finish(done);
     Ok(start)
 }
 
@@ -403,12 +811,21 @@ fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
     Healer::new(engine, Options::from(settings), Leader::always(), health)
 }
 
+fn plural(n: impl Into<u64>) -> &'static str {
+    if n.into() == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 async fn scan<E: Engine>(
     engine: Arc<E>,
     settings: &Store,
     format: Format,
     limit: Option<usize>,
     all: bool,
+    out: &Out,
 ) -> Result<u8, Failure> {
     let stop = CancellationToken::new();
     let mut healer = one_shot_healer(engine, settings);
@@ -421,10 +838,10 @@ async fn scan<E: Engine>(
     } else {
         healer.examined().unwrap_or(start.head)
     };
+    let from = start.after + 1;
     let above_head = start.above_head().then(|| {
         format!(
-            "the scan started at {}, above the head {}: positions at or below {} were not examined, so holes among them are not reported (--start-from 0 examines the whole table)",
-            start.after + 1,
+            "the scan started at {from}, above the head {}: positions at or below {} were not examined, so holes among them are not reported (--start-from 0 examines the whole table)",
             start.head,
             start.after
         )
@@ -442,8 +859,9 @@ async fn scan<E: Engine>(
         Format::Json => {
             let mut report = serde_json::json!({
                 "store": settings.name,
-                "from": start.after + 1,
+                "from": from,
                 "head": head,
+                "empty": start.empty,
                 "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
                 "hole_count": holes.len(),
                 "holes_not_listed": holes.len() - shown,
@@ -456,34 +874,38 @@ async fn scan<E: Engine>(
         }
         Format::Text => {
             if let Some(warning) = &above_head {
-                println!("WARNING: {warning}");
+                out.line(format_args!("WARNING: {warning}"));
             }
             let span = if above_head.is_some() {
-                format!("from {} on, above the head {head}", start.after + 1)
+                format!(" from {from} on, above the head {head}")
+            } else if start.empty && holes.is_empty() {
+                ": the table has no rows yet".to_string()
+            } else if from > head {
+                format!(": nothing to examine, the scan starts at {from} and the head is {head}")
             } else {
-                format!("between {} and the head {head}", start.after + 1)
+                format!(" between {from} and the head {head}")
             };
-            println!(
-                "{} hole{} ({} missing position{}) {span}",
+            out.line(format_args!(
+                "{} hole{} ({} missing position{}){span}",
                 holes.len(),
-                if holes.len() == 1 { "" } else { "s" },
+                plural(holes.len() as u64),
                 positions,
-                if positions == 1 { "" } else { "s" },
-            );
+                plural(positions),
+            ));
             for r in &holes[..shown] {
                 let range = r.to_string();
-                println!(
+                out.line(format_args!(
                     "  {range:<24} {:>10} position{}",
                     r.width(),
-                    if r.width() == 1 { "" } else { "s" }
-                );
+                    plural(r.width())
+                ));
             }
             let more = holes.len() - shown;
             if more > 0 {
-                println!(
+                out.line(format_args!(
                     "... and {more} more hole{} (use --all)",
-                    if more == 1 { "" } else { "s" }
-                );
+                    plural(more as u64)
+                ));
             }
         }
     }
@@ -494,7 +916,12 @@ async fn scan<E: Engine>(
     })
 }
 
-async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Failure> {
+async fn heal_once<E: Engine>(
+    engine: Arc<E>,
+    settings: &Store,
+    format: Format,
+    out: &Out,
+) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
@@ -510,65 +937,115 @@ async fn heal_once<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Fa
         }
         holes += stats.holes;
         positions += stats.positions;
+        // A dry run fills nothing, so waiting for the holes to come due
+        // would only pass the time: it reports what it found at once.
+        if settings.dry_run {
+            break;
+        }
         if let Some(due) = healer.tracker().last_due() {
             let wait = due.saturating_duration_since(tokio::time::Instant::now());
-            eprintln!(
+            out.note(format_args!(
                 "found {} hole(s), {} position(s); waiting {} (gap_timeout) before filling",
                 stats.holes,
                 stats.positions,
                 humantime::format_duration(std::time::Duration::from_millis(
                     wait.as_millis() as u64
                 ))
-            );
+            ));
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
                 _ = stop.cancelled() => return Ok(EXIT_OK),
             }
         }
         let bar = progress(stats.positions, "filling");
+        let mut filled = 0;
         let round = healer
-            .fill_due_with_progress(&stop, &mut |so_far| bar.set_position(so_far.tombstones))
+            .fill_due_with_progress(&stop, &mut |so_far| {
+                filled = so_far.tombstones;
+                bar.set(so_far.tombstones)
+            })
             .await;
         healer.publish_watermark().await;
-        bar.finish_and_clear();
+        bar.finish(filled);
         report.add(&round);
-        if settings.dry_run || !healer.scan_paused() || round.tombstones == 0 || stop.is_cancelled()
-        {
+        if !healer.scan_paused() || round.tombstones == 0 || stop.is_cancelled() {
             break;
         }
     }
-    if holes == 0 {
-        println!("no holes: nothing to fill");
-        return Ok(EXIT_OK);
-    }
-    let left = healer.tracker().stats();
-    if settings.dry_run {
-        println!(
-            "dry run: would have filled {positions} position(s) in {holes} hole(s); nothing written"
-        );
-        return Ok(EXIT_OK);
-    }
+    let left = if settings.dry_run {
+        crate::gaps::Stats {
+            holes,
+            positions,
+            ..healer.tracker().stats()
+        }
+    } else {
+        healer.tracker().stats()
+    };
+    let code = if report.errors > 0 {
+        EXIT_INCOMPLETE
+    } else if left.holes > 0 && !settings.dry_run {
+        EXIT_HOLES_FOUND
+    } else {
+        EXIT_OK
+    };
     let filling = report
         .statements
         .saturating_sub(report.committed + report.held + report.errors);
-    println!(
-        "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left",
-        report.tombstones,
-        report.statements,
-        report.committed,
-        report.held,
-        report.errors,
-        left.positions,
-        left.holes
-    );
-    Ok(if report.errors > 0 {
-        EXIT_INCOMPLETE
+    if format == Format::Json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "store": settings.name,
+                "dry_run": settings.dry_run,
+                "found": { "holes": holes, "positions": positions },
+                "filled": report.tombstones,
+                "statements": {
+                    "total": report.statements,
+                    "wrote": filling,
+                    "committed": report.committed,
+                    "held": report.held,
+                    "failed": report.errors,
+                },
+                "left": { "holes": left.holes, "positions": left.positions },
+            })
+        );
+        return Ok(code);
+    }
+    if holes == 0 {
+        out.line("no holes: nothing to fill");
+    } else if settings.dry_run {
+        let unless = if settings.gap_timeout.is_zero() {
+            String::new()
+        } else {
+            format!(
+                " (holes as found now: a fill waits gap_timeout, {}, and leaves out what commits meanwhile)",
+                humantime::format_duration(settings.gap_timeout)
+            )
+        };
+        out.line(format_args!(
+            "dry run: would have filled {positions} position(s) in {holes} hole(s); nothing written{unless}"
+        ));
     } else {
-        EXIT_OK
-    })
+        out.line(format_args!(
+            "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left",
+            report.tombstones,
+            report.statements,
+            report.committed,
+            report.held,
+            report.errors,
+            left.positions,
+            left.holes
+        ));
+    }
+    Ok(code)
 }
 
-async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> Result<u8, Failure> {
+async fn check<E: Engine>(
+    engine: Arc<E>,
+    settings: &Store,
+    format: Format,
+    out: &Out,
+) -> Result<u8, Failure> {
     let mut findings = vec![engine::Finding::pass(
         engine::Check::Configuration,
         format!(
@@ -604,28 +1081,30 @@ async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> R
         }
     }
     let failed = findings.iter().filter(|f| !f.ok).count();
+    let warnings = findings.iter().filter(|f| f.warning).count();
     match format {
         Format::Json => println!(
             "{}",
-            serde_json::json!({ "store": settings.name, "ok": failed == 0, "findings": findings })
+            serde_json::json!({ "store": settings.name, "ok": failed == 0, "warnings": warnings, "findings": findings })
         ),
         Format::Text => {
             for f in &findings {
-                println!(
-                    "{} {:<26} {}",
-                    if f.ok { "ok  " } else { "FAIL" },
-                    f.what,
-                    f.detail
-                );
+                let label = match (f.ok, f.warning) {
+                    (false, _) => "FAIL",
+                    (true, true) => "WARN",
+                    (true, false) => "ok  ",
+                };
+                out.line(format_args!("{label} {:<26} {}", f.what, f.detail));
             }
-            println!(
-                "{}",
-                if failed == 0 {
-                    "all checks passed".to_string()
-                } else {
-                    format!("{failed} check(s) failed")
-                }
-            );
+            let warned = match warnings {
+                0 => String::new(),
+                n => format!(" ({n} warning{})", plural(n as u64)),
+            };
+            out.line(if failed == 0 {
+                format!("all checks passed{warned}")
+            } else {
+                format!("{failed} check(s) failed{warned}")
+            });
         }
     }
     Ok(if failed == 0 {
@@ -635,9 +1114,9 @@ async fn check<E: Engine>(engine: Arc<E>, settings: &Store, format: Format) -> R
     })
 }
 
-async fn install<E: Engine>(engine: Arc<E>, settings: &Store) -> Result<u8, Failure> {
+async fn install<E: Engine>(engine: Arc<E>, settings: &Store, out: &Out) -> Result<u8, Failure> {
     let done = engine.install().await?;
-    println!("{done}");
+    out.line(done);
     let _ = settings;
     Ok(EXIT_OK)
 }
@@ -647,7 +1126,11 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("gap-healer").chain(argv.iter().copied()))
+        Cli::try_parse_args(std::iter::once("gap-healer").chain(argv.iter().copied()))
+    }
+
+    fn get<'a>(cli: &'a Cli, key: &str) -> Option<&'a str> {
+        cli.command.flags().and_then(|(args, _)| args.get(key))
     }
 
     #[test]
@@ -665,26 +1148,132 @@ mod tests {
             (&["run", "--no-dry-run"], "dry_run", "false"),
         ] {
             let cli = parse(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-            assert_eq!(cli.config.get(key), Some(value), "{argv:?}");
+            assert_eq!(get(&cli, key), Some(value), "{argv:?}");
         }
         let cli = parse(&["heal", "--once", "--dry-run=no", "--engine", "postgres"]).unwrap();
-        let s = config::load(&cli.config, [], Need::EngineOnly).unwrap();
+        let s = config::load(cli.command.flags().unwrap().0, [], Need::EngineOnly).unwrap();
         assert!(!s.stores[0].dry_run);
         // A value must follow `=`: `--dry-run heal` keeps `heal` the subcommand.
         assert!(parse(&["run", "--leader-election", "false"]).is_err());
     }
 
+    /// Each command lists the flags of the keys it reads and no others;
+    /// `run` and `config` take every key, and every key is taken
+    /// somewhere before and after a command's name.
     #[test]
-    fn every_configuration_key_is_a_global_flag() {
-        let cmd = <Cli as clap::CommandFactory>::command();
-        for key in config::KEYS {
-            assert!(
-                cmd.get_arguments()
-                    .any(|a| a.get_long() == Some(key.long().as_str()) && a.is_global_set()),
-                "--{}",
-                key.long()
-            );
+    fn each_command_takes_the_flags_of_the_keys_it_reads() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        cmd.build();
+        let listed = |name: &str| -> Vec<String> {
+            cmd.find_subcommand(name)
+                .unwrap()
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long().map(String::from))
+                .collect()
+        };
+        for (bit, name) in commands::NAMES {
+            let listed = listed(name);
+            for key in config::KEYS {
+                assert_eq!(
+                    listed.contains(&key.long()),
+                    key.taken_by(bit),
+                    "{name} --{}",
+                    key.long()
+                );
+            }
+            assert!(listed.contains(&"config".to_string()), "{name}");
+            assert!(listed.contains(&"store".to_string()), "{name}");
         }
+        for name in ["run", "config"] {
+            assert!(listed(name).len() > config::KEYS.len(), "{name}");
+        }
+        // The operator's examples: each is refused, saying where it belongs.
+        for (argv, needle) in [
+            (
+                &["scan", "--metrics-addr", "0.0.0.0:1"][..],
+                "--metrics-addr is not a flag of `gap-healer scan`",
+            ),
+            (
+                &["sql", "--connect-timeout", "1s"],
+                "--connect-timeout is not a flag of `gap-healer sql`",
+            ),
+            (
+                &["--poll-interval", "1s", "check"],
+                "--poll-interval is not a flag of `gap-healer check`",
+            ),
+            (
+                &["completions", "bash", "--schema", "x"],
+                "`gap-healer completions` takes no configuration flags (--schema is a flag of run",
+            ),
+            (
+                &["--schema", "x", "man"],
+                "`gap-healer man` takes no configuration flags",
+            ),
+        ] {
+            let err = parse(argv).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{argv:?}");
+            assert!(err.to_string().contains(needle), "{argv:?}: {err}");
+        }
+        // No key's flag is global any more, and the root lists none.
+        assert!(cmd.get_arguments().all(|a| !a.is_global_set()
+            && (a.is_hide_set() || a.get_long().is_some_and(|l| l == "help" || l == "version"))));
         cmd.debug_assert();
+    }
+
+    /// Completions and man pages offer each command's own flags, and none
+    /// before a command's name.
+    #[test]
+    fn the_documented_command_line_is_the_parsed_one_without_early_flags() {
+        let mut documented = Documented::command();
+        documented.build();
+        let mut parsed = <Cli as clap::CommandFactory>::command();
+        parsed.build();
+        let longs = |c: &clap::Command| -> Vec<String> {
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(String::from))
+                .collect()
+        };
+        assert_eq!(longs(&documented), ["help", "version"]);
+        for sub in parsed.get_subcommands() {
+            let twin = documented.find_subcommand(sub.get_name()).unwrap();
+            assert_eq!(longs(sub), longs(twin), "{}", sub.get_name());
+        }
+        documented.debug_assert();
+    }
+
+    #[test]
+    fn format_has_help_wherever_it_is_taken() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        cmd.build();
+        for name in ["scan", "heal", "check"] {
+            let format = cmd
+                .find_subcommand(name)
+                .unwrap()
+                .get_arguments()
+                .find(|a| a.get_long() == Some("format"))
+                .unwrap_or_else(|| panic!("{name} has no --format"));
+            let help = format.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(help.contains("json"), "{name}: {help:?}");
+        }
+    }
+
+    #[test]
+    fn the_version_names_the_commit_and_the_build_date() {
+        let (version, rest) = VERSION.split_once(" (commit ").unwrap();
+        assert_eq!(version, env!("CARGO_PKG_VERSION"));
+        let (commit, date) = rest.split_once(", built ").unwrap();
+        assert!(
+            commit == "unknown"
+                || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{VERSION}"
+        );
+        let date = date.strip_suffix(')').unwrap();
+        let parts: Vec<&str> = date.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [4, 2, 2],
+            "{VERSION}"
+        );
     }
 }

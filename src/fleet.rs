@@ -148,6 +148,13 @@ pub async fn run(
     for store in &settings.stores {
         running.start(store, &stop);
     }
+    // Readiness is the stores' once they are on the board (the static
+    // ones now, a set's at its first listing): before, an empty board is
+    // a daemon starting up, and /readyz says so (it said ready).
+    let mut opened = settings.sets.is_empty();
+    if opened {
+        running.board.open();
+    }
     info!(
         stores = settings.stores.len(),
         store_sets = settings.sets.len(),
@@ -169,16 +176,22 @@ pub async fn run(
                 for set in &settings.sets {
                     running.discover(settings, set, &stop).await;
                 }
+                if !opened {
+                    running.board.open();
+                    opened = true;
+                }
                 next_discovery = tokio::time::Instant::now() + settings.daemon.discover_interval;
             }
             Some(done) = running.tasks.join_next() => match done {
                 // Either stays on the board, failing, and is not restarted.
                 Ok((name, Ended::GaveUp { failing_for })) => {
-                    error!(store = %name, "this store gave up; the others go on");
+                    let next = what_goes_on(running.tasks.len(), settings.sets.len());
+                    error!(store = %name, "this store gave up; {next}");
                     gave_up.push(failing_for);
                 }
                 Ok((name, ended @ Ended::StartAboveHead { .. })) => {
-                    error!(store = %name, "this store refused its start_from; the others go on");
+                    let next = what_goes_on(running.tasks.len(), settings.sets.len());
+                    error!(store = %name, "this store refused its start_from; {next}");
                     refused.get_or_insert((ended, name));
                 }
                 Ok((name, Ended::Stopped)) => {
@@ -202,6 +215,18 @@ pub async fn run(
             None,
         ),
         (None, None) => (Ended::Stopped, None),
+    }
+}
+
+/// What happens once a store has ended on its own, with `running` stores
+/// still healed and `sets` store sets still discovered: the daemon ends
+/// only when none of either is left.
+fn what_goes_on(running: usize, sets: usize) -> String {
+    match (running, sets) {
+        (0, 0) => "no store is left to heal: the daemon exits".into(),
+        (0, _) => "no store is left, but the store sets go on: their databases are listed again every discover_interval".into(),
+        (1, _) => "the other store goes on".into(),
+        (n, _) => format!("the {n} other stores go on"),
     }
 }
 
@@ -311,4 +336,20 @@ async fn heal<E: Engine, L: LeaderLock>(
         let _ = tokio::time::timeout(Duration::from_millis(200), election).await;
     }
     ended
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_that_ends_says_what_goes_on() {
+        assert_eq!(
+            what_goes_on(0, 0),
+            "no store is left to heal: the daemon exits"
+        );
+        assert_eq!(what_goes_on(1, 0), "the other store goes on");
+        assert_eq!(what_goes_on(3, 1), "the 3 other stores go on");
+        assert!(what_goes_on(0, 1).contains("store sets"));
+    }
 }

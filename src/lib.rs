@@ -11,8 +11,9 @@
 //! - [`healer`]: the loop: scan, track, fill what is due, report.
 //! - [`fleet`]: many stores in one daemon, each its own healer.
 //! - [`leader`]: whether this process may fill now.
-//! - [`telemetry`]: logs, metrics, and the `/metrics`, `/healthz`, `/readyz` server.
+//! - [`telemetry`]: logs, metrics, and the `/metrics`, `/healthz`, `/readyz`, `/status` server.
 //! - [`shutdown`]: SIGTERM and SIGINT into a cancellation token.
+//! - [`systemd`]: `READY=1` and `STOPPING=1` for a `Type=notify` unit.
 //! - [`backoff`]: capped, jittered exponential backoff.
 //! - [`cli`]: the subcommands, each a function `main` calls.
 #![forbid(unsafe_code)]
@@ -28,6 +29,7 @@ pub mod leader;
 pub mod plan;
 pub mod secret;
 pub mod shutdown;
+pub mod systemd;
 pub mod telemetry;
 
 /// The module graph, read from the sources: which top-level module names

@@ -8,6 +8,7 @@
 //!   503 otherwise, with the reasons.
 //! - `GET /status`: JSON per store: leader, open holes, head, watermark,
 //!   last error.
+//! - `GET /`: a page linking the four; any other path a 404 naming them.
 //!
 //! Each store reports into its own [`Health`]; the [`Board`] holds them all
 //! for the endpoints.
@@ -578,14 +579,23 @@ impl Health {
                 .map_or(String::new(), |e| format!(": {e}"))
         };
         let last = self.last_scan_ms.load(Ordering::Relaxed);
+        let since = self.failing_since_ms.load(Ordering::Relaxed);
+        if last == u64::MAX && since != u64::MAX {
+            // The database may well have answered: with a refusal.
+            return Err(format!(
+                "store {}: no scan has succeeded since start; every scan has failed, for {} ms (the database is not reachable, or the store is broken){}",
+                self.store,
+                now.saturating_sub(since),
+                error()
+            ));
+        }
         if last == u64::MAX {
             return Err(format!(
-                "store {}: no scan has completed since start (the database has not answered yet){}",
+                "store {}: no scan has completed since start (the first is under way){}",
                 self.store,
                 error()
             ));
         }
-        let since = self.failing_since_ms.load(Ordering::Relaxed);
         if since != u64::MAX && Duration::from_millis(now.saturating_sub(since)) > self.fail_grace {
             return Err(format!(
                 "store {}: every scan has failed for {} ms (the database is not reachable, or the store is broken){}",
@@ -613,6 +623,10 @@ pub struct Board {
     /// Series of the daemon's own (a store set's discovery errors), kept
     /// like the stores'.
     kept: Mutex<Vec<Counter>>,
+    /// The configured stores are on the board ([`Board::open`]): before,
+    /// an empty board is a daemon still starting, not one with nothing to
+    /// wait for.
+    open: std::sync::atomic::AtomicBool,
 }
 
 impl Board {
@@ -674,7 +688,16 @@ impl Board {
     }
 
     pub fn ready(&self) -> Result<(), String> {
+        if !self.open.load(Ordering::Acquire) {
+            return Err("starting: the stores are not on the board yet".into());
+        }
         Self::verdict(self.each(Health::ready))
+    }
+
+    /// Every configured store is on the board: readiness is theirs from
+    /// now on (the HTTP server answers before they are).
+    pub fn open(&self) {
+        self.open.store(true, Ordering::Release);
     }
 
     /// `/status`: one object per store.
@@ -720,10 +743,12 @@ pub async fn bind(
         .map_err(|e| anyhow::anyhow!("cannot listen on metrics_addr {addr}: {e}"))?;
     let local = listener.local_addr()?;
     let app = Router::new()
+        .route("/", get(index))
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
+        .fallback(not_found)
         .with_state(AppState { metrics, board });
     let server = async move {
         axum::serve(listener, app)
@@ -731,6 +756,43 @@ pub async fn bind(
             .await
     };
     Ok((local, server))
+}
+
+/// The endpoints, as `/` lists them.
+pub const ENDPOINTS: [(&str, &str); 4] = [
+    ("/metrics", "Prometheus metrics, every store's series labelled store"),
+    ("/healthz", "liveness: 200 while every store's healer loop turns"),
+    ("/readyz", "readiness: 200 once every store has scanned and none fails all its scans; 503 with the reasons"),
+    ("/status", "JSON, per store: state, leader, holes, head, watermark, last error"),
+];
+
+/// `/`: a page linking the endpoints (a browser pointed at the port finds
+/// them, rather than a bare 404).
+async fn index() -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let items: String = ENDPOINTS
+        .iter()
+        .map(|(path, what)| format!("<li><a href=\"{path}\">{path}</a>: {what}</li>\n"))
+        .collect();
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        format!(
+            "<!DOCTYPE html>\n<html><head><title>gap-healer</title></head><body>\n<h1>gap-healer {}</h1>\n<ul>\n{items}</ul>\n</body></html>\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+}
+
+/// Any other path: 404, naming the endpoints there are.
+async fn not_found(uri: axum::http::Uri) -> (StatusCode, String) {
+    let paths: Vec<&str> = ENDPOINTS.iter().map(|(p, _)| *p).collect();
+    (
+        StatusCode::NOT_FOUND,
+        format!(
+            "no endpoint {}: gap-healer serves {} (and / lists them)\n",
+            uri.path(),
+            paths.join(", ")
+        ),
+    )
 }
 
 async fn metrics_handler(
@@ -814,6 +876,23 @@ mod tests {
         assert!(!h.failing());
     }
 
+    /// A store whose database answers with a refusal says so: never "the
+    /// database has not answered yet".
+    #[test]
+    fn readiness_before_the_first_scan_says_why() {
+        let h = Health::new(Duration::from_millis(250), Duration::from_secs(2));
+        let why = h.ready().unwrap_err();
+        assert!(why.contains("the first is under way"), "{why}");
+        h.scan_failed("permission denied for table messages (42501)");
+        let why = h.ready().unwrap_err();
+        assert!(
+            why.starts_with("store default: no scan has succeeded since start; every scan has failed, for ")
+                && why.ends_with(" ms (the database is not reachable, or the store is broken): permission denied for table messages (42501)"),
+            "{why}"
+        );
+        assert!(!why.contains("not answered"), "{why}");
+    }
+
     #[test]
     fn the_board_joins_every_stores_reasons() {
         let board = Board::new();
@@ -824,6 +903,12 @@ mod tests {
         board.add(a.clone());
         board.add(b.clone());
         a.scan_completed();
+        b.scan_completed();
+        let why = board.ready().unwrap_err();
+        assert!(why.starts_with("starting"), "not open yet: {why}");
+        board.open();
+        let b = Health::for_store("b", Duration::from_millis(250), Duration::from_secs(2));
+        board.add(b.clone());
         let why = board.ready().unwrap_err();
         assert!(
             why.starts_with("store b: no scan") && !why.contains("store a"),

@@ -43,6 +43,83 @@ pub struct Key {
     pub unset: Unset,
     /// Which settings the key belongs to, and how it reads and shows its value.
     pub scope: Scope,
+    /// Where `--help` lists its flag.
+    pub heading: Heading,
+    /// The commands that read the key, and so take its flag: bits of
+    /// [`commands`] (`config`, which shows every key, takes them all).
+    pub commands: u16,
+}
+
+/// The commands that take configuration flags, as bits of [`Key::commands`].
+/// A command takes the flags of the keys it reads, and no others: a flag
+/// another command reads is refused (`scan --metrics-addr`), not ignored.
+pub mod commands {
+    pub const RUN: u16 = 1 << 0;
+    pub const SCAN: u16 = 1 << 1;
+    pub const HEAL: u16 = 1 << 2;
+    pub const CHECK: u16 = 1 << 3;
+    pub const SQL: u16 = 1 << 4;
+    pub const INSTALL: u16 = 1 << 5;
+    /// `config` shows every key, so it takes every flag.
+    pub const CONFIG: u16 = 1 << 6;
+    /// Every command with a store.
+    pub const ALL: u16 = RUN | SCAN | HEAL | CHECK | SQL | INSTALL | CONFIG;
+    /// The commands that name a store (`sql` too: it prints the store's set-up).
+    pub const STORE_COMMANDS: u16 = RUN | SCAN | HEAL | CHECK | SQL | INSTALL;
+    /// The commands that connect to the store (and log).
+    pub const CONNECTING: u16 = RUN | SCAN | HEAL | CHECK | INSTALL;
+    /// The commands that scan.
+    pub const SCANNING: u16 = RUN | SCAN | HEAL;
+    /// Each command's bit and name.
+    pub const NAMES: [(u16, &str); 7] = [
+        (RUN, "run"),
+        (SCAN, "scan"),
+        (HEAL, "heal"),
+        (CHECK, "check"),
+        (SQL, "sql"),
+        (INSTALL, "install"),
+        (CONFIG, "config"),
+    ];
+
+    /// The names of the commands among `bits`.
+    pub fn names(bits: u16) -> Vec<&'static str> {
+        NAMES
+            .iter()
+            .filter(|(bit, _)| bits & bit != 0)
+            .map(|(_, name)| *name)
+            .collect()
+    }
+}
+
+use commands::{CHECK, CONNECTING, HEAL, RUN, SCAN, SCANNING, SQL, STORE_COMMANDS};
+
+/// The `--help` sections the key flags are listed in, in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Heading {
+    /// Which store, and how to reach it.
+    Store,
+    /// What the store's table is, and its tombstones and watermark.
+    Table,
+    /// Where a scan starts and how it reads.
+    Scan,
+    /// When and how holes are filled.
+    Fill,
+    /// The daemon's own: polling, leadership, HTTP, giving up.
+    Daemon,
+    Logging,
+}
+
+impl Heading {
+    pub fn title(self) -> &'static str {
+        match self {
+            Heading::Store => "Store",
+            Heading::Table => "Table",
+            Heading::Scan => "Scan",
+            Heading::Fill => "Fill",
+            Heading::Daemon => "Daemon",
+            Heading::Logging => "Logging",
+        }
+    }
 }
 
 /// How a key is written on the command line.
@@ -113,6 +190,8 @@ impl Scope {
 pub const KEYS: &[Key] = &[
     Key {
         name: "engine",
+        heading: Heading::Store,
+        commands: STORE_COMMANDS,
         help: "Database engine: mssql or postgres",
         flag: Flag::Value("ENGINE"),
         unset: Unset::Required,
@@ -129,6 +208,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "connection_string",
+        heading: Heading::Store,
+        commands: STORE_COMMANDS,
         help: "ADO.NET string (mssql) or libpq string/URL (postgres). Prefer the environment variable GAP_HEALER_CONNECTION_STRING: flags show in `ps`",
         flag: Flag::Value("STRING"),
         unset: Unset::Optional,
@@ -138,6 +219,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "connection_string_file",
+        heading: Heading::Store,
+        commands: STORE_COMMANDS,
         help: "File holding the connection string (a mounted Secret, a systemd credential)",
         flag: Flag::Value("FILE"),
         unset: Unset::Optional,
@@ -149,6 +232,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "schema",
+        heading: Heading::Store,
+        commands: STORE_COMMANDS,
         help: "Schema of the event store's tables",
         flag: Flag::Value("NAME"),
         unset: Unset::Default(DEFAULT_SCHEMA),
@@ -159,6 +244,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "gap_timeout",
+        heading: Heading::Fill,
+        commands: RUN | HEAL | CHECK,
         help: "Age a hole must reach before it is filled (Eventuous' GapHandlingTimeoutMs)",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
@@ -169,6 +256,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "poll_interval",
+        heading: Heading::Daemon,
+        commands: RUN,
         help: "Time between scans for new rows",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("250ms"),
@@ -179,6 +268,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "lock_timeout",
+        heading: Heading::Fill,
+        commands: RUN | HEAL | CHECK,
         help: "Longest wait of a fill on a position an open append holds",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("2s"),
@@ -189,6 +280,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "connect_timeout",
+        heading: Heading::Store,
+        commands: CONNECTING,
         help: "Longest wait for a new database connection",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
@@ -202,7 +295,9 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "metrics_addr",
-        help: "Address of /metrics, /healthz, /readyz",
+        heading: Heading::Daemon,
+        commands: RUN,
+        help: "Address of the HTTP endpoints: /metrics, /healthz, /readyz, /status (and / listing them)",
         flag: Flag::Value("HOST:PORT"),
         unset: Unset::Default(DEFAULT_METRICS_ADDR),
         scope: Scope::daemon(
@@ -216,6 +311,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "discover_interval",
+        heading: Heading::Daemon,
+        commands: RUN,
         help: "How often each [[store_sets]] entry's databases are listed again (stores appear and vanish without a restart)",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5m"),
@@ -226,6 +323,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "start_from",
+        heading: Heading::Scan,
+        commands: SCANNING,
         help: "Where the first scan starts: checkpoints, head, or a position",
         flag: Flag::Value("FROM"),
         unset: Unset::Default("checkpoints"),
@@ -239,6 +338,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "lookback",
+        heading: Heading::Scan,
+        commands: SCANNING,
         help: "Positions below the head to start from when there are no checkpoints",
         flag: Flag::Value("POSITIONS"),
         unset: Unset::Default("1000000"),
@@ -253,6 +354,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "scan_page_size",
+        heading: Heading::Scan,
+        commands: SCANNING,
         help: "Rows read per scan query",
         flag: Flag::Value("ROWS"),
         unset: Unset::Default("10000"),
@@ -267,6 +370,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "dry_run",
+        heading: Heading::Fill,
+        commands: RUN | HEAL,
         help: "Find and report holes, never write",
         flag: Flag::Switch,
         unset: Unset::Default("false"),
@@ -277,6 +382,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "log_format",
+        heading: Heading::Logging,
+        commands: CONNECTING,
         help: "Log format: text or json",
         flag: Flag::Value("FORMAT"),
         unset: Unset::Default("text"),
@@ -299,6 +406,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "log_level",
+        heading: Heading::Logging,
+        commands: CONNECTING,
         help: "Log level or tracing filter; RUST_LOG overrides it",
         flag: Flag::Value("LEVEL"),
         unset: Unset::Default(DEFAULT_LOG_LEVEL),
@@ -309,6 +418,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "tombstone_stream",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "Stream that owns the tombstones",
         flag: Flag::Value("NAME"),
         unset: Unset::Default(DEFAULT_TOMBSTONE_STREAM),
@@ -319,6 +430,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "tombstone_type",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "Message type of the tombstones",
         flag: Flag::Value("TYPE"),
         unset: Unset::Default(DEFAULT_TOMBSTONE_TYPE),
@@ -329,6 +442,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "profile",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
         flag: Flag::Value("eventuous|ledger-core|custom"),
         unset: Unset::Default("eventuous"),
@@ -339,6 +454,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "table",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "The healed table in `schema` (ledger-core and custom)",
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("messages for eventuous, events for ledger-core"),
@@ -349,6 +466,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "position_column",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "The table's identity position column (ledger-core and custom)",
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
@@ -361,6 +480,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "columns",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "custom: the tombstone row, a TOML table of column = \"uuid\" | \"now\" | { literal = VALUE } | { next_version = [\"stream key column\", ...] }",
         flag: Flag::Value("TOML"),
         unset: Unset::Optional,
@@ -374,6 +495,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "tombstone_stream_id",
+        heading: Heading::Table,
+        commands: STORE_COMMANDS,
         help: "ledger-core: the tombstone stream's stream_id (its stream_category is tombstone_stream, default $gap for this profile)",
         flag: Flag::Value("UUID"),
         unset: Unset::Default(NIL_UUID),
@@ -387,6 +510,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "leader_election",
+        heading: Heading::Daemon,
+        commands: RUN,
         help: "Take the store's leader lock before filling; false only for a single instance",
         flag: Flag::Switch,
         unset: Unset::Default("true"),
@@ -397,6 +522,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "leader_key",
+        heading: Heading::Daemon,
+        commands: RUN,
         help: "Name of the leader lock; healers sharing it elect one filler",
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("gap-healer:<schema>"),
@@ -407,6 +534,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "watermark_table",
+        heading: Heading::Table,
+        commands: RUN | SCAN | HEAL | CHECK | SQL,
         help: "Publish the contiguous watermark in this table (schema.table); empty: do not",
         flag: Flag::Value("SCHEMA.TABLE"),
         unset: Unset::Default(""),
@@ -430,6 +559,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "give_up_after",
+        heading: Heading::Daemon,
+        commands: RUN,
         help: "`run` exits 3 once its scans have failed for this long without a success (database unreachable, tables missing); `never` keeps retrying",
         flag: Flag::Value("DURATION|never"),
         unset: Unset::Default("never"),
@@ -475,6 +606,11 @@ impl Key {
 
     pub fn is_store(&self) -> bool {
         matches!(self.scope, Scope::Store(_))
+    }
+
+    /// Whether `command` (a bit of [`commands`]) takes this key's flag.
+    pub fn taken_by(&self, command: u16) -> bool {
+        command == commands::CONFIG || self.commands & command != 0
     }
 
     /// Parses `text` into the field this key fills.

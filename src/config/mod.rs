@@ -32,12 +32,12 @@ use crate::engine::profile::{
 use crate::engine::{EngineKind, StoreSettings};
 use crate::secret::ConnectionString;
 
-pub use args::ConfigArgs;
+pub use args::{not_read, ConfigArgs, Flags};
 pub use keys::{
-    parse_duration, parse_identifier, Field, Flag, Key, Scope, Unset, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_GAP_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOG_LEVEL, DEFAULT_LOOKBACK,
-    DEFAULT_METRICS_ADDR, DEFAULT_POLL_INTERVAL, DEFAULT_SCAN_PAGE_SIZE, DEFAULT_SCHEMA,
-    DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, KEYS,
+    commands, parse_duration, parse_identifier, Field, Flag, Heading, Key, Scope, Unset,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_GAP_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOG_LEVEL,
+    DEFAULT_LOOKBACK, DEFAULT_METRICS_ADDR, DEFAULT_POLL_INTERVAL, DEFAULT_SCAN_PAGE_SIZE,
+    DEFAULT_SCHEMA, DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, KEYS,
 };
 use sources::Layer;
 

@@ -125,7 +125,10 @@ impl fmt::Display for Check {
 /// One line of `gap-healer check`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
+    /// Not a failure (a warning is `ok`).
     pub ok: bool,
+    /// Passed, but something deserves a look (`WARN`): never a failure.
+    pub warning: bool,
     pub check: Check,
     /// The check's label, kept beside it for the JSON output.
     pub what: &'static str,
@@ -136,6 +139,7 @@ impl Finding {
     pub fn pass(check: Check, detail: impl Into<String>) -> Self {
         Finding {
             ok: true,
+            warning: false,
             check,
             what: check.label(),
             detail: detail.into(),
@@ -145,11 +149,54 @@ impl Finding {
     pub fn fail(check: Check, detail: impl Into<String>) -> Self {
         Finding {
             ok: false,
+            warning: false,
             check,
             what: check.label(),
             detail: detail.into(),
         }
     }
+
+    /// Passed, with a warning: `check` still exits 0.
+    pub fn warn(check: Check, detail: impl Into<String>) -> Self {
+        Finding {
+            warning: true,
+            ..Finding::pass(check, detail)
+        }
+    }
+}
+
+/// Whether `host`, as a connection string names it, is this machine: a Unix
+/// socket (a path), `localhost` (or a name under `.localhost`), a loopback
+/// address (127.0.0.0/8, ::1), or SQL Server's `.` and `(local)`. Names are
+/// not resolved: any other name counts as another machine.
+pub fn is_local_host(host: &str) -> bool {
+    let host = host.trim();
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let name = bare.trim_end_matches('.').to_ascii_lowercase();
+    host.starts_with('/')
+        || host.starts_with('@')
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || host == "."
+        || name == "(local)"
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The `tls` finding for a session sent in the clear to `host`, another
+/// machine: a warning (anyone on the path reads the events and can act as
+/// the server), never a failure. `fix` says how to turn TLS on.
+pub fn plaintext_to(host: &str, fix: &str) -> Finding {
+    Finding::warn(
+        Check::Tls,
+        format!(
+            "off: not encrypted, to {host}, which is not this machine: whoever is on the network path reads every event and could answer as the server; {fix}"
+        ),
+    )
 }
 
 /// The shape verdict over a preflight's findings: `Err` names every shape
@@ -269,6 +316,42 @@ mod tests {
         assert_eq!(
             shape_verdict(&findings),
             Err("global position: no unique key on it; messages columns: missing: created".into())
+        );
+    }
+
+    #[test]
+    fn local_hosts_are_this_machine_and_the_others_are_not() {
+        for local in [
+            "localhost",
+            "LOCALHOST",
+            "localhost.",
+            "db.localhost",
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "[::1]",
+            "/var/run/postgresql",
+            "@abstract",
+            ".",
+            "(local)",
+        ] {
+            assert!(is_local_host(local), "{local}");
+        }
+        for remote in [
+            "db",
+            "db.example.com",
+            "10.0.0.5",
+            "192.0.2.2",
+            "[2001:db8::1]",
+            "localhost.example.com",
+            "0.0.0.0",
+        ] {
+            assert!(!is_local_host(remote), "{remote}");
+        }
+        let w = plaintext_to("db.example.com", "set sslmode=verify-full");
+        assert!(w.ok && w.warning && w.check == Check::Tls, "{w:?}");
+        assert!(
+            w.detail.contains("db.example.com") && w.detail.ends_with("set sslmode=verify-full")
         );
     }
 

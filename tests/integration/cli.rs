@@ -244,7 +244,8 @@ async fn heal_once_summary_counts_positions_statements_and_what_is_left() {
     let open = store.open_append_between(1).await;
     assert_eq!(open.positions, vec![9]);
     let out = store.heal_once("0s", &["--lock-timeout", "300ms"]);
-    assert_eq!(out.code, 0, "{}", out.all());
+    // Exit 1: a hole is left (issue 20; it was 0).
+    assert_eq!(out.code, 1, "{}", out.all());
     assert_eq!(
         out.stdout,
         "filled 4 position(s) with 5 statement(s) (2 wrote tombstones, 0 refused by a committed append, 3 by a held position, 0 failed); 1 position(s) in 1 hole(s) left\n",
@@ -751,7 +752,8 @@ fn bad_input_exits_2_naming_every_problem_and_never_the_password() {
         ),
         (
             vec![
-                "scan",
+                // check reads lock_timeout (scan, which does not, refuses the flag).
+                "check",
                 "--engine",
                 "postgres",
                 "--connection-string",
@@ -1301,4 +1303,639 @@ fn connect_errors_name_the_server_and_say_when_it_is_not_the_database() {
             assert!(!all.contains("Zq7Hidden"), "{sub} {cs}: {all}");
         }
     }
+}
+
+/// Issue 20: each command lists the flags of the keys it reads and no
+/// others (the daemon's only under `run`), `--format` has help where it is
+/// taken, and a flag a command does not read is refused, before or after
+/// its name, saying which commands take it.
+#[test]
+fn each_command_lists_and_takes_only_the_flags_it_reads() {
+    let help = |argv: &[&str]| {
+        let out = cli(argv, &[]);
+        assert_eq!(out.code, 0, "{argv:?}: {}", out.all());
+        out.stdout
+    };
+    let scan = help(&["scan", "--help"]);
+    for absent in [
+        "--metrics-addr",
+        "--poll-interval",
+        "--leader-election",
+        "--give-up-after",
+        "--gap-timeout",
+        "--dry-run",
+    ] {
+        assert!(!scan.contains(absent), "scan lists {absent}:\n{scan}");
+    }
+    for present in [
+        "--start-from",
+        "--connect-timeout",
+        "--engine",
+        "--schema",
+        "--store",
+    ] {
+        assert!(scan.contains(present), "scan lacks {present}:\n{scan}");
+    }
+    let sql = help(&["sql", "--help"]);
+    assert!(!sql.contains("--connect-timeout"), "{sql}");
+    assert!(!sql.contains("--log-level"), "{sql}");
+    assert!(
+        sql.contains("--watermark-table") && sql.contains("--role"),
+        "{sql}"
+    );
+    let run = help(&["run", "--help"]);
+    for present in [
+        "--metrics-addr",
+        "--give-up-after",
+        "--no-leader-election",
+        "--gap-timeout",
+    ] {
+        assert!(run.contains(present), "run lacks {present}:\n{run}");
+    }
+    // --format: with help, on every command that has it.
+    for command in ["scan", "heal", "check"] {
+        let text = help(&[command, "--help"]);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("--format"))
+            .unwrap_or_else(|| panic!("{command} has no --format:\n{text}"));
+        assert!(
+            line.contains("json (one object per store"),
+            "{command}: {line}"
+        );
+    }
+    // The exit codes, in the help.
+    assert!(
+        help(&["heal", "--help"]).contains("  1  holes left: held by appends still open"),
+        "heal --help names its exit codes"
+    );
+    assert!(help(&["--help"]).contains("Exit codes"));
+
+    for (argv, needle) in [
+        (
+            &["scan", "--metrics-addr", "0.0.0.0:1"][..],
+            "--metrics-addr is not a flag of `gap-healer scan`: scan does not read metrics_addr; it is a flag of run, config",
+        ),
+        (
+            &["sql", "--engine", "postgres", "--connect-timeout", "1s"],
+            "--connect-timeout is not a flag of `gap-healer sql`",
+        ),
+        (
+            &["--poll-interval", "1s", "check"],
+            "--poll-interval is not a flag of `gap-healer check`",
+        ),
+    ] {
+        let out = cli(argv, &[]);
+        assert_eq!(out.code, 2, "{argv:?}: {}", out.all());
+        assert!(out.stderr.contains(needle), "{argv:?}: {}", out.stderr);
+    }
+    // A key the command reads still goes before its name.
+    let out = cli(&["--schema", "shop", "sql", "--engine", "postgres"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.contains("ON shop.messages"), "{}", out.stdout);
+}
+
+/// Issue 20: `heal --once` exits 1 when it leaves holes (a position held
+/// by an open append) and says so in JSON too; 0 once nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heal_once_reports_in_json_and_exits_1_while_holes_are_left() {
+    let store = Store::with_holes("heal_json", &[1, 3]).await;
+    let open = store.open_append_between(1).await;
+    let out = store.heal_once("0s", &["--lock-timeout", "300ms", "--format", "json"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["store"], "default", "{v}");
+    assert_eq!(v["dry_run"], false, "{v}");
+    assert_eq!(
+        v["found"],
+        serde_json::json!({"holes": 3, "positions": 5}),
+        "{v}"
+    );
+    assert_eq!(v["filled"], 4, "{v}");
+    assert_eq!(
+        v["left"],
+        serde_json::json!({"holes": 1, "positions": 1}),
+        "{v}"
+    );
+    assert_eq!(v["statements"]["held"], 3, "{v}");
+    assert_eq!(v["statements"]["failed"], 0, "{v}");
+    open.rollback().await;
+    let out = store.heal_once("0s", &["--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["filled"], 1, "{v}");
+    assert_eq!(
+        v["left"],
+        serde_json::json!({"holes": 0, "positions": 0}),
+        "{v}"
+    );
+    let out = store.heal_once("0s", &["--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(
+        v["found"],
+        serde_json::json!({"holes": 0, "positions": 0}),
+        "{v}"
+    );
+    store.drop_schema().await;
+}
+
+/// Issue 20: a dry run fills nothing, so it does not wait gap_timeout: it
+/// reports what it found at once (exit 0: it did what it was asked).
+#[tokio::test]
+async fn heal_once_dry_run_reports_at_once_instead_of_waiting_gap_timeout() {
+    let store = store_with_holes("dry_wait").await;
+    let started = std::time::Instant::now();
+    let out = store.heal_once("60s", &["--dry-run"]);
+    let took = started.elapsed();
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(
+        took < Duration::from_secs(20),
+        "waited {took:?}: {}",
+        out.all()
+    );
+    assert!(
+        out.stdout.starts_with(
+            "dry run: would have filled 4 position(s) in 2 hole(s); nothing written (holes as found now: a fill waits gap_timeout, 1m, "
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stderr.contains("waiting"), "{}", out.stderr);
+    assert!(store.tombstone_positions().await.is_empty());
+    store.drop_schema().await;
+}
+
+/// Issue 20: without a terminal a scan logs no "0 of N" line at its start
+/// and ends with a completion line; an empty store is said to be empty,
+/// and a start at the head to have nothing to examine.
+#[tokio::test]
+async fn scan_ends_with_a_completion_line_and_says_what_it_examined() {
+    let store = store_with_holes("scan_done").await;
+    let out = store.cli(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let done: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" INFO ") && l.contains("scanning: "))
+        .collect();
+    assert_eq!(done.len(), 1, "{}", out.stderr);
+    assert!(
+        done[0].contains("scanning: done, 7 of 7 positions in "),
+        "{}",
+        done[0]
+    );
+    assert_whole_rate(done[0]);
+    let out = store.cli(&["scan", "--start-from", "head"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "0 holes (0 missing positions): nothing to examine, the scan starts at 8 and the head is 7\n"
+    );
+    store.drop_schema().await;
+
+    let empty = Store::new("scan_empty").await;
+    let out = empty.cli(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "0 holes (0 missing positions): the table has no rows yet\n"
+    );
+    let out = empty.cli(&["scan", "--start-from", "0", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["empty"], true, "{v}");
+    empty.drop_schema().await;
+}
+
+/// Issue 20: a store whose database answers with a refusal is not ready,
+/// and `/readyz` says the refusal, not that the database has not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_the_refusal_when_the_database_answers_with_one() {
+    let store = store_with_holes("ready_why").await;
+    let role = format!("{}_login", store.schema);
+    let cs = store.create_login(&role).await;
+    let d = Daemon::with_connection_string(&cs, &store.schema, &["--poll-interval", "100ms"]);
+    let mut body = String::new();
+    for _ in 0..100 {
+        let (code, text) = d.get("/readyz").await;
+        assert_eq!(code, 503, "{text}");
+        body = text;
+        if body.contains("permission denied") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        body.contains("no scan has succeeded since start; every scan has failed, for ")
+            && body.contains(" ms (the database is not reachable, or the store is broken): ")
+            && body.contains("permission denied"),
+        "{body}"
+    );
+    assert!(!body.contains("has not answered"), "{body}");
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_with_login(&role).await;
+}
+
+/// Issue 20: the one store of a daemon that gives up does not say "the
+/// others go on": there are none, and the daemon exits 3.
+#[tokio::test]
+async fn a_lone_store_that_gives_up_says_the_daemon_exits() {
+    let cmd = gap_healer_testkit::bin::command(
+        [
+            "run",
+            "--engine",
+            "postgres",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--give-up-after",
+            "1s",
+            "--connect-timeout",
+            "1s",
+        ],
+        [(
+            "GAP_HEALER_CONNECTION_STRING",
+            "host=127.0.0.1 port=1 user=postgres dbname=test",
+        )],
+    );
+    let (code, output) = gap_healer_testkit::bin::run(cmd, Duration::from_secs(30)).await;
+    assert_eq!(code, 3, "{output}");
+    assert!(
+        output.contains("this store gave up; no store is left to heal: the daemon exits"),
+        "{output}"
+    );
+    assert!(!output.contains("the others go on"), "{output}");
+}
+
+/// A config file listing `stores` as [[stores]] of the local server.
+fn fleet_file(tag: &str, stores: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gh-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = format!(
+        "engine = \"postgres\"\nconnection_string = {}\n",
+        toml_string(&gap_healer_testkit::pg::pg_url())
+    );
+    for (name, schema) in stores {
+        text += &format!("[[stores]]\nname = \"{name}\"\nschema = \"{schema}\"\n");
+    }
+    let file = dir.join("fleet.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Issue 20: in a fleet, `scan`, `check` and `heal --once` print every
+/// line on stdout with its store (no header on stderr), and `--format
+/// json` prints one object per store, each on its own line, each naming
+/// its store; every key of those objects is documented in the README.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_output_names_the_store_in_each_line_and_object() {
+    let a = Store::with_holes("fleet_out_a", &[1]).await;
+    let b = Store::with_holes("fleet_out_b", &[1, 3]).await;
+    let file = fleet_file("fleet-out", &[("a", &a.schema), ("b", &b.schema)]);
+    let config = file.to_str().unwrap();
+    let run = |argv: &[&str]| cli(&[argv, &["--config", config]].concat(), &[]);
+    let prefixed = |stdout: &str| {
+        assert!(!stdout.trim().is_empty());
+        for line in stdout.lines() {
+            assert!(
+                line.starts_with("[store a] ") || line.starts_with("[store b] "),
+                "{line:?} in\n{stdout}"
+            );
+        }
+        assert!(
+            stdout.contains("[store a] ") && stdout.contains("[store b] "),
+            "{stdout}"
+        );
+    };
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let json_section = readme
+        .split("### JSON output")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a JSON output section in the README");
+    let documented = |v: &serde_json::Value, what: &str| {
+        for key in v.as_object().unwrap().keys() {
+            assert!(
+                json_section.contains(&format!("`{key}`")),
+                "{what}: `{key}` is not in the README's JSON output section"
+            );
+        }
+    };
+    let objects = |stdout: &str, what: &str| -> Vec<serde_json::Value> {
+        let objects: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: {e}: {l}")))
+            .collect();
+        let stores: Vec<&str> = objects
+            .iter()
+            .map(|o| o["store"].as_str().unwrap())
+            .collect();
+        assert_eq!(stores, ["a", "b"], "{what}: {stdout}");
+        for o in &objects {
+            documented(o, what);
+        }
+        objects
+    };
+
+    let out = run(&["scan", "--start-from", "0"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    prefixed(&out.stdout);
+    assert!(
+        out.stdout
+            .contains("[store b] 2 holes (4 missing positions) between 1 and the head 7\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stderr.contains("== store"), "{}", out.stderr);
+    let out = run(&["scan", "--start-from", "0", "--format", "json"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let scans = objects(&out.stdout, "scan");
+    assert_eq!(scans[1]["positions"], 4);
+    for hole in scans[1]["holes"].as_array().unwrap() {
+        documented(hole, "scan hole");
+    }
+
+    let out = run(&["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    prefixed(&out.stdout);
+    assert!(
+        out.stdout.contains("[store a] all checks passed\n"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&["check", "--format", "json"]);
+    let checks = objects(&out.stdout, "check");
+    documented(&checks[0]["findings"][0], "check finding");
+
+    let out = run(&["heal", "--once", "--start-from", "0", "--gap-timeout", "0s"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    prefixed(&out.stdout);
+    let out = run(&[
+        "heal",
+        "--once",
+        "--start-from",
+        "0",
+        "--gap-timeout",
+        "0s",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let heals = objects(&out.stdout, "heal");
+    for what in ["found", "statements", "left"] {
+        documented(&heals[0][what], &format!("heal {what}"));
+    }
+    std::fs::remove_dir_all(file.parent().unwrap()).ok();
+    a.drop_schema().await;
+    b.drop_schema().await;
+}
+
+/// Issue 20: shell completions and man pages come from the same
+/// definitions as the flags: each command's own.
+#[test]
+fn completions_and_man_pages_come_from_the_flag_definitions() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = cli(&["completions", shell], &[]);
+        assert_eq!(out.code, 0, "{shell}: {}", out.all());
+        assert!(out.stdout.contains("start-from"), "{shell}");
+        assert!(out.stdout.contains("completions"), "{shell}");
+    }
+    let bash = cli(&["completions", "bash"], &[]).stdout;
+    // bash's `opts` for `gap-healer scan` are scan's flags only, and those
+    // before a command are the subcommands and -h, -V alone.
+    let opts = |case: &str| -> String {
+        bash.split(&format!("\n        {case})\n"))
+            .nth(1)
+            .and_then(|s| s.split("opts=\"").nth(1))
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_else(|| panic!("no case {case} in\n{bash}"))
+            .to_string()
+    };
+    let scan = opts("gap__subcmd__healer__subcmd__scan");
+    assert!(
+        scan.contains("--start-from") && scan.contains("--format"),
+        "{scan}"
+    );
+    assert!(
+        !scan.contains("--metrics-addr") && !scan.contains("--dry-run"),
+        "{scan}"
+    );
+    let root = opts("gap__healer");
+    assert!(
+        root.starts_with("-h -V --help --version run scan "),
+        "{root}"
+    );
+
+    let man = cli(&["man"], &[]);
+    assert_eq!(man.code, 0, "{}", man.all());
+    assert!(
+        man.stdout.starts_with(".ie \\n(.g .ds Aq") || man.stdout.contains(".TH gap-healer 1"),
+        "{}",
+        man.stdout
+    );
+    assert!(man.stdout.contains("Exit codes"), "{}", man.stdout);
+    let scan = cli(&["man", "scan"], &[]);
+    assert_eq!(scan.code, 0, "{}", scan.all());
+    assert!(
+        scan.stdout.contains(".TH gap-healer-scan 1"),
+        "{}",
+        scan.stdout
+    );
+    assert!(scan.stdout.contains("start\\-from"), "{}", scan.stdout);
+    assert!(!scan.stdout.contains("metrics\\-addr"), "{}", scan.stdout);
+    assert_eq!(cli(&["man", "nope"], &[]).code, 2);
+}
+
+/// Issue 20: `--version` names the commit (this checkout's, when built
+/// from one) and the build's date.
+#[test]
+fn version_names_the_commit_and_the_build_date() {
+    let out = cli(&["--version"], &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let line = out.stdout.trim();
+    let rest = line
+        .strip_prefix(&format!(
+            "gap-healer {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (commit, built) = rest
+        .split_once(", built ")
+        .unwrap_or_else(|| panic!("{line}"));
+    let date = built.strip_suffix(')').unwrap_or_else(|| panic!("{line}"));
+    let digits: Vec<usize> = date.split('-').map(str::len).collect();
+    assert_eq!(digits, [4, 2, 2], "{line}");
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let top = git(&["rev-parse", "--show-toplevel"]);
+    let same =
+        top.is_some_and(|t| std::fs::canonicalize(t).ok() == std::fs::canonicalize(dir).ok());
+    if same {
+        let head = git(&["rev-parse", "--short=12", "HEAD"]).unwrap();
+        assert_eq!(commit, head, "{line}");
+    } else {
+        assert_eq!(commit, "unknown", "{line}: built outside a git checkout");
+    }
+}
+
+/// Issue 20: `/` answers with links to the endpoints, and any other path
+/// with a 404 naming them, instead of an empty 404.
+#[tokio::test]
+async fn the_http_root_links_the_endpoints() {
+    let store = Store::new("http_root").await;
+    let d = Daemon::start(&store, &[]);
+    let (code, body) = d.get("/").await;
+    assert_eq!(code, 200, "{body}");
+    for path in ["/metrics", "/healthz", "/readyz", "/status"] {
+        assert!(
+            body.contains(&format!("<a href=\"{path}\">")),
+            "{path}: {body}"
+        );
+    }
+    let (code, body) = d.get("/nope").await;
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body.contains("no endpoint /nope") && body.contains("/status"),
+        "{body}"
+    );
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    store.drop_schema().await;
+}
+
+/// Issue 20: under systemd (`Type=notify`, `NOTIFY_SOCKET`) the daemon
+/// says READY=1 once its endpoints answer, and STOPPING=1 on SIGTERM.
+#[tokio::test]
+async fn systemd_hears_ready_once_the_endpoints_answer_and_stopping_at_the_end() {
+    use std::os::unix::net::UnixDatagram;
+    let store = Store::new("notify").await;
+    let dir = std::env::temp_dir().join(format!("gh-notify-{}", store.schema));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut args = vec!["run".to_string()];
+    args.extend(store.args());
+    let d = Daemon::spawn(&args, &[("NOTIFY_SOCKET", path.to_str().unwrap())]);
+    let mut buf = [0u8; 1024];
+    let n = socket.recv(&mut buf).expect("READY=1 within 20 s");
+    let message = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(
+        message.starts_with("READY=1\nSTATUS=serving /metrics, /healthz, /readyz, /status on "),
+        "{message:?}"
+    );
+    assert_eq!(d.get("/healthz").await.0, 200);
+    let (code, _, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    let n = socket.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1\n");
+    std::fs::remove_dir_all(&dir).ok();
+    store.drop_schema().await;
+}
+
+/// An IPv4 address of this machine that is not a loopback one: where the
+/// route off the machine leaves from (nothing is sent).
+fn non_loopback_ipv4() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket.connect("203.0.113.1:9").expect(
+        "this test needs an IPv4 route off this machine, to find a non-loopback address of its own",
+    );
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    ip
+}
+
+/// Forwards every connection to `listener` to 127.0.0.1:`port`, on threads
+/// of its own, for as long as the test process runs.
+fn forward(listener: std::net::TcpListener, port: u16) {
+    use std::net::{Shutdown, TcpStream};
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { break };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let (mut client2, mut server2) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut client, &mut server);
+                let _ = server.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server2, &mut client2);
+                let _ = client2.shutdown(Shutdown::Write);
+            });
+        }
+    });
+}
+
+/// Issue 20: `check` warns (never fails) when the session is not encrypted
+/// and the server is not this machine; a local one gets no warning.
+#[tokio::test]
+async fn check_warns_when_tls_is_off_to_a_server_that_is_not_this_machine() {
+    let store = Store::new("tls_warn").await;
+    let ip = non_loopback_ipv4();
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    forward(listener, pg_port());
+    let remote = format!("host={ip} port={port} user=postgres dbname=test sslmode=disable");
+    let out = store.cli_at(&remote, &["check"]);
+    assert_eq!(out.code, 0, "a warning is not a failure: {}", out.all());
+    let tls = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("WARN tls"))
+        .unwrap_or_else(|| panic!("no tls warning:\n{}", out.stdout));
+    assert!(
+        tls.contains(&format!(
+            "off: not encrypted, to {ip}, which is not this machine"
+        )) && tls.contains("sslmode=verify-full"),
+        "{tls}"
+    );
+    assert!(
+        out.stdout.ends_with("all checks passed (1 warning)\n"),
+        "{}",
+        out.stdout
+    );
+    let out = store.cli_at(&remote, &["check", "--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!((&v["ok"], &v["warnings"]), (&true.into(), &1.into()), "{v}");
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "tls")
+        .unwrap();
+    assert_eq!(
+        (&finding["ok"], &finding["warning"]),
+        (&true.into(), &true.into()),
+        "{finding}"
+    );
+    // The same server over loopback: no warning.
+    let out = store.cli(&["check"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(!out.stdout.contains("WARN"), "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with("all checks passed\n"),
+        "{}",
+        out.stdout
+    );
+    store.drop_schema().await;
 }

@@ -204,14 +204,15 @@ async fn one_shot_commands_take_store_names() {
     let config = file.display().to_string();
     let out = cli(&["scan", "--config", &config], &[]);
     assert_eq!(out.code, 1, "a has a hole: {}", out.all());
+    // Each line on stdout names its store (issue 20: a header on stderr did).
     assert!(
-        out.stderr.contains("== store a") && out.stderr.contains("== store b"),
+        out.stdout.contains("[store a] ") && out.stdout.contains("[store b] "),
         "{}",
         out.all()
     );
     let out = cli(&["scan", "--config", &config, "--store", "b"], &[]);
     assert_eq!(out.code, 0, "b alone has none: {}", out.all());
-    assert!(!out.stderr.contains("== store"), "{}", out.all());
+    assert!(!out.stdout.contains("[store"), "{}", out.all());
     let out = cli(&["scan", "--config", &config, "--store", "c"], &[]);
     assert_eq!(out.code, 2, "{}", out.all());
     assert!(
@@ -455,8 +456,8 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     let out = cli(&["scan", "--config", &config], &[]);
     assert_eq!(out.code, 1, "{}", out.all());
     assert!(
-        out.stderr.contains(&format!("== store tenants/{a}"))
-            && out.stderr.contains(&format!("== store tenants/{b}")),
+        out.stdout.contains(&format!("[store tenants/{a}] "))
+            && out.stdout.contains(&format!("[store tenants/{b}] ")),
         "{}",
         out.all()
     );

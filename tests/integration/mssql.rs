@@ -1883,7 +1883,7 @@ async fn a_store_set_heals_every_database_its_pattern_finds() {
     assert_eq!(code, 1, "scan finds the holes of both databases\n{out}");
     for db in ["a", "b"] {
         assert!(
-            out.contains(&format!("== store tenants/{prefix}_{db}")),
+            out.contains(&format!("[store tenants/{prefix}_{db}] ")),
             "{out}"
         );
     }

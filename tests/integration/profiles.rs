@@ -322,7 +322,6 @@ async fn a_custom_table_described_in_toml_is_checked_and_healed() {
             &cfg(&good),
             "--gap-timeout",
             "1ms",
-            "--no-leader-election",
         ],
         &env,
     );

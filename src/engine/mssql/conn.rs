@@ -170,7 +170,7 @@ fn remember_no_tls(addr: &str) {
 /// A connection string's `Encrypt=false` (tiberius: encrypt the login only).
 /// tiberius has no getter for the level; its `Debug` output names it (the
 /// unit test below pins that).
-fn wants_login_encryption_only(config: &Config) -> bool {
+pub(super) fn wants_login_encryption_only(config: &Config) -> bool {
     format!("{config:?}").contains("encryption: Off")
 }
 

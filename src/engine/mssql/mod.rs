@@ -513,6 +513,7 @@ impl Engine for MssqlEngine {
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
         let mut findings = self.preflight_findings().await?;
+        findings.extend(plaintext_warning(&self.config));
         findings.extend(self.watermark_finding().await);
         Ok(findings)
     }
@@ -530,6 +531,25 @@ impl Engine for MssqlEngine {
     async fn publish_watermark(&self, store: &str, position: i64) -> DbResult<()> {
         self.publish_watermark_row(store, position).await
     }
+}
+
+/// `Encrypt=false` to a server on another machine: a warning (`tls`),
+/// never a failure. Such a session encrypts at most the login; queries and
+/// results cross the network in the clear.
+fn plaintext_warning(config: &tiberius::Config) -> Option<Finding> {
+    if !conn::wants_login_encryption_only(config) {
+        return None;
+    }
+    let addr = config.get_addr();
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr.as_str(), |(host, _)| host);
+    (!crate::engine::check::is_local_host(host)).then(|| {
+        crate::engine::check::plaintext_to(
+            host,
+            "Encrypt=true (the default) encrypts and verifies the server, against TrustServerCertificateCA=FILE for a private CA",
+        )
+    })
 }
 
 /// A session of its own, opened as the engine opens every session (the
@@ -597,6 +617,25 @@ mod tests {
 
     fn r(a: i64, b: i64) -> PosRange {
         PosRange::new(a, b).unwrap()
+    }
+
+    #[test]
+    fn encrypt_false_to_another_machine_is_a_warning() {
+        use crate::engine::Check;
+        let warning = |cs: &str| plaintext_warning(&conn::config_from_ado(cs).unwrap());
+        let w = warning("Server=tcp:db.example.com,1433;User Id=a;Password=b;Encrypt=false")
+            .expect("a warning");
+        assert!(w.ok && w.warning && w.check == Check::Tls, "{w:?}");
+        assert!(w.detail.contains("to db.example.com, which"), "{w:?}");
+        assert!(!w.detail.contains("Password"), "{w:?}");
+        for quiet in [
+            "Server=tcp:127.0.0.1,1433;User Id=a;Password=b;Encrypt=false",
+            "Server=tcp:localhost,1433;User Id=a;Password=b;Encrypt=false",
+            "Server=tcp:db.example.com,1433;User Id=a;Password=b;Encrypt=true",
+            "Server=tcp:db.example.com,1433;User Id=a;Password=b",
+        ] {
+            assert_eq!(warning(quiet), None, "{quiet}");
+        }
     }
 
     #[test]

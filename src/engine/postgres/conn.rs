@@ -83,6 +83,13 @@ impl Target {
         servers(&self.config)
     }
 
+    /// The first server the sessions go to that is not this machine
+    /// ([`crate::engine::check::is_local_host`]): each `hostaddr` when given
+    /// (where libpq connects), else each `host`; `None` when all are local.
+    pub(crate) fn remote_host(&self) -> Option<String> {
+        remote_host(&self.config)
+    }
+
     /// A session outside the pool, with its connection driven by a task
     /// that ends when the returned handle is aborted or the session closes.
     pub(crate) async fn connect(
@@ -269,6 +276,22 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
+/// [`Target::remote_host`] of a parsed configuration.
+fn remote_host(config: &Config) -> Option<String> {
+    use crate::engine::check::is_local_host;
+    let addrs = config.get_hostaddrs();
+    if !addrs.is_empty() {
+        return addrs
+            .iter()
+            .find(|a| !a.is_loopback())
+            .map(|a| a.to_string());
+    }
+    config.get_hosts().iter().find_map(|h| match h {
+        tokio_postgres::config::Host::Tcp(name) if !is_local_host(name) => Some(name.clone()),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::str::FromStr;
@@ -293,5 +316,25 @@ mod tests {
         // A string that lost a quote: the "host" holds the rest of it.
         let mangled = named("host='db password=Zq7 Secret9x=y'");
         assert_eq!(mangled, "a host that is no host name (not shown):5432");
+    }
+
+    #[test]
+    fn the_remote_host_is_where_libpq_connects() {
+        let remote = |cs: &str| remote_host(&Config::from_str(cs).unwrap());
+        assert_eq!(remote("host=localhost"), None);
+        assert_eq!(remote("host=/var/run/postgresql"), None);
+        assert_eq!(remote("host=127.0.0.1,localhost"), None);
+        assert_eq!(remote("host=db.example.com"), Some("db.example.com".into()));
+        assert_eq!(remote("host=localhost,db2"), Some("db2".into()));
+        assert_eq!(
+            remote("postgres://u@10.1.2.3:5432/x"),
+            Some("10.1.2.3".into())
+        );
+        // hostaddr is where the session goes; host only names it.
+        assert_eq!(remote("host=db.example.com hostaddr=127.0.0.1"), None);
+        assert_eq!(
+            remote("host=localhost hostaddr=192.0.2.7"),
+            Some("192.0.2.7".into())
+        );
     }
 }

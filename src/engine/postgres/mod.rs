@@ -331,6 +331,11 @@ impl Engine for PostgresEngine {
                 },
             ),
         };
+        preflight::plaintext_warning(
+            &mut findings,
+            &self.target.mode,
+            self.target.remote_host().as_deref(),
+        );
         // The sequence is read only where the table and its position are.
         if findings.iter().all(|f| f.ok || !f.check.is_shape()) {
             findings.extend(self.sequence_finding().await);

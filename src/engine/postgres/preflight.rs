@@ -425,6 +425,25 @@ pub(super) fn session(s: &Session, tls: &TlsMode, schema: &str) -> Vec<Finding> 
     vec![connection, tls, schema]
 }
 
+/// The fix [`plaintext_warning`] names.
+const TLS_FIX: &str =
+    "sslmode=verify-full (with sslrootcert=FILE for a private CA) encrypts and verifies the server";
+
+/// Without TLS to a server on another machine (`remote`), the `tls`
+/// finding is a warning instead of a pass: never a failure, since a
+/// private network may be trusted on purpose.
+pub(super) fn plaintext_warning(findings: &mut [Finding], tls: &TlsMode, remote: Option<&str>) {
+    let (TlsMode::Off, Some(host)) = (tls, remote) else {
+        return;
+    };
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.check == Check::Tls && f.ok)
+    {
+        *f = crate::engine::check::plaintext_to(host, TLS_FIX);
+    }
+}
+
 /// messages.global_position: bigint identity, and the primary key on exactly it.
 fn position(f: &Facts) -> Finding {
     let Some(col) = f.column("messages", "global_position") else {
@@ -817,6 +836,22 @@ mod tests {
         assert!(t.contains("new tombstone_stream"), "{t}");
         f.tombstones = Tombstones::Unread;
         assert!(judge(&f).iter().all(|x| x.check != Check::TombstoneStream));
+    }
+
+    #[test]
+    fn no_tls_to_another_machine_is_a_warning_not_a_failure() {
+        let mut out = judge(&healthy());
+        plaintext_warning(&mut out, &TlsMode::Off, None);
+        assert!(!find(&out, Check::Tls).warning, "a local server");
+        plaintext_warning(&mut out, &TlsMode::Encrypted, Some("db.example.com"));
+        assert!(!find(&out, Check::Tls).warning, "encrypted");
+        plaintext_warning(&mut out, &TlsMode::Off, Some("db.example.com"));
+        let tls = find(&out, Check::Tls);
+        assert!(tls.ok && tls.warning, "{tls:?}");
+        assert!(
+            tls.detail.contains("to db.example.com") && tls.detail.contains("sslmode=verify-full"),
+            "{tls:?}"
+        );
     }
 
     #[test]

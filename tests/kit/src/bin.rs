@@ -45,7 +45,9 @@ pub fn path() -> &'static Path {
 }
 
 /// `gap-healer ARGS` with the variables `env` and none of this process's
-/// GAP_HEALER_*, RUST_LOG or NO_COLOR, with no stdin.
+/// GAP_HEALER_*, RUST_LOG, NO_COLOR or NOTIFY_SOCKET (a test run under
+/// systemd must not have its healers notify the test's own unit), with no
+/// stdin.
 pub fn command<A, K, V>(
     args: impl IntoIterator<Item = A>,
     env: impl IntoIterator<Item = (K, V)>,
@@ -64,6 +66,7 @@ where
             cmd.env_remove(k);
         }
     }
+    cmd.env_remove("NOTIFY_SOCKET");
     cmd.envs(env).stdin(Stdio::null());
     cmd
 }
