@@ -2,10 +2,14 @@
 #
 # checkov:skip=CKV_DOCKER_2:No HEALTHCHECK: the distroless image has no shell or HTTP client and gap-healer has no health-probe subcommand; Kubernetes probes /healthz and /readyz (Docker HEALTHCHECK is ignored there).
 #
-# gap-healer container image.
-#   docker build -t gap-healer:0.1.0 .
+# gap-healer container image. Built the same way by docker, podman and buildah
+# (README.md, "Container image", has the build arguments):
+#   docker build -t gap-healer:0.1.0 .      (or podman build, buildah build)
 # Build stage: the official Rust image (pinned); run stage: distroless cc
 # (glibc + libgcc, no shell, no package manager), user 65532 (nonroot).
+# Both named in full (registry/repository:tag): podman and buildah refuse a
+# short name where no unqualified-search registry is configured (Debian's
+# default), and a full name never resolves to another registry's image.
 # TLS is rustls/ring, so no OpenSSL is needed at build or run time.
 
 # 0) The manifests alone: every Cargo.toml the build context holds (the root
@@ -13,13 +17,13 @@
 #    as tests/kit/Cargo.toml) and Cargo.lock, at their paths. Nothing is named
 #    here, so a member added to or dropped from the workspace needs only its
 #    .dockerignore line; the dependency layer below is keyed on these files.
-FROM rust:1.95-bookworm AS manifests
+FROM docker.io/library/rust:1.95-bookworm AS manifests
 WORKDIR /src
 COPY . .
 RUN find . -type f ! -name Cargo.toml ! -name Cargo.lock -delete \
  && find . -mindepth 1 -depth -type d -empty -delete
 
-FROM rust:1.95-bookworm AS build
+FROM docker.io/library/rust:1.95-bookworm AS build
 # A failing command anywhere in a RUN's loops or pipes fails the build.
 SHELL ["/bin/bash", "-eo", "pipefail", "-c"]
 WORKDIR /src
