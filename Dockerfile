@@ -66,9 +66,12 @@ RUN find . -name Cargo.toml | while read -r manifest; do \
  && rm -rf src target/release/.fingerprint/gap-healer-* target/release/deps/gap_healer-* \
            target/release/deps/libgap_healer-* target/release/gap-healer target/release/gap-healer.d
 
-# 2) The crate itself.
+# 2) The crate itself. The revision reaches `gap-healer --version` through
+#    build.rs (the build context has no .git); declared here, after the
+#    dependency layer, so a new revision rebuilds only this step.
 COPY . .
-RUN cargo build --release --locked --bin gap-healer \
+ARG REVISION=unknown
+RUN GAP_HEALER_BUILD_COMMIT="$REVISION" cargo build --release --locked --bin gap-healer \
  && install -D -m 0755 target/release/gap-healer /out/gap-healer \
  && /out/gap-healer --help > /dev/null
 
