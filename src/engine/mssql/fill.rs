@@ -487,7 +487,8 @@ impl MssqlEngine {
             .map_err(|why| DbError::permanent(format!("refused to fill {what}: {why}")))?;
         let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
-        if self.server().await?.babelfish.is_some() {
+        let babelfish = self.server().await?.babelfish.is_some();
+        if babelfish {
             if let Some(refused) = self.babelfish_writers().await? {
                 return Ok(refused);
             }
@@ -495,9 +496,7 @@ impl MssqlEngine {
         // On Babelfish the fence asks for the leader's session, not its lock
         // (see `Sql::direct_fill`).
         let session_fence = match fence {
-            Fence::Leader(token) if self.server().await?.babelfish.is_some() => {
-                Some(token.session_id)
-            }
+            Fence::Leader(token) if babelfish => Some(token.session_id),
             _ => None,
         };
         let key_ms = millis_i32(lock_timeout);

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use gap_healer::engine::mssql::MssqlEngine;
 use gap_healer_testkit::eventuous::mssql::append_events_sql;
-use gap_healer_testkit::mssql::{self as ms, Client, TestDb, EVENT_TYPE, TOMBSTONE_STREAM};
+use gap_healer_testkit::mssql::{self as ms, rows, Client, TestDb, EVENT_TYPE, TOMBSTONE_STREAM};
 use tiberius::ToSql;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -39,10 +39,6 @@ pub struct MssqlWorld {
     ids: [Uuid; 2],
     /// The schedule's stream is `s<n>`: each schedule starts a fresh one.
     schedule: AtomicUsize,
-}
-
-async fn rows(c: &mut Client, sql: &str, params: &[&dyn ToSql]) -> Vec<tiberius::Row> {
-    ms::rows(c, sql, params).await
 }
 
 impl MssqlWorld {
