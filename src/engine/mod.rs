@@ -9,8 +9,8 @@
 //! Architecture invariant: an engine writes nothing but tombstone rows and the
 //! tombstone stream's Streams row, and only inside [`Engine::fill`].
 
+pub mod ado_connection_string;
 pub mod check;
-pub mod keywords;
 pub mod mssql;
 pub mod pool;
 pub mod postgres;
