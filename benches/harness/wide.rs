@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use gap_healer::config::StartFrom;
-use gap_healer::engine::{Engine, Fence, FillOutcome};
+use gap_healer::engine::{Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::Options;
+use gap_healer_testkit::engine::FillRange;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;

@@ -308,7 +308,8 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
 /// a store whose table vanished fails the reading once, then on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_of_one_database_read_their_heads_in_one_statement() {
-    use gap_healer::engine::{Engine, Pools};
+    use gap_healer::engine::HeadReading::{At, Empty, Failed, NotShared};
+    use gap_healer::engine::{Engine, Pools, SharedHeads};
     use gap_healer_testkit::engine::{postgres_sharing, settings};
     use gap_healer_testkit::pg::Ending;
     use tokio::time::Instant as Due;
@@ -329,7 +330,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let (ea, eb, ec) = (engine(&a), engine(&b), engine(&c));
 
     // Not read with the others before its own scan succeeded.
-    assert!(ea.shared_head(Due::now()).await.is_none());
+    assert_eq!(ea.shared_head(Due::now()).await, NotShared);
     for e in [&ea, &eb, &ec] {
         e.scan(0, 100).await.unwrap();
     }
@@ -339,33 +340,33 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
         eb.shared_head(due),
         ec.shared_head(due)
     );
-    assert_eq!(ha.unwrap().unwrap(), Some(head_a));
-    assert_eq!(hb.unwrap().unwrap(), Some(head_b));
-    assert_eq!(hc.unwrap().unwrap(), None, "an empty table has no head");
+    assert_eq!(ha, At(head_a));
+    assert_eq!(hb, At(head_b));
+    assert_eq!(hc, Empty, "an empty table has no head");
     assert_eq!(ea.shared_readings(), 1, "three stores, one statement");
 
     // A row committed after the poll was due: that poll's reading stands,
     // the next poll's reading shows it.
     let later = *a.append("s", 1, Ending::Commit).await.last().unwrap();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(head_a));
+    assert_eq!(ea.shared_head(due).await, At(head_a));
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
-    assert_eq!(eb.shared_head(due).await.unwrap().unwrap(), Some(head_b));
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(eb.shared_head(due).await, At(head_b));
     assert_eq!(ea.shared_readings(), 2);
 
     // c's schema vanishes: the next reading fails for all (each then scans
     // on its own); c's own scan fails, so the reading after leaves c out.
     c.drop_schema().await;
     let due = Due::now();
-    assert!(ea.shared_head(due).await.unwrap().is_err());
+    assert!(matches!(ea.shared_head(due).await, Failed(_)));
     assert!(ec.scan(0, 100).await.is_err());
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
-    assert!(ec.shared_head(due).await.is_none(), "c scans alone now");
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(ec.shared_head(due).await, NotShared, "c scans alone now");
     // A store that is dropped leaves the readings.
     drop(eb);
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
+    assert_eq!(ea.shared_head(due).await, At(later));
     assert_eq!(ea.shared_readings(), 5);
 
     // d's table held by DDL in an open transaction: the reading fails after
@@ -387,7 +388,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let reading = tokio::time::timeout(Duration::from_secs(5), ea.shared_head(Due::now()))
         .await
         .expect("the reading waited for the lock: every store of the pool would wait");
-    assert!(reading.unwrap().is_err());
+    assert!(matches!(reading, Failed(_)));
     let waited = waited.elapsed();
     assert!(
         waited < Duration::from_secs(2),
@@ -400,17 +401,14 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!held.is_finished(), "d's own scan waits for the lock");
     let served = Instant::now();
-    assert_eq!(
-        ea.shared_head(Due::now()).await.unwrap().unwrap(),
-        Some(later)
-    );
+    assert_eq!(ea.shared_head(Due::now()).await, At(later));
     println!(
         "a locked table failed the shared reading after {waited:?}; without it the next reading took {:?}",
         served.elapsed()
     );
     locker.batch_execute("ROLLBACK").await.unwrap();
     held.await.unwrap().unwrap();
-    assert!(ed.shared_head(Due::now()).await.unwrap().is_ok());
+    assert!(matches!(ed.shared_head(Due::now()).await, At(_) | Empty));
     a.drop_schema().await;
     b.drop_schema().await;
     d.drop_schema().await;
