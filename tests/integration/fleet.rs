@@ -744,3 +744,59 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
         "{left} session(s) of the healer still on {db} ({before} before)"
     );
 }
+
+/// A store set lists its databases on one catalog engine it keeps: every
+/// discovery pass (each second here) reuses its pool and so its session
+/// on the catalog database (before, each pass opened an engine and a pool
+/// of its own, and logged in anew).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_set_lists_its_databases_on_one_kept_catalog_session() {
+    let prefix = format!("ghcat_{}", std::process::id());
+    let db = format!("{prefix}_a");
+    let t = tenant(&db, &[1]).await;
+    let app = format!("gh-catalog-{}", std::process::id());
+    let template = with_param(
+        &named(&pg_url(), &app).replace("dbname=test", ""),
+        "dbname",
+        "{database}",
+    );
+    let file = store_set_file("catalog", &prefix, template);
+    let d = run_config(&file.display().to_string());
+    assert!(
+        t.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        d.log()
+    );
+    // The healer's sessions on the catalog database: (pid, last query).
+    let on_catalog = || {
+        let app = app.clone();
+        async move {
+            connect()
+                .await
+                .query(
+                    "SELECT pid, extract(epoch FROM query_start)::float8 FROM pg_stat_activity \
+                     WHERE datname = 'postgres' AND application_name = $1",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get::<_, i32>(0), r.get::<_, Option<f64>>(1)))
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = on_catalog().await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let later = on_catalog().await;
+    drop(d);
+    drop(t);
+    drop_database(&db).await;
+    std::fs::remove_file(file).ok();
+    assert_eq!(first.len(), 1, "the catalog's sessions: {first:?}");
+    assert_eq!(later.len(), 1, "the catalog's sessions: {later:?}");
+    assert_eq!(first[0].0, later[0].0, "one session for every pass");
+    assert!(
+        later[0].1 > first[0].1,
+        "the passes since listed on it: {first:?} then {later:?}"
+    );
+}
