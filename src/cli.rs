@@ -538,7 +538,7 @@ fn man(command: Option<&str>) -> Result<u8, Failure> {
 }
 
 /// A one-shot command on one store, on whichever engine
-/// [`engine::open`] opens for it.
+/// [`engine::open()`] opens for it.
 struct OneShot<'a> {
     store: &'a Store,
     command: &'a Command,

@@ -6,7 +6,7 @@
 //! ([`Pools`]) and whatever else their engine shares (PostgreSQL: one
 //! leader lock session, on which each store keeps its own lock), so 500
 //! stores (schemas) in one database need a few sessions, not 500 times as
-//! many. Engines and their locks come from [`engine::open`]; a store set
+//! many. Engines and their locks come from [`engine::open()`]; a store set
 //! keeps the [`Catalog`] it lists its databases from.
 //!
 //! Architecture invariants:
@@ -275,7 +275,7 @@ async fn set_stores(
     Ok(stores)
 }
 
-/// The task that heals a store, on whichever engine [`engine::open`]
+/// The task that heals a store, on whichever engine [`engine::open()`]
 /// opens for it.
 struct HealTask {
     store: Store,

@@ -6,8 +6,15 @@
 //! positions with tombstones, in one transaction. Everything about time,
 //! tracking and retrying lives in the core ([`crate::healer`]).
 //!
+//! What only some engines can do is a capability with a trait of its own
+//! ([`SharedHeads`], [`WatermarkTable`]): an engine names the type that has
+//! it (itself, so far) or [`Unsupported`], which has no value, so "not
+//! supported" is a type the compiler sees, never an error found at run
+//! time. Engines are opened in one place, [`open()`] (module `open`), which
+//! also holds the only match on [`EngineKind`].
+//!
 //! Architecture invariant: an engine writes nothing but tombstone rows and the
-//! tombstone stream's Streams row, and only inside [`Engine::fill`].
+//! tombstone stream's Streams row, and only inside [`Engine::fill_ranges`].
 
 pub mod check;
 pub mod keywords;

@@ -93,7 +93,7 @@ pub trait Openable: Engine + Sized {
     fn leader_lock(engine: &Arc<Self>, store: &StoreSettings, pools: &Pools) -> Arc<Self::Lock>;
 
     /// What `gap-healer sql` prints for `store`, granting to
-    /// [`HEALER_ROLE`].
+    /// `HEALER_ROLE`.
     fn setup_script(store: &StoreSettings) -> String;
 
     /// `role` quoted for the engine; without one, a placeholder no server

@@ -1,7 +1,7 @@
 //! One leader lock session shared by the elections of many stores of one
 //! database, for engines whose locks are per session and re-entrant
 //! (PostgreSQL's advisory locks). Which engine shares is the factory's
-//! business ([`super::open`]); the election ([`crate::leader`]) sees a
+//! business ([`mod@super::open`]); the election ([`crate::leader`]) sees a
 //! [`LeaderLock`] like any other.
 
 use std::sync::Arc;

@@ -552,7 +552,7 @@ impl Engine for MssqlEngine {
     }
 }
 
-/// One row per store in `watermark_table` ([`watermark`]).
+/// One row per store in `watermark_table` (`watermark.rs`).
 impl WatermarkTable for MssqlEngine {
     async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
         self.read_watermark_row(store).await

@@ -384,14 +384,14 @@ impl Engine for PostgresEngine {
     }
 }
 
-/// Every store of a pool reads its head in one statement ([`heads`]).
+/// Every store of a pool reads its head in one statement (`heads.rs`).
 impl SharedHeads for PostgresEngine {
     async fn shared_head(&self, not_before: tokio::time::Instant) -> HeadReading {
         self.heads.head(not_before).await
     }
 }
 
-/// One row per store in `watermark_table` ([`watermark`]).
+/// One row per store in `watermark_table` (`watermark.rs`).
 impl WatermarkTable for PostgresEngine {
     async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
         self.read_watermark_row(store).await
