@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, Instrument};
 
 use crate::config::{self, commands, Flags, Need, Settings, Store};
-use crate::engine::{self, DbError, Engine, EngineKind, Pools};
+use crate::engine::{self, DbError, Engine, LeaderLock, Opened, Pools, WatermarkTable, WithEngine};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::Leader;
 use crate::telemetry::{self, Board, Health};
@@ -463,7 +463,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return run_daemon(&settings).await;
         }
         let pools = Pools::default();
-        let stores = crate::fleet::expand(&settings).await?;
+        let stores = crate::fleet::expand(&settings, &pools).await?;
         let many = many || stores.len() > 1;
         let mut worst = EXIT_OK;
         for store in &stores {
@@ -477,21 +477,14 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             } else {
                 tracing::Span::none()
             };
-            let done = async {
-                match store.engine {
-                    EngineKind::Postgres => {
-                        let engine =
-                            engine::postgres::PostgresEngine::sharing(&store.store, &pools);
-                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
-                    }
-                    EngineKind::Mssql => {
-                        let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
-                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
-                    }
-                }
-            }
-            .instrument(span)
-            .await;
+            let command = OneShot {
+                store,
+                command: &cli.command,
+                out: &out,
+            };
+            let done = async { engine::open(store.engine, &store.store, &pools, command)?.await }
+                .instrument(span)
+                .await;
             match done {
                 Ok(code) => worst = worst.max(code),
                 // One store: its failure is the command's.
@@ -542,6 +535,22 @@ fn man(command: Option<&str>) -> Result<u8, Failure> {
         .render(&mut std::io::stdout())
         .map_err(|e| anyhow::anyhow!("writing the man page: {e}"))?;
     Ok(EXIT_OK)
+}
+
+/// A one-shot command on one store, on whichever engine
+/// [`engine::open()`] opens for it.
+struct OneShot<'a> {
+    store: &'a Store,
+    command: &'a Command,
+    out: &'a Out,
+}
+
+impl<'a> WithEngine for OneShot<'a> {
+    type Output = std::pin::Pin<Box<dyn std::future::Future<Output = Result<u8, Failure>> + 'a>>;
+
+    fn with<E: Engine, L: LeaderLock>(self, opened: Opened<E, L>) -> Self::Output {
+        Box::pin(dispatch(opened.engine, self.store, self.command, self.out))
+    }
 }
 
 async fn dispatch<E: Engine>(
@@ -1069,9 +1078,9 @@ async fn check<E: Engine>(
     let watermark_usable = findings
         .iter()
         .any(|f| f.check == engine::Check::Watermark && f.ok);
-    if watermark_usable {
+    if let Some(table) = engine.watermark_table().filter(|_| watermark_usable) {
         // The row itself: it must describe this store's table.
-        match engine.read_watermark(&settings.name).await {
+        match table.read_watermark(&settings.name).await {
             Ok(Some(p)) => findings.push(engine::Finding::pass(
                 engine::Check::Watermark,
                 format!("store {}: published up to position {p}", settings.name),

@@ -26,7 +26,9 @@ use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::config::{StartFrom, Store};
-use crate::engine::{DbError, DbResult, Engine, Fence, FillOutcome, Probe};
+use crate::engine::{
+    DbError, DbResult, Engine, Fence, FillOutcome, Probe, SharedHeads, WatermarkTable,
+};
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
@@ -60,7 +62,7 @@ fn start_floor(seed: i64, first_row: Option<i64>) -> i64 {
 /// The first instant after now on a grid of `every` that all the daemon's
 /// stores share: stores with one poll interval poll at the same moments, so
 /// the stores of a database read their heads in one statement
-/// ([`Engine::shared_head`]). A poll comes at most `every` after the last.
+/// ([`SharedHeads::shared_head`]). A poll comes at most `every` after the last.
 fn next_tick(every: Duration) -> Instant {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let epoch = Instant::from_std(*EPOCH.get_or_init(std::time::Instant::now));
@@ -103,7 +105,7 @@ pub struct Options {
     /// [`Healer::run`] ends with [`Ended::GaveUp`] once scans have failed
     /// this long in a row; `None`: never.
     pub give_up_after: Option<Duration>,
-    /// Publish the contiguous watermark ([`Engine::publish_watermark`]) and
+    /// Publish the contiguous watermark ([`WatermarkTable::publish_watermark`]) and
     /// start the scan no later than the one published before, so the proof
     /// that every position up to it is filled runs unbroken from the first
     /// publication on.
@@ -313,7 +315,11 @@ impl<E: Engine> Healer<E> {
             // right) stops no healing: the proof then starts at the seed,
             // which lies at or below anything published before, and the
             // upsert only ever raises the row.
-            let proven = match self.engine.read_watermark(self.health.store()).await {
+            let read = match self.engine.watermark_table() {
+                Some(table) => table.read_watermark(self.health.store()).await,
+                None => Ok(None),
+            };
+            let proven = match read {
                 Ok(proven) => proven,
                 Err(e) => {
                     self.db_error("watermark", &e);
@@ -447,7 +453,7 @@ impl<E: Engine> Healer<E> {
 
     /// The daemon's poll, due at `due`: with no hole tracked, first the head
     /// read for every store of the database at once
-    /// ([`Engine::shared_head`]); the store scans itself only when that
+    /// ([`SharedHeads::shared_head`]); the store scans itself only when that
     /// shows rows above `examined`, or is not to be had. With holes tracked
     /// it scans (the probe re-checks them).
     pub async fn poll(&mut self, due: Instant) -> DbResult<ScanStep> {
@@ -455,8 +461,8 @@ impl<E: Engine> Healer<E> {
             let started = std::time::Instant::now();
             // A failed shared reading is not this store's failure: its own
             // scan decides.
-            if let Some(Ok(head)) = self.engine.shared_head(due).await {
-                if head.is_none_or(|h| h <= examined) {
+            if let Some(heads) = self.engine.shared_heads() {
+                if heads.shared_head(due).await.shows_nothing_above(examined) {
                     self.scanned(started);
                     return Ok(ScanStep {
                         caught_up: true,
@@ -867,8 +873,10 @@ impl<E: Engine> Healer<E> {
         if self.published.is_some_and(|p| p >= watermark) {
             return;
         }
-        match self
-            .engine
+        let Some(table) = self.engine.watermark_table() else {
+            return;
+        };
+        match table
             .publish_watermark(self.health.store(), watermark)
             .await
         {
@@ -1043,7 +1051,7 @@ mod tests {
     //! model of a store. This is a unit test of scheduling logic only: the
     //! database behaviour is proven against real PostgreSQL in tests/.
     use super::*;
-    use crate::engine::{Checkpoint, EngineKind, Finding, Probe, ScanPage};
+    use crate::engine::{Checkpoint, EngineKind, Finding, HeadReading, Probe, ScanPage};
     use std::collections::BTreeSet;
     use std::sync::Mutex;
 
@@ -1063,8 +1071,8 @@ mod tests {
         attempts: Vec<(Vec<PosRange>, Duration)>,
         /// The published watermark's row.
         watermark: Option<i64>,
-        /// Answer [`Engine::shared_head`] (else `None`, as an engine
-        /// without shared readings does), counting the readings.
+        /// Answer [`SharedHeads::shared_head`] (else `NotShared`, as a
+        /// store outside the readings), counting the readings.
         shared: bool,
         shared_reads: usize,
         /// What every probe fails with, when set.
@@ -1074,6 +1082,8 @@ mod tests {
     struct Fake(Mutex<Model>);
 
     impl Engine for Fake {
+        type Heads = Self;
+        type Watermark = Self;
         fn kind(&self) -> EngineKind {
             EngineKind::Postgres
         }
@@ -1115,13 +1125,8 @@ mod tests {
                 rows: rows.len() as u64,
             })
         }
-        async fn shared_head(&self, _not_before: Instant) -> Option<DbResult<Option<i64>>> {
-            let mut m = self.0.lock().unwrap();
-            if !m.shared {
-                return None;
-            }
-            m.shared_reads += 1;
-            Some(Ok(m.committed.last().copied()))
+        fn shared_heads(&self) -> Option<&Self> {
+            Some(self)
         }
         async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
             let mut m = self.0.lock().unwrap();
@@ -1174,6 +1179,25 @@ mod tests {
         fn schema(&self) -> &str {
             "fake"
         }
+        fn watermark_table(&self) -> Option<&Self> {
+            Some(self)
+        }
+    }
+
+    impl SharedHeads for Fake {
+        async fn shared_head(&self, _not_before: Instant) -> HeadReading {
+            let mut m = self.0.lock().unwrap();
+            if !m.shared {
+                return HeadReading::NotShared;
+            }
+            m.shared_reads += 1;
+            m.committed
+                .last()
+                .map_or(HeadReading::Empty, |&h| HeadReading::At(h))
+        }
+    }
+
+    impl WatermarkTable for Fake {
         async fn read_watermark(&self, _store: &str) -> DbResult<Option<i64>> {
             Ok(self.0.lock().unwrap().watermark)
         }

@@ -308,7 +308,8 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
 /// a store whose table vanished fails the reading once, then on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_of_one_database_read_their_heads_in_one_statement() {
-    use gap_healer::engine::{Engine, Pools};
+    use gap_healer::engine::HeadReading::{At, Empty, Failed, NotShared};
+    use gap_healer::engine::{Engine, Pools, SharedHeads};
     use gap_healer_testkit::engine::{postgres_sharing, settings};
     use gap_healer_testkit::pg::Ending;
     use tokio::time::Instant as Due;
@@ -329,7 +330,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let (ea, eb, ec) = (engine(&a), engine(&b), engine(&c));
 
     // Not read with the others before its own scan succeeded.
-    assert!(ea.shared_head(Due::now()).await.is_none());
+    assert_eq!(ea.shared_head(Due::now()).await, NotShared);
     for e in [&ea, &eb, &ec] {
         e.scan(0, 100).await.unwrap();
     }
@@ -339,33 +340,33 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
         eb.shared_head(due),
         ec.shared_head(due)
     );
-    assert_eq!(ha.unwrap().unwrap(), Some(head_a));
-    assert_eq!(hb.unwrap().unwrap(), Some(head_b));
-    assert_eq!(hc.unwrap().unwrap(), None, "an empty table has no head");
+    assert_eq!(ha, At(head_a));
+    assert_eq!(hb, At(head_b));
+    assert_eq!(hc, Empty, "an empty table has no head");
     assert_eq!(ea.shared_readings(), 1, "three stores, one statement");
 
     // A row committed after the poll was due: that poll's reading stands,
     // the next poll's reading shows it.
     let later = *a.append("s", 1, Ending::Commit).await.last().unwrap();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(head_a));
+    assert_eq!(ea.shared_head(due).await, At(head_a));
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
-    assert_eq!(eb.shared_head(due).await.unwrap().unwrap(), Some(head_b));
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(eb.shared_head(due).await, At(head_b));
     assert_eq!(ea.shared_readings(), 2);
 
     // c's schema vanishes: the next reading fails for all (each then scans
     // on its own); c's own scan fails, so the reading after leaves c out.
     c.drop_schema().await;
     let due = Due::now();
-    assert!(ea.shared_head(due).await.unwrap().is_err());
+    assert!(matches!(ea.shared_head(due).await, Failed(_)));
     assert!(ec.scan(0, 100).await.is_err());
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
-    assert!(ec.shared_head(due).await.is_none(), "c scans alone now");
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(ec.shared_head(due).await, NotShared, "c scans alone now");
     // A store that is dropped leaves the readings.
     drop(eb);
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
+    assert_eq!(ea.shared_head(due).await, At(later));
     assert_eq!(ea.shared_readings(), 5);
 
     // d's table held by DDL in an open transaction: the reading fails after
@@ -387,7 +388,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let reading = tokio::time::timeout(Duration::from_secs(5), ea.shared_head(Due::now()))
         .await
         .expect("the reading waited for the lock: every store of the pool would wait");
-    assert!(reading.unwrap().is_err());
+    assert!(matches!(reading, Failed(_)));
     let waited = waited.elapsed();
     assert!(
         waited < Duration::from_secs(2),
@@ -400,17 +401,14 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!held.is_finished(), "d's own scan waits for the lock");
     let served = Instant::now();
-    assert_eq!(
-        ea.shared_head(Due::now()).await.unwrap().unwrap(),
-        Some(later)
-    );
+    assert_eq!(ea.shared_head(Due::now()).await, At(later));
     println!(
         "a locked table failed the shared reading after {waited:?}; without it the next reading took {:?}",
         served.elapsed()
     );
     locker.batch_execute("ROLLBACK").await.unwrap();
     held.await.unwrap().unwrap();
-    assert!(ed.shared_head(Due::now()).await.unwrap().is_ok());
+    assert!(matches!(ed.shared_head(Due::now()).await, At(_) | Empty));
     a.drop_schema().await;
     b.drop_schema().await;
     d.drop_schema().await;
@@ -744,5 +742,61 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
     assert!(
         closed,
         "{left} session(s) of the healer still on {db} ({before} before)"
+    );
+}
+
+/// A store set lists its databases on one catalog engine it keeps: every
+/// discovery pass (each second here) reuses its pool and so its session
+/// on the catalog database (before, each pass opened an engine and a pool
+/// of its own, and logged in anew).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_set_lists_its_databases_on_one_kept_catalog_session() {
+    let prefix = format!("ghcat_{}", std::process::id());
+    let db = format!("{prefix}_a");
+    let t = tenant(&db, &[1]).await;
+    let app = format!("gh-catalog-{}", std::process::id());
+    let template = with_param(
+        &named(&pg_url(), &app).replace("dbname=test", ""),
+        "dbname",
+        "{database}",
+    );
+    let file = store_set_file("catalog", &prefix, template);
+    let d = run_config(&file.display().to_string());
+    assert!(
+        t.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        d.log()
+    );
+    // The healer's sessions on the catalog database: (pid, last query).
+    let on_catalog = || {
+        let app = app.clone();
+        async move {
+            connect()
+                .await
+                .query(
+                    "SELECT pid, extract(epoch FROM query_start)::float8 FROM pg_stat_activity \
+                     WHERE datname = 'postgres' AND application_name = $1",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get::<_, i32>(0), r.get::<_, Option<f64>>(1)))
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = on_catalog().await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let later = on_catalog().await;
+    drop(d);
+    drop(t);
+    drop_database(&db).await;
+    std::fs::remove_file(file).ok();
+    assert_eq!(first.len(), 1, "the catalog's sessions: {first:?}");
+    assert_eq!(later.len(), 1, "the catalog's sessions: {later:?}");
+    assert_eq!(first[0].0, later[0].0, "one session for every pass");
+    assert!(
+        later[0].1 > first[0].1,
+        "the passes since listed on it: {first:?} then {later:?}"
     );
 }

@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 use gap_healer::engine::mssql::{FillMode, MssqlEngine, MssqlLeaderSession};
 use gap_healer::engine::{
     Check, DbErrorKind, Engine, Fence, FillOutcome, LeaderLock, LeaderSession, Probe,
+    WatermarkTable,
 };
 use gap_healer::gaps::PosRange;
 use tiberius::Uuid;
 use tokio_util::sync::CancellationToken;
 
 use gap_healer_testkit::bin::{self, Process};
+use gap_healer_testkit::engine::FillRange;
 use gap_healer_testkit::mssql::{
     self as ms, healer, skipped_on_babelfish, subscribe, Handled, TestDb, EVENT_TYPE,
     TOMBSTONE_STREAM, TOMBSTONE_TYPE,

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use gap_healer::config::StartFrom;
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{DbErrorKind, Engine, Fence, FillOutcome};
+use gap_healer::engine::{DbErrorKind, Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{Ended, Healer, Options};
 use gap_healer_testkit::bin::{timing, Daemon};
-use gap_healer_testkit::engine::fill_wide_hole_around_one_held;
+use gap_healer_testkit::engine::{fill_wide_hole_around_one_held, FillRange};
 use gap_healer_testkit::eventuous::EVENT_TYPE;
 use gap_healer_testkit::pg::{connect, Ending, Store};
 use gap_healer_testkit::subscriber::Subscriber;

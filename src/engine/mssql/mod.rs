@@ -58,10 +58,10 @@ pub(crate) use self::conn::Manager;
 use self::errors::driver_error;
 use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
-use crate::engine::pool::Pool;
+use crate::engine::pool::{self, Pool};
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
-    ScanPage, StoreSettings,
+    ScanPage, StoreSettings, Unsupported, WatermarkTable,
 };
 use crate::gaps::PosRange;
 
@@ -134,6 +134,21 @@ impl Server {
     }
 }
 
+/// What the SQL Server stores of one database (one connection string,
+/// connect timeout and pool size) share: the pool. Held weakly: it goes
+/// with its last store. (Each store keeps a leader lock session of its own.)
+#[derive(Default)]
+pub struct Sharing {
+    pools: pool::Shared<Pool<Manager>>,
+}
+
+impl Sharing {
+    /// Distinct pools alive now.
+    pub fn pools(&self) -> usize {
+        self.pools.len()
+    }
+}
+
 /// The SQL Server engine.
 pub struct MssqlEngine {
     settings: StoreSettings,
@@ -170,19 +185,19 @@ impl MssqlEngine {
         settings: &StoreSettings,
         max_connections: u32,
     ) -> DbResult<MssqlEngine> {
-        Self::build(settings, max_connections, &super::Pools::default())
+        Self::build(settings, max_connections, &Sharing::default())
     }
 
     /// [`MssqlEngine::new`], sharing its pool with the other stores of
-    /// `pools` that connect with the same connection string.
-    pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<MssqlEngine> {
-        Self::build(settings, DEFAULT_MAX_CONNECTIONS, pools)
+    /// `shared` that connect with the same connection string.
+    pub fn sharing(settings: &StoreSettings, shared: &Sharing) -> DbResult<MssqlEngine> {
+        Self::build(settings, DEFAULT_MAX_CONNECTIONS, shared)
     }
 
     fn build(
         settings: &StoreSettings,
         max_connections: u32,
-        pools: &super::Pools,
+        shared: &Sharing,
     ) -> DbResult<MssqlEngine> {
         let secret = &settings.connection_string;
         let config = conn::config_from_ado(secret.expose()).map_err(|e| {
@@ -196,7 +211,7 @@ impl MssqlEngine {
             &settings.tombstone_type,
         )?;
         let key = format!("{max_connections}\n{}", settings.sharing_key());
-        let pool = Pool::shared(&pools.mssql, &key, || {
+        let pool = Pool::shared(&shared.pools, &key, || {
             Pool::new(
                 format!("SQL Server at {}", conn::shown_addr(&config.get_addr())),
                 Manager::new(config.clone(), settings.connection_string.clone()),
@@ -392,6 +407,10 @@ fn probe_params(chunk: &[PosRange], padded: usize) -> Vec<i64> {
 }
 
 impl Engine for MssqlEngine {
+    /// Each store scans for its own head.
+    type Heads = Unsupported;
+    type Watermark = Self;
+
     fn kind(&self) -> EngineKind {
         EngineKind::Mssql
     }
@@ -524,6 +543,17 @@ impl Engine for MssqlEngine {
         }
     }
 
+    fn shared_heads(&self) -> Option<&Unsupported> {
+        None
+    }
+
+    fn watermark_table(&self) -> Option<&Self> {
+        self.settings.watermark_table.is_some().then_some(self)
+    }
+}
+
+/// One row per store in `watermark_table` (`watermark.rs`).
+impl WatermarkTable for MssqlEngine {
     async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
         self.read_watermark_row(store).await
     }
