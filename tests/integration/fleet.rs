@@ -187,8 +187,6 @@ async fn a_fleet_heals_every_store_and_a_broken_one_delays_none() {
             "{line}"
         );
     }
-    a.drop_schema().await;
-    b.drop_schema().await;
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -236,8 +234,6 @@ async fn one_shot_commands_take_store_names() {
         "{}",
         out.stdout
     );
-    a.drop_schema().await;
-    b.drop_schema().await;
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -296,9 +292,7 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
     assert!(peak <= 16 + 1, "{peak} sessions for {STORES} stores");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    for store in stores {
-        store.drop_schema().await;
-    }
+    drop(stores);
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -355,7 +349,6 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
 
     // c's schema vanishes: the next reading fails for all (each then scans
     // on its own); c's own scan fails, so the reading after leaves c out.
-    c.drop_schema().await;
     let due = Due::now();
     assert!(ea.shared_head(due).await.unwrap().is_err());
     assert!(ec.scan(0, 100).await.is_err());
@@ -411,9 +404,6 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     locker.batch_execute("ROLLBACK").await.unwrap();
     held.await.unwrap().unwrap();
     assert!(ed.shared_head(Due::now()).await.unwrap().is_ok());
-    a.drop_schema().await;
-    b.drop_schema().await;
-    d.drop_schema().await;
 }
 
 /// A database `name` with the Eventuous tables in schema `eventuous` and
@@ -428,17 +418,12 @@ async fn tenant(name: &str, widths: &[usize]) -> Store {
     }
     let url = with_param(&pg_url().replace("dbname=test", ""), "dbname", name);
     let client = gap_healer_testkit::pg::connect_to(&url).await;
-    let store = Store::create(client, &url, "eventuous").await.unwrap();
+    let store = Store::create(client, &url, "eventuous")
+        .await
+        .unwrap()
+        .owning_database(&pg_url(), name);
     store.append_holes(widths).await;
     store
-}
-
-async fn drop_database(name: &str) {
-    connect()
-        .await
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,7 +493,6 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     }
     // A dropped one is no longer healed, and leaves /status.
     drop(tb);
-    drop_database(&b).await;
     let dropped = Instant::now();
     let gone = format!("tenants/{b}");
     assert!(
@@ -569,11 +553,6 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("its database is gone"), "{log}");
-    drop(ta);
-    drop(tc);
-    for db in [a, c] {
-        drop_database(&db).await;
-    }
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -638,8 +617,6 @@ async fn a_table_lock_on_one_store_backs_it_off_and_delays_neither_the_other_nor
         d.log()
     );
     drop(d);
-    a.drop_schema().await;
-    b.drop_schema().await;
 }
 
 /// DDL holding a table (ACCESS EXCLUSIVE: `ALTER TABLE`, `VACUUM FULL`)
@@ -682,7 +659,6 @@ async fn a_scan_or_probe_behind_ddl_fails_after_the_lock_timeout() {
         .scan(0, 100)
         .await
         .expect("reads again once the DDL is gone");
-    store.drop_schema().await;
 }
 
 /// A store set's database that stops being listed (here: it no longer
@@ -739,7 +715,6 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
         .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))
         .await
         .unwrap();
-    drop_database(&db).await;
     std::fs::remove_file(file).ok();
     assert!(
         closed,
