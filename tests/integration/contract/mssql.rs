@@ -102,6 +102,7 @@ impl Server for MssqlStore {
     const PROBE_SEES_IN_FLIGHT: bool = true;
     const ENDS_A_SESSION_WITHIN: Duration = Duration::from_secs(10);
     const KILL_NOTICED_WITHIN: Duration = Duration::from_secs(10);
+    const PROBE_ANSWERS_A_POSITION_ONCE: bool = true;
     const SESSION_IDS_REUSED: bool = true;
 
     async fn empty() -> Self {

@@ -38,6 +38,7 @@ impl Server for PgStore {
     const PROBE_SEES_IN_FLIGHT: bool = false;
     const ENDS_A_SESSION_WITHIN: Duration = Duration::from_secs(1);
     const KILL_NOTICED_WITHIN: Duration = Duration::ZERO;
+    const PROBE_ANSWERS_A_POSITION_ONCE: bool = false;
     const SESSION_IDS_REUSED: bool = false;
 
     async fn empty() -> Self {
