@@ -349,6 +349,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
 
     // c's schema vanishes: the next reading fails for all (each then scans
     // on its own); c's own scan fails, so the reading after leaves c out.
+    c.drop_schema().await;
     let due = Due::now();
     assert!(ea.shared_head(due).await.unwrap().is_err());
     assert!(ec.scan(0, 100).await.is_err());
@@ -697,7 +698,7 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
     };
     let before = in_db(db.clone(), app.clone()).await;
     assert!(before >= 1, "the healer's sessions on {db}: {before}");
-    drop(t);
+    let _database = t.close_session();
     connect()
         .await
         .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false"))

@@ -7,7 +7,15 @@
 //! TrustServerCertificate=true' cargo test --test integration -- --ignored mssql::`
 //! (or with a Docker engine and no variable).
 //!
-//! Each test makes its own database; positions below are computed, never
+//! What both engines must show (the lock cases, the head, scan and probe
+//! answers, the leader lock and fence, a held position in a wide hole) is
+//! the engine contract's, written once in `contract` and run here as
+//! `contract::mssql::*`; this module keeps what only SQL Server has (RCSI,
+//! fill modes and the procedure, pooled session state, lock escalation,
+//! identity reseeds, its binary runs).
+//!
+//! Each test makes its own database, dropped by the kit's guard when the
+//! test ends, also when it fails; positions below are computed, never
 //! assumed, except where a test builds the store from empty.
 
 use std::time::{Duration, Instant};

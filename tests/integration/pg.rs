@@ -1,5 +1,7 @@
 //! The healer against the real PostgreSQL: the scenarios of the core issue.
-//! Each test has its own schema. Timing figures are printed; assertions use
+//! Each test has its own schema, dropped by the kit's guard when the test
+//! ends, also when it fails. What every engine must show is the engine
+//! contract's (`contract::pg::*`). Timing figures are printed; assertions use
 //! generous bounds so a busy machine does not flake them.
 
 use std::sync::Arc;

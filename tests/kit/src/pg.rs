@@ -289,7 +289,8 @@ async fn take_away(url: &str, made: &Made, roles: &[String]) -> Result<(), tokio
             c.execute(
                 "SELECT pg_terminate_backend(l.pid) FROM pg_locks l
                    JOIN pg_class t ON t.oid = l.relation JOIN pg_namespace n ON n.oid = t.relnamespace
-                 WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()",
+                 WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 &[schema],
             )
             .await?;
@@ -429,6 +430,13 @@ impl Store {
             .await
             .expect("create the login role");
         as_user(&self.url, role)
+    }
+
+    /// Closes the store's session and hands over its guard: what the store
+    /// made stays until the guard goes (a test that must end its own
+    /// sessions on a database before changing it).
+    pub fn close_session(self) -> Option<Guard> {
+        self.guard
     }
 
     /// This store's guard drops the database `name` too (connecting to this
