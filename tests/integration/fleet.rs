@@ -187,8 +187,6 @@ async fn a_fleet_heals_every_store_and_a_broken_one_delays_none() {
             "{line}"
         );
     }
-    a.drop_schema().await;
-    b.drop_schema().await;
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -236,8 +234,6 @@ async fn one_shot_commands_take_store_names() {
         "{}",
         out.stdout
     );
-    a.drop_schema().await;
-    b.drop_schema().await;
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -296,9 +292,7 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
     assert!(peak <= 16 + 1, "{peak} sessions for {STORES} stores");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    for store in stores {
-        store.drop_schema().await;
-    }
+    drop(stores);
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -409,9 +403,6 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     locker.batch_execute("ROLLBACK").await.unwrap();
     held.await.unwrap().unwrap();
     assert!(matches!(ed.shared_head(Due::now()).await, At(_) | Empty));
-    a.drop_schema().await;
-    b.drop_schema().await;
-    d.drop_schema().await;
 }
 
 /// A database `name` with the Eventuous tables in schema `eventuous` and
@@ -426,17 +417,12 @@ async fn tenant(name: &str, widths: &[usize]) -> Store {
     }
     let url = with_param(&pg_url().replace("dbname=test", ""), "dbname", name);
     let client = gap_healer_testkit::pg::connect_to(&url).await;
-    let store = Store::create(client, &url, "eventuous").await.unwrap();
+    let store = Store::create(client, &url, "eventuous")
+        .await
+        .unwrap()
+        .owning_database(&pg_url(), name);
     store.append_holes(widths).await;
     store
-}
-
-async fn drop_database(name: &str) {
-    connect()
-        .await
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,7 +492,6 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     }
     // A dropped one is no longer healed, and leaves /status.
     drop(tb);
-    drop_database(&b).await;
     let dropped = Instant::now();
     let gone = format!("tenants/{b}");
     assert!(
@@ -567,11 +552,6 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("its database is gone"), "{log}");
-    drop(ta);
-    drop(tc);
-    for db in [a, c] {
-        drop_database(&db).await;
-    }
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -636,8 +616,6 @@ async fn a_table_lock_on_one_store_backs_it_off_and_delays_neither_the_other_nor
         d.log()
     );
     drop(d);
-    a.drop_schema().await;
-    b.drop_schema().await;
 }
 
 /// DDL holding a table (ACCESS EXCLUSIVE: `ALTER TABLE`, `VACUUM FULL`)
@@ -680,7 +658,6 @@ async fn a_scan_or_probe_behind_ddl_fails_after_the_lock_timeout() {
         .scan(0, 100)
         .await
         .expect("reads again once the DDL is gone");
-    store.drop_schema().await;
 }
 
 /// A store set's database that stops being listed (here: it no longer
@@ -719,7 +696,7 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
     };
     let before = in_db(db.clone(), app.clone()).await;
     assert!(before >= 1, "the healer's sessions on {db}: {before}");
-    drop(t);
+    let _database = t.close_session();
     connect()
         .await
         .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false"))
@@ -737,7 +714,6 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
         .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))
         .await
         .unwrap();
-    drop_database(&db).await;
     std::fs::remove_file(file).ok();
     assert!(
         closed,
@@ -790,7 +766,6 @@ async fn a_store_set_lists_its_databases_on_one_kept_catalog_session() {
     let later = on_catalog().await;
     drop(d);
     drop(t);
-    drop_database(&db).await;
     std::fs::remove_file(file).ok();
     assert_eq!(first.len(), 1, "the catalog's sessions: {first:?}");
     assert_eq!(later.len(), 1, "the catalog's sessions: {later:?}");
