@@ -10,6 +10,7 @@
 //! tombstone stream's Streams row, and only inside [`Engine::fill`].
 
 pub mod check;
+pub mod ident;
 pub mod keywords;
 pub mod mssql;
 pub mod pool;
@@ -21,6 +22,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use self::check::{Check, Finding};
+pub use self::ident::{Ident, QualifiedName};
 use crate::gaps::PosRange;
 use crate::secret::ConnectionString;
 
@@ -77,17 +79,17 @@ impl Pools {
 #[derive(Clone, Debug)]
 pub struct StoreSettings {
     pub connection_string: ConnectionString,
-    /// A plain identifier (validated by the config layer): it is spliced into SQL.
-    pub schema: String,
+    /// The store's schema: spliced into SQL by the statement renderers.
+    pub schema: Ident,
     /// Bound as a parameter, never spliced.
     pub tombstone_stream: String,
     /// Bound as a parameter, never spliced.
     pub tombstone_type: String,
     /// How long to wait for a new connection before calling the database unreachable.
     pub connect_timeout: Duration,
-    /// `schema.table` (validated identifiers) where the contiguous watermark
-    /// is published; `None`: not published.
-    pub watermark_table: Option<String>,
+    /// The table where the contiguous watermark is published; `None`: not
+    /// published.
+    pub watermark_table: Option<QualifiedName>,
     /// Which table is healed and what a tombstone row holds.
     pub profile: profile::Profile,
 }
@@ -613,7 +615,7 @@ pub(crate) mod tests_support {
     pub(crate) fn mssql_settings(cs: &str) -> StoreSettings {
         StoreSettings {
             connection_string: ConnectionString::new(cs),
-            schema: "eventuous".into(),
+            schema: super::Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),
