@@ -640,8 +640,8 @@ fn start_above_head(settings: &Store, fleet: bool, from: i64, head: i64) -> conf
             value: Some(settings.start_from.to_string()),
             origin: origin.into(),
             message: format!(
-                "the scan would start at {from}, above the head {head} of {}.messages (a table with events): no hole at or below {head} would ever be examined; give a position of at most {}, or head, or checkpoints",
-                settings.store.schema,
+                "the scan would start at {from}, above the head {head} of {} (a table with events): no hole at or below {head} would ever be examined; give a position of at most {}, or head, or checkpoints",
+                settings.store.profile.qualified(&settings.store.schema).name(),
                 head + 1
             ),
             store: fleet.then(|| settings.name.clone()),
@@ -1060,11 +1060,15 @@ async fn check<E: Engine>(
         format!(
             "engine {}, schema {}, {}gap_timeout {}, lock_timeout {}, connection {}",
             settings.engine,
-            settings.store.schema,
+            settings.store.schema.as_str(),
             match &settings.store.profile {
                 engine::profile::Profile::Eventuous => String::new(),
-                engine::profile::Profile::Table(t) =>
-                    format!("profile {}, table {}.{}, ", t.kind, t.table, t.position),
+                engine::profile::Profile::Table(t) => format!(
+                    "profile {}, table {}.{}, ",
+                    t.kind,
+                    t.table.as_str(),
+                    t.position.as_str()
+                ),
             },
             humantime::format_duration(settings.gap_timeout),
             humantime::format_duration(settings.lock_timeout),

@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn, Instrument};
 
-use crate::config::{Settings, Store, StoreSet};
+use crate::config::{Election, Settings, Store, StoreSet};
 use crate::engine::{self, Catalog, DbResult, Engine, LeaderLock, Opened, Pools, WithEngine};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::{self, Leader};
@@ -302,7 +302,7 @@ async fn heal<E: Engine, L: LeaderLock>(
 ) -> Ended {
     info!(
         engine = %store.engine,
-        schema = %store.store.schema,
+        schema = store.store.schema.as_str(),
         gap_timeout = %humantime::format_duration(store.gap_timeout),
         poll_interval = %humantime::format_duration(store.poll_interval),
         dry_run = store.dry_run,
@@ -314,17 +314,10 @@ async fn heal<E: Engine, L: LeaderLock>(
     let (leader, election) = if store.dry_run {
         info!("dry run: not taking part in the leader election, so a healer that fills can lead");
         (Leader::never(), None)
-    } else if store.leader_election {
+    } else if let Election::On { key } = &store.election {
         let (tx, leader) = Leader::channel();
         let election = tokio::spawn(
-            leader::elect(
-                lock,
-                store.leader_key.clone(),
-                health.clone(),
-                tx,
-                own.clone(),
-            )
-            .in_current_span(),
+            leader::elect(lock, key.clone(), health.clone(), tx, own.clone()).in_current_span(),
         );
         (leader, Some(election))
     } else {

@@ -29,7 +29,7 @@ use figment::{Figment, Metadata, Profile, Source};
 use crate::engine::profile::{
     Profile as TableProfile, ProfileKind, TableShape, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
 };
-use crate::engine::{EngineKind, StoreSettings};
+use crate::engine::{EngineKind, Ident, StoreSettings};
 use crate::secret::ConnectionString;
 
 pub use args::{not_read, ConfigArgs, Flags};
@@ -96,23 +96,63 @@ pub struct StoreConfig {
     pub lookback: u64,
     pub scan_page_size: u32,
     pub dry_run: bool,
-    pub leader_election: bool,
-    /// The leader lock's name (an advisory lock key on PostgreSQL, an
-    /// application lock resource on SQL Server; both are per database).
-    pub leader_key: String,
+    /// Whether a healer of this store takes its leader lock before filling,
+    /// and the lock's name.
+    pub election: Election,
     /// `run` gives up (exit 3) once its scans have failed this long in a row;
     /// `None`: never.
     pub give_up_after: Option<Duration>,
     /// The table-profile keys as read; the rules make `store.profile` of them.
     pub profile: ProfileKeys,
+    /// The election keys as read; the rules make `election` of them.
+    pub election_keys: ElectionKeys,
+}
+
+/// Whether a healer takes the store's leader lock before it fills.
+///
+/// Invariant: a lock name exists exactly when there is an election, so no
+/// code can take a lock that is switched off or run one without a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Election {
+    /// `leader_election = false`: this process is the store's only healer
+    /// and fills without a lock.
+    Off,
+    /// Healers sharing `key` elect one filler.
+    On {
+        /// The leader lock's name (an advisory lock key on PostgreSQL, an
+        /// application lock resource on SQL Server; both are per database).
+        key: String,
+    },
+}
+
+impl Election {
+    pub fn is_on(&self) -> bool {
+        matches!(self, Election::On { .. })
+    }
+
+    /// The leader lock's name; `None` when the election is off.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Election::Off => None,
+            Election::On { key } => Some(key),
+        }
+    }
+}
+
+/// `leader_election` and `leader_key` as read.
+#[derive(Clone, Debug)]
+pub struct ElectionKeys {
+    pub on: bool,
+    /// `None`: the default, `gap-healer:<schema>` (`.<table>` for a table profile).
+    pub key: Option<String>,
 }
 
 /// The keys that describe the healed table, as read.
 #[derive(Clone, Debug, Default)]
 pub struct ProfileKeys {
     pub kind: ProfileKind,
-    pub table: Option<String>,
-    pub position_column: Option<String>,
+    pub table: Option<Ident>,
+    pub position_column: Option<Ident>,
     pub columns: Option<Vec<TombstoneColumn>>,
     pub tombstone_stream_id: String,
 }
@@ -137,7 +177,7 @@ impl StoreConfig {
             engine: EngineKind::Postgres,
             store: StoreSettings {
                 connection_string: ConnectionString::new(""),
-                schema: DEFAULT_SCHEMA.into(),
+                schema: Ident::parse(DEFAULT_SCHEMA).expect("the default schema is a name"),
                 tombstone_stream: String::new(),
                 tombstone_type: String::new(),
                 connect_timeout: Duration::ZERO,
@@ -151,10 +191,13 @@ impl StoreConfig {
             lookback: 0,
             scan_page_size: 0,
             dry_run: false,
-            leader_election: true,
-            leader_key: String::new(),
+            election: Election::Off,
             give_up_after: None,
             profile: ProfileKeys::default(),
+            election_keys: ElectionKeys {
+                on: true,
+                key: None,
+            },
         }
     }
 
@@ -164,22 +207,6 @@ impl StoreConfig {
         match self.store.profile.kind() {
             ProfileKind::Custom => String::new(),
             _ => toml::Value::String(value.to_string()).to_string(),
-        }
-    }
-
-    /// The healed table's name.
-    pub fn table_name(&self) -> String {
-        match &self.store.profile {
-            TableProfile::Eventuous => "messages".into(),
-            TableProfile::Table(t) => t.table.clone(),
-        }
-    }
-
-    /// The healed table's position column.
-    pub fn position_column(&self) -> String {
-        match &self.store.profile {
-            TableProfile::Eventuous => "global_position".into(),
-            TableProfile::Table(t) => t.position.clone(),
         }
     }
 }
@@ -491,16 +518,17 @@ pub fn load(
     // Stores of one database each need their own leader lock: with one name
     // for two of them, one store's election would keep the other following.
     for (i, a) in stores.iter().enumerate() {
+        let Some(key) = a.election.key() else {
+            continue;
+        };
         if let Some(b) = stores[..i].iter().find(|b| {
             b.engine == a.engine
-                && b.leader_election
-                && a.leader_election
-                && b.leader_key == a.leader_key
+                && b.election.key() == Some(key)
                 && b.store.connection_string.expose() == a.store.connection_string.expose()
         }) {
             problems.push(Problem {
                 key: "leader_key".into(),
-                value: Some(a.leader_key.clone()),
+                value: Some(key.to_string()),
                 origin: a
                     .origins
                     .iter()
@@ -777,14 +805,17 @@ impl<'a> Validator<'a> {
             store.store.connection_string = cs;
         }
         self.profile(set, store, engine);
-        if !set.contains_key("leader_key") {
-            store.leader_key = match &store.store.profile {
-                TableProfile::Eventuous => format!("gap-healer:{}", store.store.schema),
-                TableProfile::Table(t) => {
-                    format!("gap-healer:{}.{}", store.store.schema, t.table)
-                }
-            };
-        }
+        let schema = store.store.schema.as_str();
+        let default_key = || match &store.store.profile {
+            TableProfile::Eventuous => format!("gap-healer:{schema}"),
+            TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
+        };
+        store.election = match &store.election_keys {
+            ElectionKeys { on: false, .. } => Election::Off,
+            ElectionKeys { on: true, key } => Election::On {
+                key: key.clone().unwrap_or_else(default_key),
+            },
+        };
     }
 
     /// The store's table profile from `profile`, `table`, `position_column`,
@@ -817,14 +848,14 @@ impl<'a> Validator<'a> {
         match kind {
             ProfileKind::Eventuous => {
                 for (key, fixed, value) in [
-                    ("table", "messages", keys.table.as_deref()),
+                    ("table", "messages", keys.table.as_ref()),
                     (
                         "position_column",
                         "global_position",
-                        keys.position_column.as_deref(),
+                        keys.position_column.as_ref(),
                     ),
                 ] {
-                    if value.is_some_and(|v| v != fixed) {
+                    if value.is_some_and(|v| v.as_str() != fixed) {
                         refuse(self, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
                     }
                 }
@@ -841,9 +872,13 @@ impl<'a> Validator<'a> {
                 if !given("tombstone_stream") {
                     store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
                 }
+                let preset = |name: Option<&str>| {
+                    Ident::parse(name.unwrap_or_default()).expect("a preset name")
+                };
                 store.store.profile = TableProfile::Table(TableShape::ledger_core(
-                    keys.table.as_deref().unwrap_or("events"),
-                    keys.position_column.as_deref().unwrap_or("position"),
+                    keys.table.unwrap_or_else(|| preset(kind.default_table())),
+                    keys.position_column
+                        .unwrap_or_else(|| preset(kind.default_position())),
                     &store.store.tombstone_stream,
                     &keys.tombstone_stream_id,
                     &store.store.tombstone_type,
@@ -882,7 +917,10 @@ impl<'a> Validator<'a> {
                     refuse(
                         self,
                         "columns",
-                        format!("{position} is the position column: the fill writes it"),
+                        format!(
+                            "{} is the position column: the fill writes it",
+                            position.as_str()
+                        ),
                     );
                     return;
                 }
@@ -1084,15 +1122,15 @@ mod tests {
     fn defaults_apply() {
         let s = load(&args(), env(&[]), Need::Connection).unwrap();
         assert_eq!(s.stores[0].gap_timeout, DEFAULT_GAP_TIMEOUT);
-        assert_eq!(s.stores[0].store.schema, "eventuous");
+        assert_eq!(s.stores[0].store.schema.as_str(), "eventuous");
         assert_eq!(s.stores[0].start_from, StartFrom::Checkpoints);
-        assert!(s.stores[0].leader_election);
+        assert!(s.stores[0].election.is_on());
         assert!(!s.stores[0].dry_run);
         assert_eq!(
             s.stores[0].give_up_after, None,
             "never gives up unless configured"
         );
-        assert_eq!(s.stores[0].leader_key, "gap-healer:eventuous");
+        assert_eq!(s.stores[0].election.key(), Some("gap-healer:eventuous"));
         assert_eq!(s.daemon.log_level, DEFAULT_LOG_LEVEL);
     }
 
@@ -1643,7 +1681,7 @@ dry_run = true
             "the environment's"
         );
         assert!(billing.dry_run && !orders.dry_run);
-        assert_eq!(billing.leader_key, "gap-healer:billing");
+        assert_eq!(billing.election.key(), Some("gap-healer:billing"));
         let toml = s.to_toml();
         assert!(toml.contains("[[stores]]\nname = \"orders\"\n"), "{toml}");
         let line = toml
@@ -1700,7 +1738,7 @@ name = "plain"
         let s = load(&a, vec![], Need::Connection).unwrap();
         let ledger = &s.stores[0];
         assert_eq!(ledger.store.tombstone_stream, "$gap");
-        assert_eq!(ledger.leader_key, "gap-healer:bank.events");
+        assert_eq!(ledger.election.key(), Some("gap-healer:bank.events"));
         let TableProfile::Table(shape) = &ledger.store.profile else {
             panic!("ledger-core is a table profile");
         };
@@ -1711,10 +1749,10 @@ name = "plain"
         let TableProfile::Table(journal) = &s.stores[1].store.profile else {
             panic!("custom is a table profile");
         };
-        assert_eq!(journal.table, "journal");
-        assert_eq!(journal.version().unwrap().0, "n");
+        assert_eq!(journal.table.as_str(), "journal");
+        assert_eq!(journal.version().unwrap().0.as_str(), "n");
         assert_eq!(s.stores[2].store.profile, TableProfile::Eventuous);
-        assert_eq!(s.stores[2].leader_key, "gap-healer:eventuous");
+        assert_eq!(s.stores[2].election.key(), Some("gap-healer:eventuous"));
         // The printed configuration loads back to the same profiles.
         let again = dir.join("again.toml");
         std::fs::write(&again, s.to_toml().replace("(redacted)", "host=db")).unwrap();

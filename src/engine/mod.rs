@@ -18,6 +18,7 @@
 
 pub mod ado_connection_string;
 pub mod check;
+pub mod ident;
 pub mod mssql;
 pub mod open;
 pub mod pool;
@@ -30,6 +31,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use self::check::{Check, Finding};
+pub use self::ident::{Ident, QualifiedName};
 pub use self::open::{
     catalog_database, check_connection_string, heals_table_profiles, open, setup_sql, Catalog,
     Openable, Opened, Pools, WithEngine,
@@ -69,17 +71,17 @@ pub enum Fence {
 #[derive(Clone, Debug)]
 pub struct StoreSettings {
     pub connection_string: ConnectionString,
-    /// A plain identifier (validated by the config layer): it is spliced into SQL.
-    pub schema: String,
+    /// The store's schema: spliced into SQL by the statement renderers.
+    pub schema: Ident,
     /// Bound as a parameter, never spliced.
     pub tombstone_stream: String,
     /// Bound as a parameter, never spliced.
     pub tombstone_type: String,
     /// How long to wait for a new connection before calling the database unreachable.
     pub connect_timeout: Duration,
-    /// `schema.table` (validated identifiers) where the contiguous watermark
-    /// is published; `None`: not published.
-    pub watermark_table: Option<String>,
+    /// The table where the contiguous watermark is published; `None`: not
+    /// published.
+    pub watermark_table: Option<QualifiedName>,
     /// Which table is healed and what a tombstone row holds.
     pub profile: profile::Profile,
 }
@@ -580,7 +582,7 @@ pub(crate) mod tests_support {
     pub(crate) fn mssql_settings(cs: &str) -> StoreSettings {
         StoreSettings {
             connection_string: ConnectionString::new(cs),
-            schema: "eventuous".into(),
+            schema: super::Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),

@@ -1706,8 +1706,8 @@ async fn a_watermark_row_of_another_table_is_neither_read_nor_raised() {
     mine.publish_watermark("default", 10).await.unwrap();
     assert_eq!(mine.read_watermark("default").await.unwrap(), Some(10));
     let mut other_settings = db.settings();
-    other_settings.schema = "other_store".into();
-    other_settings.watermark_table = Some(table.into());
+    other_settings.schema = gap_healer::engine::Ident::parse("other_store").unwrap();
+    other_settings.watermark_table = Some(gap_healer::engine::QualifiedName::parse(table).unwrap());
     let other = gap_healer_testkit::engine::mssql(&other_settings).unwrap();
     let read = other.read_watermark("default").await.unwrap_err().message;
     assert!(

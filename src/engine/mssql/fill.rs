@@ -210,7 +210,7 @@ impl MssqlEngine {
             _ => {}
         }
         let (state, direct_alter) = self.procedure_facts().await?;
-        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        let procedure = format!("{}.[gap_healer_fill]", self.settings.schema.tsql());
         let mode = choose_mode(&state, direct_alter, &procedure)?;
         let code = match mode {
             FillMode::Procedure => MODE_PROCEDURE,
@@ -218,15 +218,15 @@ impl MssqlEngine {
         };
         if self.mode.swap(code, Ordering::AcqRel) != code {
             if let Some(problem) = state.problem(
-                &format!("[{}].[gap_healer_fill]", self.settings.schema),
+                &format!("{}.[gap_healer_fill]", self.settings.schema.tsql()),
                 &self.settings.tombstone_stream,
                 &self.settings.tombstone_type,
             ) {
-                tracing::warn!(schema = %self.settings.schema, "{problem}");
+                tracing::warn!(schema = self.settings.schema.as_str(), "{problem}");
             }
             tracing::info!(
                 mode = mode.as_str(),
-                schema = %self.settings.schema,
+                schema = self.settings.schema.as_str(),
                 "SQL Server fills run in {} mode",
                 mode.as_str()
             );
@@ -365,7 +365,7 @@ impl MssqlEngine {
         // succeeds even when SQL Server cannot run it as that owner, which
         // only a call shows (error 15517).
         let state = self.procedure_state().await?;
-        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        let procedure = format!("{}.[gap_healer_fill]", self.settings.schema.tsql());
         if !state.usable() {
             let why = state
                 .problem(
@@ -386,7 +386,7 @@ impl MssqlEngine {
             });
         }
         tracing::info!(
-            schema = %self.settings.schema,
+            schema = self.settings.schema.as_str(),
             tombstone_stream = %self.settings.tombstone_stream,
             tombstone_type = %self.settings.tombstone_type,
             "installed the gap_healer_fill procedure and ran it once"
@@ -754,7 +754,7 @@ mod tests {
     /// Babelfish: a lock timeout ends the batch, and its line says where.
     #[test]
     fn a_lock_timeout_that_ends_the_batch_is_placed_by_its_line() {
-        let text = Sql::new("eventuous", "s", "t")
+        let text = Sql::new(&crate::engine::Ident::parse("eventuous").unwrap(), "s", "t")
             .unwrap()
             .direct_fill(2000, 5000, None);
         let stages = StageLines::of(&text);

@@ -7,7 +7,7 @@ use tiberius::Row;
 
 use super::sql::quote_ident;
 use super::{run, MssqlEngine};
-use crate::engine::{Check, DbResult, Finding};
+use crate::engine::{Check, DbResult, Finding, Ident};
 
 /// The login's rights, as HAS_PERMS_BY_NAME answers them (NULL = no).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -406,13 +406,13 @@ pub(crate) fn database_options(f: &Facts) -> Vec<Finding> {
 
 /// Every finding of `gap-healer check` for SQL Server.
 pub(crate) fn findings(
-    schema: &str,
+    schema: &Ident,
     f: &Facts,
     columns: &[Column],
     state: &ProcedureState,
     want: Tombstones<'_>,
 ) -> Vec<Finding> {
-    let s = quote_ident(schema);
+    let s = schema.tsql();
     let user = quote_ident(if f.user.is_empty() {
         "gap_healer"
     } else {
@@ -712,7 +712,7 @@ impl MssqlEngine {
             .await
             .unwrap_or_else(|e| ProcedureState::Unanswered(e.message));
         Ok(findings(
-            schema,
+            &self.settings.schema,
             &facts,
             &columns,
             &procedure,
@@ -727,6 +727,10 @@ impl MssqlEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn eventuous() -> Ident {
+        Ident::parse("eventuous").unwrap()
+    }
 
     fn col(table: &str, name: &str, ty: &str, identity: bool) -> Column {
         Column {
@@ -798,7 +802,7 @@ mod tests {
 
     /// The findings for a store without the procedure.
     fn check(f: &Facts, columns: &[Column]) -> Vec<Finding> {
-        findings("eventuous", f, columns, &ProcedureState::Absent, WANT)
+        findings(&eventuous(), f, columns, &ProcedureState::Absent, WANT)
     }
 
     fn expected() -> Vec<String> {
@@ -855,14 +859,14 @@ mod tests {
             ..Rights::default()
         };
         let usable = ProcedureState::Usable;
-        let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
+        let out = findings(&eventuous(), &f, &eventuous_columns(), &usable, WANT);
         assert!(out.iter().all(|f| f.ok), "{out:#?}");
         let mode = find(&out, Check::FillMode);
         assert!(mode.detail.starts_with("procedure mode"), "{mode:?}");
         assert!(mode.detail.contains("\"__tombstones__\""), "{mode:?}");
 
         f.procedure_current = Some(false);
-        let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
+        let out = findings(&eventuous(), &f, &eventuous_columns(), &usable, WANT);
         assert!(!find(&out, Check::FillProcedure).ok);
     }
 
@@ -971,7 +975,7 @@ mod tests {
         let unanswered = ProcedureState::Unanswered("error 229".into());
         for state in [&other, &old, &unanswered] {
             // With direct-mode rights: direct mode, and the procedure flagged.
-            let out = findings("eventuous", &healthy(), &eventuous_columns(), state, WANT);
+            let out = findings(&eventuous(), &healthy(), &eventuous_columns(), state, WANT);
             let procedure = find(&out, Check::FillProcedure);
             assert!(!procedure.ok, "{state:?}");
             assert!(
@@ -993,7 +997,7 @@ mod tests {
                 checkpoints_select: true,
                 ..Rights::default()
             };
-            let out = findings("eventuous", &f, &eventuous_columns(), state, WANT);
+            let out = findings(&eventuous(), &f, &eventuous_columns(), state, WANT);
             let mode = find(&out, Check::FillMode);
             assert!(!mode.ok, "{mode:?}");
             assert!(
@@ -1001,7 +1005,7 @@ mod tests {
                 "{mode:?}"
             );
         }
-        let out = findings("eventuous", &healthy(), &eventuous_columns(), &other, WANT);
+        let out = findings(&eventuous(), &healthy(), &eventuous_columns(), &other, WANT);
         assert!(find(&out, Check::FillProcedure)
             .detail
             .contains("\"orders-1\""));
@@ -1017,7 +1021,7 @@ mod tests {
             message: "Cannot execute as the database principal because the principal \"dbo\" does not exist".into(),
         };
         assert!(!state.usable());
-        let out = findings("eventuous", &healthy(), &eventuous_columns(), &state, WANT);
+        let out = findings(&eventuous(), &healthy(), &eventuous_columns(), &state, WANT);
         let procedure = find(&out, Check::FillProcedure);
         assert!(!procedure.ok);
         for part in [
@@ -1035,7 +1039,7 @@ mod tests {
 
         let mut f = healthy();
         f.rights.messages_alter = false;
-        let out = findings("eventuous", &f, &eventuous_columns(), &state, WANT);
+        let out = findings(&eventuous(), &f, &eventuous_columns(), &state, WANT);
         let mode = find(&out, Check::FillMode);
         assert!(!mode.ok);
         assert!(
@@ -1076,7 +1080,7 @@ mod tests {
         );
 
         let out = findings(
-            "eventuous",
+            &eventuous(),
             &f,
             &eventuous_columns(),
             &ProcedureState::NoExecute,

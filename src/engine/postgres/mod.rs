@@ -60,6 +60,7 @@ use super::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, HeadReading,
     Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
 };
+use super::{Ident, QualifiedName};
 use crate::gaps::PosRange;
 
 /// Ranges per probe query.
@@ -101,11 +102,12 @@ pub struct PostgresEngine {
     /// The parsed connection string, for the leader lock's dedicated session.
     target: Target,
     sql: sql::Queries,
-    schema: String,
+    /// Lower case, as the catalog names it.
+    schema: Ident,
     tombstone_stream: String,
     tombstone_type: String,
-    /// `schema.table` of the published watermark, when configured.
-    watermark_table: Option<String>,
+    /// The published watermark's table, when configured.
+    watermark_table: Option<QualifiedName>,
     /// Which table, and what a tombstone row holds.
     profile: Profile,
     /// Names of the unique keys on exactly the position: a 23505 on one
@@ -146,7 +148,7 @@ impl PostgresEngine {
                 settings.connect_timeout,
             )
         });
-        let schema = settings.schema.to_ascii_lowercase();
+        let schema = settings.schema.to_lowercase();
         let heads = shared
             .heads
             .get(
@@ -193,17 +195,11 @@ impl PostgresEngine {
 
     /// The healed table's qualified name, as the catalog functions take it.
     fn table_name(&self) -> String {
-        match &self.profile {
-            Profile::Eventuous => format!("{}.messages", self.schema),
-            Profile::Table(t) => t.qualified(&self.schema),
-        }
+        self.profile.qualified(&self.schema).name()
     }
 
-    fn position_column(&self) -> &str {
-        match &self.profile {
-            Profile::Eventuous => "global_position",
-            Profile::Table(t) => &t.position,
-        }
+    fn position_column(&self) -> String {
+        self.profile.position().as_str().to_string()
     }
 }
 
@@ -216,7 +212,7 @@ impl Engine for PostgresEngine {
     }
 
     fn schema(&self) -> &str {
-        &self.schema
+        self.schema.as_str()
     }
 
     fn max_fill_rows(&self) -> u64 {
@@ -259,7 +255,7 @@ impl Engine for PostgresEngine {
             return Ok(Vec::new());
         }
         let conn = self.pool.checkout().await?;
-        let table = format!("{}.checkpoints", self.schema);
+        let table = format!("{}.checkpoints", self.schema.as_str());
         let found = conn
             .query_one(sql::TABLE_EXISTS, &[&table])
             .await
@@ -412,7 +408,7 @@ mod tests {
     fn bad_connection_string_is_permanent_and_secret_free() {
         let settings = StoreSettings {
             connection_string: ConnectionString::new("host=db port=x password=topsecret"),
-            schema: "eventuous".into(),
+            schema: Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(1),
@@ -437,7 +433,7 @@ mod tests {
             connection_string: ConnectionString::new(format!(
                 "host=127.0.0.1 port={port} user=app password=Zq7Secret dbname=es"
             )),
-            schema: "eventuous".into(),
+            schema: Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(2),

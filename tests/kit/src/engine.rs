@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use gap_healer::engine::mssql::MssqlEngine;
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{DbResult, Engine, Fence, FillOutcome, Openable, Pools, StoreSettings};
+use gap_healer::engine::{
+    DbResult, Engine, Fence, FillOutcome, Ident, Openable, Pools, StoreSettings,
+};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{FillReport, Healer, Options};
 use gap_healer::leader::Leader;
@@ -21,7 +23,7 @@ use crate::eventuous::{TOMBSTONE_STREAM, TOMBSTONE_TYPE};
 pub fn settings(connection_string: &str, schema: &str, connect_timeout: Duration) -> StoreSettings {
     StoreSettings {
         connection_string: ConnectionString::new(connection_string),
-        schema: schema.into(),
+        schema: Ident::parse(schema).expect("a test schema is a plain identifier"),
         tombstone_stream: TOMBSTONE_STREAM.into(),
         tombstone_type: TOMBSTONE_TYPE.into(),
         connect_timeout,

@@ -377,7 +377,8 @@ impl TestDb {
     /// [`TestDb::engine`] publishing the watermark in `table`.
     pub fn engine_with_watermark(&self, table: &str) -> MssqlEngine {
         let mut settings = self.settings();
-        settings.watermark_table = Some(table.to_string());
+        let table = gap_healer::engine::QualifiedName::parse(table).expect("schema.table");
+        settings.watermark_table = Some(table);
         crate::engine::mssql(&settings).expect("engine")
     }
 
