@@ -548,6 +548,24 @@ impl MssqlEngine {
                 return Err(err);
             }
         };
+        self.note_answer(&what, fence, &answer);
+        let outcome = self.outcome(ranges, mode, &answer);
+        tracing::debug!(
+            range = %what,
+            mode = mode.as_str(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            outcome = ?outcome,
+            "fill"
+        );
+        outcome
+    }
+
+    /// What a fill's answer says beyond its outcome: a procedure created
+    /// again for other tombstones (the mode is chosen again), or a fence
+    /// that found the leader's lock session gone.
+    fn note_answer(&self, what: &Ranges<'_>, fence: &Fence, answer: &FillRow) {
+        let stream = self.settings.tombstone_stream.as_str();
+        let kind = self.settings.tombstone_type.as_str();
         if (
             answer.stream_name.as_deref(),
             answer.message_type.as_deref(),
@@ -576,16 +594,6 @@ impl MssqlEngine {
                 );
             }
         }
-
-        let outcome = self.outcome(ranges, mode, &answer);
-        tracing::debug!(
-            range = %what,
-            mode = mode.as_str(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            outcome = ?outcome,
-            "fill"
-        );
-        outcome
     }
 
     fn outcome(
