@@ -30,7 +30,7 @@ use crate::engine::{DbError, DbResult, Engine, Fence, FillOutcome, Probe};
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
-use crate::telemetry::{self as t, Health};
+use crate::telemetry::{self as t, Gauges, Health, Observer, Operation, Outcome};
 
 /// Pages read per scan step before the loop lets fills and metrics run.
 const MAX_PAGES_PER_STEP: usize = 50;
@@ -218,6 +218,9 @@ pub struct Healer<E: Engine> {
     opts: Options,
     leader: Leader,
     health: Arc<Health>,
+    /// Where the figures go: the store's health (its series) unless told
+    /// otherwise ([`Healer::observed_by`]).
+    observer: Arc<dyn Observer>,
     tracker: Tracker,
     /// Highest committed position read so far; `None` before [`Healer::begin`].
     examined: Option<i64>,
@@ -241,6 +244,7 @@ impl<E: Engine> Healer<E> {
             engine,
             opts,
             leader,
+            observer: health.clone(),
             health,
             tracker: Tracker::new(),
             examined: None,
@@ -251,6 +255,12 @@ impl<E: Engine> Healer<E> {
             recheck_after: i64::MIN,
             paused: false,
         }
+    }
+
+    /// Reports the figures to `observer` instead of the store's series.
+    pub fn observed_by(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
     }
 
     pub fn tracker(&self) -> &Tracker {
@@ -316,7 +326,7 @@ impl<E: Engine> Healer<E> {
             let proven = match self.engine.read_watermark(self.health.store()).await {
                 Ok(proven) => proven,
                 Err(e) => {
-                    self.db_error("watermark", &e);
+                    self.db_error(Operation::Watermark, &e);
                     self.health.watermark_failed(&prefixed("read", &e));
                     warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
                     None
@@ -439,9 +449,7 @@ impl<E: Engine> Healer<E> {
     /// A poll's scan (its own, or the shared head) that began at `started`
     /// has read the database.
     fn scanned(&self, started: std::time::Instant) {
-        self.health
-            .series
-            .scan_took(started.elapsed().as_secs_f64());
+        self.observer.scanned(started.elapsed());
         self.health.scan_completed();
     }
 
@@ -544,7 +552,7 @@ impl<E: Engine> Healer<E> {
                     probe.in_flight.extend(p.in_flight);
                 }
                 Err(e) => {
-                    self.db_error("probe", &e);
+                    self.db_error(Operation::Probe, &e);
                     self.defer_after_error(&ranges);
                     report.errors += 1;
                     return report;
@@ -652,20 +660,19 @@ impl<E: Engine> Healer<E> {
                 } else {
                     debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
                 }
-                self.health.series.fill("filled").increment(1);
-                self.health.series.tombstones.increment(rows);
+                self.observer.filled(Outcome::Filled, rows);
                 report.tombstones += rows;
                 for range in &batch {
                     self.tracker.remove(*range);
                 }
             }
             Ok(FillOutcome::Committed) => {
-                self.health.series.fill("committed").increment(1);
+                self.observer.filled(Outcome::Committed, 0);
                 report.committed += 1;
                 let found = match self.engine.probe(&batch).await {
                     Ok(p) => p.committed,
                     Err(e) => {
-                        self.db_error("probe", &e);
+                        self.db_error(Operation::Probe, &e);
                         self.defer_after_error(&batch);
                         return;
                     }
@@ -684,7 +691,7 @@ impl<E: Engine> Healer<E> {
                 );
             }
             Ok(FillOutcome::Busy) => {
-                self.health.series.fill("held").increment(1);
+                self.observer.filled(Outcome::Held, 0);
                 report.held += 1;
                 info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
                 let at = Instant::now() + self.opts.poll_interval;
@@ -694,7 +701,7 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::TableLocked) => {
-                self.health.series.fill("table_locked").increment(1);
+                self.observer.filled(Outcome::TableLocked, 0);
                 report.held += 1;
                 warn!(
                     range = %what,
@@ -712,7 +719,7 @@ impl<E: Engine> Healer<E> {
                 sessions,
                 first_session,
             }) => {
-                self.health.series.fill("writer_waiting").increment(1);
+                self.observer.filled(Outcome::WriterWaiting, 0);
                 report.held += 1;
                 report.writer_waiting += 1;
                 info!(
@@ -732,15 +739,15 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::Held) => {
-                self.health.series.fill("held").increment(1);
+                self.observer.filled(Outcome::Held, 0);
                 report.held += 1;
                 debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
                 self.requeue(plan::after_held(&batch), queue);
             }
             Err(e) => {
-                self.health.series.fill("error").increment(1);
+                self.observer.filled(Outcome::Error, 0);
                 report.errors += 1;
-                self.db_error("fill", &e);
+                self.db_error(Operation::Fill, &e);
                 if e.kind == crate::engine::DbErrorKind::Permanent {
                     self.health.fill_refused(&prefixed("fill", &e));
                 }
@@ -792,9 +799,9 @@ impl<E: Engine> Healer<E> {
         }
     }
 
-    fn db_error(&self, operation: &'static str, e: &DbError) {
-        self.health.series.db_error(operation).increment(1);
-        self.health.record_error(&prefixed(operation, e));
+    fn db_error(&self, operation: Operation, e: &DbError) {
+        self.observer.db_error(operation);
+        self.health.record_error(&prefixed(operation.label(), e));
     }
 
     /// Refreshes the checkpoint lag gauges, at most every few seconds.
@@ -810,15 +817,14 @@ impl<E: Engine> Healer<E> {
         let Some(head) = self.examined else { return };
         match self.engine.checkpoints().await {
             Ok(rows) => {
-                let ids: Vec<String> = rows.iter().map(|c| c.id.clone()).collect();
-                self.health.series.retain_checkpoints(&ids);
-                for c in rows {
-                    let lag = c.position.map_or(head, |p| head - p);
-                    self.health.series.checkpoint_lag(c.id).set(lag as f64);
-                }
+                let lags: Vec<(String, i64)> = rows
+                    .into_iter()
+                    .map(|c| (c.id, c.position.map_or(head, |p| head - p)))
+                    .collect();
+                self.observer.checkpoint_lags(&lags);
             }
             Err(e) => {
-                self.db_error("checkpoints", &e);
+                self.db_error(Operation::Checkpoints, &e);
                 debug!(error = %e, "cannot read checkpoints");
             }
         }
@@ -828,22 +834,18 @@ impl<E: Engine> Healer<E> {
     pub fn publish(&self) {
         let stats = self.tracker.stats();
         let now = Instant::now();
-        self.health.series.open_gaps.set(stats.holes as f64);
-        self.health
-            .series
-            .open_gap_positions
-            .set(stats.positions as f64);
-        let age = stats
-            .oldest_first_seen
-            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-        self.health.series.oldest_gap_age.set(age);
         let leader = self.leader.is_leader();
-        self.health.series.leader.set(f64::from(u8::from(leader)));
         let watermark = self.contiguous();
-        if let (Some(head), Some(watermark)) = (self.examined, watermark) {
-            self.health.series.head().set(head as f64);
-            self.health.series.contiguous().set(watermark as f64);
-        }
+        self.observer.gauges(&Gauges {
+            holes: stats.holes,
+            positions: stats.positions,
+            oldest_age: stats
+                .oldest_first_seen
+                .map_or(Duration::ZERO, |t| now.duration_since(t)),
+            leader,
+            head: watermark.and(self.examined),
+            contiguous: self.examined.and(watermark),
+        });
         self.health.update(t::Status {
             leader,
             open_holes: stats.holes as u64,
@@ -878,7 +880,7 @@ impl<E: Engine> Healer<E> {
                 self.health.watermark_published();
             }
             Err(e) => {
-                self.db_error("watermark", &e);
+                self.db_error(Operation::Watermark, &e);
                 self.health.watermark_failed(&prefixed("publish", &e));
                 warn!(error = %e, "cannot publish the contiguous watermark; retrying next turn");
             }
@@ -961,9 +963,9 @@ impl<E: Engine> Healer<E> {
                     Err(e) => {
                         self.db_error(
                             if self.examined.is_none() {
-                                "start"
+                                Operation::Start
                             } else {
-                                "scan"
+                                Operation::Scan
                             },
                             &e,
                         );
