@@ -26,6 +26,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::config::{StartFrom, Store};
+use crate::cycle;
 use crate::engine::{DbError, DbResult, Engine, Fence, FillOutcome, Probe};
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
@@ -169,6 +170,8 @@ pub struct ScanStep {
     pub caught_up: bool,
     /// The tracked holes it re-checked first, and what the probe found.
     pub rechecked: Rechecked,
+    /// The highest committed position examined after the step.
+    pub examined: i64,
 }
 
 /// Tracked ranges (ascending, disjoint) and one probe of them.
@@ -211,6 +214,37 @@ pub struct FillReport {
     /// lock ([`FillOutcome::WriterWaiting`]).
     pub writer_waiting: u64,
     pub errors: u64,
+}
+
+/// Who follows a healer's steps as they go: the daemon's log alone
+/// ([`LogOnly`]), or a one-shot command that shows its own progress.
+pub trait Progress: Send {
+    /// Whether someone is shown the figures as they come: then each fill
+    /// statement is logged at DEBUG (the figures tell), else at INFO (the
+    /// log is the only report).
+    fn shown(&self) -> bool {
+        true
+    }
+
+    /// A scan step has read every committed position up to `examined`.
+    fn scanned(&mut self, examined: i64) {
+        let _ = examined;
+    }
+
+    /// A fill statement has ended; `so_far` is the cycle's report up to it.
+    fn filled(&mut self, so_far: &FillReport) {
+        let _ = so_far;
+    }
+}
+
+/// Nobody follows but the log: the daemon, and [`Healer::fill_due`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LogOnly;
+
+impl Progress for LogOnly {
+    fn shown(&self) -> bool {
+        false
+    }
 }
 
 pub struct Healer<E: Engine> {
@@ -443,6 +477,7 @@ impl<E: Engine> Healer<E> {
             }
         }
         self.scanned(started);
+        step.examined = self.examined.unwrap_or_default();
         Ok(step)
     }
 
@@ -468,6 +503,7 @@ impl<E: Engine> Healer<E> {
                     self.scanned(started);
                     return Ok(ScanStep {
                         caught_up: true,
+                        examined,
                         ..ScanStep::default()
                     });
                 }
@@ -476,35 +512,34 @@ impl<E: Engine> Healer<E> {
         self.scan_step().await
     }
 
-    /// Scans until the head is reached, calling `progress(examined)` after each step.
+    /// Scans until the head is reached, telling `progress` after each step.
     pub async fn scan_to_head(
         &mut self,
         stop: &CancellationToken,
-        mut progress: impl FnMut(i64),
+        progress: &mut dyn Progress,
     ) -> DbResult<()> {
         loop {
             let step = self.scan_step().await?;
-            progress(self.examined.unwrap_or_default());
+            progress.scanned(step.examined);
             if step.caught_up || stop.is_cancelled() {
                 return Ok(());
             }
         }
     }
 
-    /// Tries every hole that is due, unless in dry-run mode or not the leader.
+    /// Tries every hole that is due, unless in dry-run mode or not the
+    /// leader; each statement is logged at INFO ([`LogOnly`]).
     pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
-        self.fill_due_after(stop, None, None).await
+        self.fill_due_after(stop, None, &mut LogOnly).await
     }
 
-    /// [`Healer::fill_due`] for a one-shot backfill: `progress` gets the
-    /// report so far after every statement, and each statement is logged at
-    /// DEBUG rather than INFO (the caller reports the progress instead).
-    pub async fn fill_due_with_progress(
+    /// [`Healer::fill_due`], telling `progress` after every statement.
+    pub async fn fill_due_with(
         &mut self,
         stop: &CancellationToken,
-        progress: &mut (dyn FnMut(&FillReport) + Send),
+        progress: &mut dyn Progress,
     ) -> FillReport {
-        self.fill_due_after(stop, None, Some(progress)).await
+        self.fill_due_after(stop, None, progress).await
     }
 
     /// [`Healer::fill_due`] right after a scan step: due holes that step
@@ -513,7 +548,7 @@ impl<E: Engine> Healer<E> {
         &mut self,
         stop: &CancellationToken,
         rechecked: Option<Rechecked>,
-        mut progress: Option<&mut (dyn FnMut(&FillReport) + Send)>,
+        progress: &mut dyn Progress,
     ) -> FillReport {
         let mut report = FillReport::default();
         let now = Instant::now();
@@ -559,64 +594,16 @@ impl<E: Engine> Healer<E> {
                 }
             }
         }
-        self.tracker.remove_positions(&probe.committed);
+        let limits = cycle::Limits {
+            max_rows: self.engine.max_fill_rows(),
+            max_ranges: self.engine.max_fill_ranges(),
+            range_cost: self.engine.fill_range_cost(),
+            gap_timeout: self.opts.gap_timeout,
+        };
         let head = self.examined.unwrap_or(i64::MIN);
-        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
-        let mut excluded = probe.committed.clone();
-        excluded.extend_from_slice(&probe.in_flight);
-        excluded.sort_unstable();
-        excluded.dedup();
-        let mut in_flight = probe.in_flight.clone();
-        in_flight.sort_unstable();
-        in_flight.dedup();
-        let mut pieces = Vec::new();
-        // Positions a dirty read has shown in flight too often: each tried
-        // alone, last, so that its key decides.
-        let mut advised = Vec::new();
-        for hole in &due {
-            let age = now.duration_since(hole.first_seen);
-            for &p in plan::within(&in_flight, hole.range) {
-                let sightings = self.tracker.sightings_at(p);
-                if plan::trust_nolock(sightings, age, self.opts.gap_timeout) {
-                    debug!(
-                        position = p,
-                        sightings = sightings + 1,
-                        "an open append holds this position; not trying it"
-                    );
-                    self.defer_held(PosRange::single(p));
-                    self.tracker.add_sighting(p);
-                } else {
-                    info!(
-                        position = p,
-                        sightings,
-                        age_ms = age.as_millis() as u64,
-                        "a dirty read keeps showing an open append here; trying the position alone so its key decides"
-                    );
-                    advised.push(PosRange::single(p));
-                }
-            }
-            for piece in plan::pieces(hole.range, &excluded, max_rows) {
-                if piece.end >= head {
-                    // Unreachable by construction (holes lie between committed
-                    // rows); checked anyway because filling at or above the head
-                    // would move SQL Server's identity seed.
-                    error!(range = %piece, head, "refusing to fill at or above the head");
-                    self.tracker.remove(piece);
-                } else {
-                    pieces.push(piece);
-                }
-            }
-        }
-        let retried: Vec<i64> = due
-            .iter()
-            .filter(|h| h.retries > 0 && h.range.width() == 1)
-            .map(|h| h.range.start)
-            .collect();
-        let (shared, alone) = plan::split_known_held(pieces, &retried);
-        let mut queue = plan::batches(&shared, max_rows, max_ranges, self.engine.fill_range_cost());
-        // The advised positions last: the cycle's last single position waits
-        // the full lock_timeout (plan::lock_timeout_for).
-        queue.extend(alone.into_iter().chain(advised).map(|p| vec![p]));
+        let cycle = cycle::plan(&due, &probe.committed, &probe.in_flight, head, now, limits);
+        self.apply(&cycle, head);
+        let mut queue = cycle.statements;
         queue.reverse();
         while let Some(batch) = queue.pop() {
             if stop.is_cancelled() {
@@ -626,13 +613,39 @@ impl<E: Engine> Healer<E> {
             let Some(fence) = self.leader.fence() else {
                 break;
             };
-            self.fill_batch(batch, &fence, &mut queue, &mut report, progress.is_none())
+            self.fill_batch(batch, &fence, &mut queue, &mut report, !progress.shown())
                 .await;
-            if let Some(progress) = progress.as_deref_mut() {
-                progress(&report);
-            }
+            progress.filled(&report);
         }
         report
+    }
+
+    /// Applies a planned cycle to the tracker in one step: committed
+    /// positions and pieces at or above the head forgotten, trusted
+    /// sightings deferred as held with one more sighting counted.
+    fn apply(&mut self, cycle: &cycle::Cycle, head: i64) {
+        self.tracker.remove_positions(&cycle.committed);
+        for seen in &cycle.held {
+            debug!(
+                position = seen.position,
+                sightings = seen.sightings + 1,
+                "an open append holds this position; not trying it"
+            );
+            self.defer_held(PosRange::single(seen.position));
+            self.tracker.add_sighting(seen.position);
+        }
+        for seen in &cycle.advised {
+            info!(
+                position = seen.position,
+                sightings = seen.sightings,
+                age_ms = seen.age.as_millis() as u64,
+                "a dirty read keeps showing an open append here; trying the position alone so its key decides"
+            );
+        }
+        for piece in &cycle.refused {
+            error!(range = %piece, head, "refusing to fill at or above the head");
+            self.tracker.remove(*piece);
+        }
     }
 
     /// One fill transaction, and what its outcome means for the tracker and
@@ -999,7 +1012,8 @@ impl<E: Engine> Healer<E> {
                 }
             }
             let drained = {
-                let fill = self.fill_due_after(&stop, rechecked, None);
+                let mut log = LogOnly;
+                let fill = self.fill_due_after(&stop, rechecked, &mut log);
                 tokio::pin!(fill);
                 tokio::select! {
                     _ = &mut fill => true,
