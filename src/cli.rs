@@ -800,15 +800,35 @@ async fn scan_all<E: Engine>(
 ) -> Result<crate::healer::Start, Failure> {
     let start = healer.begin().await?;
     let bar = progress((start.head - start.after).max(0) as u64, "scanning");
-    let mut done = 0;
-    healer
-        .scan_to_head(stop, |examined| {
-            done = (examined - start.after).max(0) as u64;
-            bar.set(done)
-        })
-        .await?;
+    let mut shown = Shown {
+        bar: &bar,
+        from: start.after,
+        done: 0,
+    };
+    healer.scan_to_head(stop, &mut shown).await?;
+    let done = shown.done;
     bar.finish(done);
     Ok(start)
+}
+
+/// A one-shot command's [`progress`] bar following the healer: positions
+/// examined above `from` while scanning, tombstones while filling.
+struct Shown<'b> {
+    bar: &'b Progress,
+    from: i64,
+    done: u64,
+}
+
+impl crate::healer::Progress for Shown<'_> {
+    fn scanned(&mut self, examined: i64) {
+        self.done = (examined - self.from).max(0) as u64;
+        self.bar.set(self.done);
+    }
+
+    fn filled(&mut self, so_far: &crate::healer::FillReport) {
+        self.done = so_far.tombstones;
+        self.bar.set(self.done);
+    }
 }
 
 fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
@@ -967,13 +987,13 @@ async fn heal_once<E: Engine>(
             }
         }
         let bar = progress(stats.positions, "filling");
-        let mut filled = 0;
-        let round = healer
-            .fill_due_with_progress(&stop, &mut |so_far| {
-                filled = so_far.tombstones;
-                bar.set(so_far.tombstones)
-            })
-            .await;
+        let mut shown = Shown {
+            bar: &bar,
+            from: 0,
+            done: 0,
+        };
+        let round = healer.fill_due_with(&stop, &mut shown).await;
+        let filled = shown.done;
         healer.publish_watermark().await;
         bar.finish(filled);
         report.add(&round);

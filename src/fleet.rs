@@ -88,8 +88,7 @@ impl Running {
         let wanted = match set_stores(settings, set, &mut self.catalogs, &self.pools).await {
             Ok(wanted) => wanted,
             Err(e) => {
-                metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone())
-                    .increment(1);
+                telemetry::discovery_errors(&set.name).increment(1);
                 warn!(set = %set.name, error = %e, "cannot list the databases of this store set; keeping its stores as they are");
                 return;
             }
@@ -136,7 +135,7 @@ pub async fn run(
     // A set's discovery errors are counted from zero, and kept in the
     // scrape like the stores' series.
     for set in &settings.sets {
-        let c = metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone());
+        let c = telemetry::discovery_errors(&set.name);
         c.absolute(0);
         running.board.keep(c);
     }

@@ -26,13 +26,14 @@ use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::config::{StartFrom, Store};
+use crate::cycle;
 use crate::engine::{
     DbError, DbResult, Engine, Fence, FillOutcome, Probe, SharedHeads, WatermarkTable,
 };
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
-use crate::telemetry::{self as t, Health};
+use crate::telemetry::{self as t, Gauges, Health, Observer, Operation, Outcome};
 
 /// Pages read per scan step before the loop lets fills and metrics run.
 const MAX_PAGES_PER_STEP: usize = 50;
@@ -171,6 +172,8 @@ pub struct ScanStep {
     pub caught_up: bool,
     /// The tracked holes it re-checked first, and what the probe found.
     pub rechecked: Rechecked,
+    /// The highest committed position examined after the step.
+    pub examined: i64,
 }
 
 /// Tracked ranges (ascending, disjoint) and one probe of them.
@@ -215,11 +218,45 @@ pub struct FillReport {
     pub errors: u64,
 }
 
+/// Who follows a healer's steps as they go: the daemon's log alone
+/// ([`LogOnly`]), or a one-shot command that shows its own progress.
+pub trait Progress: Send {
+    /// Whether someone is shown the figures as they come: then each fill
+    /// statement is logged at DEBUG (the figures tell), else at INFO (the
+    /// log is the only report).
+    fn shown(&self) -> bool {
+        true
+    }
+
+    /// A scan step has read every committed position up to `examined`.
+    fn scanned(&mut self, examined: i64) {
+        let _ = examined;
+    }
+
+    /// A fill statement has ended; `so_far` is the cycle's report up to it.
+    fn filled(&mut self, so_far: &FillReport) {
+        let _ = so_far;
+    }
+}
+
+/// Nobody follows but the log: the daemon, and [`Healer::fill_due`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LogOnly;
+
+impl Progress for LogOnly {
+    fn shown(&self) -> bool {
+        false
+    }
+}
+
 pub struct Healer<E: Engine> {
     engine: Arc<E>,
     opts: Options,
     leader: Leader,
     health: Arc<Health>,
+    /// Where the figures go: the store's health (its series) unless told
+    /// otherwise ([`Healer::observed_by`]).
+    observer: Arc<dyn Observer>,
     tracker: Tracker,
     /// Highest committed position read so far; `None` before [`Healer::begin`].
     examined: Option<i64>,
@@ -243,6 +280,7 @@ impl<E: Engine> Healer<E> {
             engine,
             opts,
             leader,
+            observer: health.clone(),
             health,
             tracker: Tracker::new(),
             examined: None,
@@ -253,6 +291,12 @@ impl<E: Engine> Healer<E> {
             recheck_after: i64::MIN,
             paused: false,
         }
+    }
+
+    /// Reports the figures to `observer` instead of the store's series.
+    pub fn observed_by(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
     }
 
     pub fn tracker(&self) -> &Tracker {
@@ -322,7 +366,7 @@ impl<E: Engine> Healer<E> {
             let proven = match read {
                 Ok(proven) => proven,
                 Err(e) => {
-                    self.db_error("watermark", &e);
+                    self.db_error(Operation::Watermark, &e);
                     self.health.watermark_failed(&prefixed("read", &e));
                     warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
                     None
@@ -439,15 +483,14 @@ impl<E: Engine> Healer<E> {
             }
         }
         self.scanned(started);
+        step.examined = self.examined.unwrap_or_default();
         Ok(step)
     }
 
     /// A poll's scan (its own, or the shared head) that began at `started`
     /// has read the database.
     fn scanned(&self, started: std::time::Instant) {
-        self.health
-            .series
-            .scan_took(started.elapsed().as_secs_f64());
+        self.observer.scanned(started.elapsed());
         self.health.scan_completed();
     }
 
@@ -466,6 +509,7 @@ impl<E: Engine> Healer<E> {
                     self.scanned(started);
                     return Ok(ScanStep {
                         caught_up: true,
+                        examined,
                         ..ScanStep::default()
                     });
                 }
@@ -474,35 +518,34 @@ impl<E: Engine> Healer<E> {
         self.scan_step().await
     }
 
-    /// Scans until the head is reached, calling `progress(examined)` after each step.
+    /// Scans until the head is reached, telling `progress` after each step.
     pub async fn scan_to_head(
         &mut self,
         stop: &CancellationToken,
-        mut progress: impl FnMut(i64),
+        progress: &mut dyn Progress,
     ) -> DbResult<()> {
         loop {
             let step = self.scan_step().await?;
-            progress(self.examined.unwrap_or_default());
+            progress.scanned(step.examined);
             if step.caught_up || stop.is_cancelled() {
                 return Ok(());
             }
         }
     }
 
-    /// Tries every hole that is due, unless in dry-run mode or not the leader.
+    /// Tries every hole that is due, unless in dry-run mode or not the
+    /// leader; each statement is logged at INFO ([`LogOnly`]).
     pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
-        self.fill_due_after(stop, None, None).await
+        self.fill_due_after(stop, None, &mut LogOnly).await
     }
 
-    /// [`Healer::fill_due`] for a one-shot backfill: `progress` gets the
-    /// report so far after every statement, and each statement is logged at
-    /// DEBUG rather than INFO (the caller reports the progress instead).
-    pub async fn fill_due_with_progress(
+    /// [`Healer::fill_due`], telling `progress` after every statement.
+    pub async fn fill_due_with(
         &mut self,
         stop: &CancellationToken,
-        progress: &mut (dyn FnMut(&FillReport) + Send),
+        progress: &mut dyn Progress,
     ) -> FillReport {
-        self.fill_due_after(stop, None, Some(progress)).await
+        self.fill_due_after(stop, None, progress).await
     }
 
     /// [`Healer::fill_due`] right after a scan step: due holes that step
@@ -511,7 +554,7 @@ impl<E: Engine> Healer<E> {
         &mut self,
         stop: &CancellationToken,
         rechecked: Option<Rechecked>,
-        mut progress: Option<&mut (dyn FnMut(&FillReport) + Send)>,
+        progress: &mut dyn Progress,
     ) -> FillReport {
         let mut report = FillReport::default();
         let now = Instant::now();
@@ -550,71 +593,23 @@ impl<E: Engine> Healer<E> {
                     probe.in_flight.extend(p.in_flight);
                 }
                 Err(e) => {
-                    self.db_error("probe", &e);
+                    self.db_error(Operation::Probe, &e);
                     self.defer_after_error(&ranges);
                     report.errors += 1;
                     return report;
                 }
             }
         }
-        self.tracker.remove_positions(&probe.committed);
+        let limits = cycle::Limits {
+            max_rows: self.engine.max_fill_rows(),
+            max_ranges: self.engine.max_fill_ranges(),
+            range_cost: self.engine.fill_range_cost(),
+            gap_timeout: self.opts.gap_timeout,
+        };
         let head = self.examined.unwrap_or(i64::MIN);
-        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
-        let mut excluded = probe.committed.clone();
-        excluded.extend_from_slice(&probe.in_flight);
-        excluded.sort_unstable();
-        excluded.dedup();
-        let mut in_flight = probe.in_flight.clone();
-        in_flight.sort_unstable();
-        in_flight.dedup();
-        let mut pieces = Vec::new();
-        // Positions a dirty read has shown in flight too often: each tried
-        // alone, last, so that its key decides.
-        let mut advised = Vec::new();
-        for hole in &due {
-            let age = now.duration_since(hole.first_seen);
-            for &p in plan::within(&in_flight, hole.range) {
-                let sightings = self.tracker.sightings_at(p);
-                if plan::trust_nolock(sightings, age, self.opts.gap_timeout) {
-                    debug!(
-                        position = p,
-                        sightings = sightings + 1,
-                        "an open append holds this position; not trying it"
-                    );
-                    self.defer_held(PosRange::single(p));
-                    self.tracker.add_sighting(p);
-                } else {
-                    info!(
-                        position = p,
-                        sightings,
-                        age_ms = age.as_millis() as u64,
-                        "a dirty read keeps showing an open append here; trying the position alone so its key decides"
-                    );
-                    advised.push(PosRange::single(p));
-                }
-            }
-            for piece in plan::pieces(hole.range, &excluded, max_rows) {
-                if piece.end >= head {
-                    // Unreachable by construction (holes lie between committed
-                    // rows); checked anyway because filling at or above the head
-                    // would move SQL Server's identity seed.
-                    error!(range = %piece, head, "refusing to fill at or above the head");
-                    self.tracker.remove(piece);
-                } else {
-                    pieces.push(piece);
-                }
-            }
-        }
-        let retried: Vec<i64> = due
-            .iter()
-            .filter(|h| h.retries > 0 && h.range.width() == 1)
-            .map(|h| h.range.start)
-            .collect();
-        let (shared, alone) = plan::split_known_held(pieces, &retried);
-        let mut queue = plan::batches(&shared, max_rows, max_ranges, self.engine.fill_range_cost());
-        // The advised positions last: the cycle's last single position waits
-        // the full lock_timeout (plan::lock_timeout_for).
-        queue.extend(alone.into_iter().chain(advised).map(|p| vec![p]));
+        let cycle = cycle::plan(&due, &probe.committed, &probe.in_flight, head, now, limits);
+        self.apply(&cycle, head);
+        let mut queue = cycle.statements;
         queue.reverse();
         while let Some(batch) = queue.pop() {
             if stop.is_cancelled() {
@@ -624,13 +619,39 @@ impl<E: Engine> Healer<E> {
             let Some(fence) = self.leader.fence() else {
                 break;
             };
-            self.fill_batch(batch, &fence, &mut queue, &mut report, progress.is_none())
+            self.fill_batch(batch, &fence, &mut queue, &mut report, !progress.shown())
                 .await;
-            if let Some(progress) = progress.as_deref_mut() {
-                progress(&report);
-            }
+            progress.filled(&report);
         }
         report
+    }
+
+    /// Applies a planned cycle to the tracker in one step: committed
+    /// positions and pieces at or above the head forgotten, trusted
+    /// sightings deferred as held with one more sighting counted.
+    fn apply(&mut self, cycle: &cycle::Cycle, head: i64) {
+        self.tracker.remove_positions(&cycle.committed);
+        for seen in &cycle.held {
+            debug!(
+                position = seen.position,
+                sightings = seen.sightings + 1,
+                "an open append holds this position; not trying it"
+            );
+            self.defer_held(PosRange::single(seen.position));
+            self.tracker.add_sighting(seen.position);
+        }
+        for seen in &cycle.advised {
+            info!(
+                position = seen.position,
+                sightings = seen.sightings,
+                age_ms = seen.age.as_millis() as u64,
+                "a dirty read keeps showing an open append here; trying the position alone so its key decides"
+            );
+        }
+        for piece in &cycle.refused {
+            error!(range = %piece, head, "refusing to fill at or above the head");
+            self.tracker.remove(*piece);
+        }
     }
 
     /// One fill transaction, and what its outcome means for the tracker and
@@ -658,20 +679,19 @@ impl<E: Engine> Healer<E> {
                 } else {
                     debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
                 }
-                self.health.series.fill("filled").increment(1);
-                self.health.series.tombstones.increment(rows);
+                self.observer.filled(Outcome::Filled, rows);
                 report.tombstones += rows;
                 for range in &batch {
                     self.tracker.remove(*range);
                 }
             }
             Ok(FillOutcome::Committed) => {
-                self.health.series.fill("committed").increment(1);
+                self.observer.filled(Outcome::Committed, 0);
                 report.committed += 1;
                 let found = match self.engine.probe(&batch).await {
                     Ok(p) => p.committed,
                     Err(e) => {
-                        self.db_error("probe", &e);
+                        self.db_error(Operation::Probe, &e);
                         self.defer_after_error(&batch);
                         return;
                     }
@@ -690,7 +710,7 @@ impl<E: Engine> Healer<E> {
                 );
             }
             Ok(FillOutcome::Busy) => {
-                self.health.series.fill("held").increment(1);
+                self.observer.filled(Outcome::Held, 0);
                 report.held += 1;
                 info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
                 let at = Instant::now() + self.opts.poll_interval;
@@ -700,7 +720,7 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::TableLocked) => {
-                self.health.series.fill("table_locked").increment(1);
+                self.observer.filled(Outcome::TableLocked, 0);
                 report.held += 1;
                 warn!(
                     range = %what,
@@ -718,7 +738,7 @@ impl<E: Engine> Healer<E> {
                 sessions,
                 first_session,
             }) => {
-                self.health.series.fill("writer_waiting").increment(1);
+                self.observer.filled(Outcome::WriterWaiting, 0);
                 report.held += 1;
                 report.writer_waiting += 1;
                 info!(
@@ -738,15 +758,15 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::Held) => {
-                self.health.series.fill("held").increment(1);
+                self.observer.filled(Outcome::Held, 0);
                 report.held += 1;
                 debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
                 self.requeue(plan::after_held(&batch), queue);
             }
             Err(e) => {
-                self.health.series.fill("error").increment(1);
+                self.observer.filled(Outcome::Error, 0);
                 report.errors += 1;
-                self.db_error("fill", &e);
+                self.db_error(Operation::Fill, &e);
                 if e.kind == crate::engine::DbErrorKind::Permanent {
                     self.health.fill_refused(&prefixed("fill", &e));
                 }
@@ -798,9 +818,9 @@ impl<E: Engine> Healer<E> {
         }
     }
 
-    fn db_error(&self, operation: &'static str, e: &DbError) {
-        self.health.series.db_error(operation).increment(1);
-        self.health.record_error(&prefixed(operation, e));
+    fn db_error(&self, operation: Operation, e: &DbError) {
+        self.observer.db_error(operation);
+        self.health.record_error(&prefixed(operation.label(), e));
     }
 
     /// Refreshes the checkpoint lag gauges, at most every few seconds.
@@ -816,15 +836,14 @@ impl<E: Engine> Healer<E> {
         let Some(head) = self.examined else { return };
         match self.engine.checkpoints().await {
             Ok(rows) => {
-                let ids: Vec<String> = rows.iter().map(|c| c.id.clone()).collect();
-                self.health.series.retain_checkpoints(&ids);
-                for c in rows {
-                    let lag = c.position.map_or(head, |p| head - p);
-                    self.health.series.checkpoint_lag(c.id).set(lag as f64);
-                }
+                let lags: Vec<(String, i64)> = rows
+                    .into_iter()
+                    .map(|c| (c.id, c.position.map_or(head, |p| head - p)))
+                    .collect();
+                self.observer.checkpoint_lags(&lags);
             }
             Err(e) => {
-                self.db_error("checkpoints", &e);
+                self.db_error(Operation::Checkpoints, &e);
                 debug!(error = %e, "cannot read checkpoints");
             }
         }
@@ -834,22 +853,18 @@ impl<E: Engine> Healer<E> {
     pub fn publish(&self) {
         let stats = self.tracker.stats();
         let now = Instant::now();
-        self.health.series.open_gaps.set(stats.holes as f64);
-        self.health
-            .series
-            .open_gap_positions
-            .set(stats.positions as f64);
-        let age = stats
-            .oldest_first_seen
-            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-        self.health.series.oldest_gap_age.set(age);
         let leader = self.leader.is_leader();
-        self.health.series.leader.set(f64::from(u8::from(leader)));
         let watermark = self.contiguous();
-        if let (Some(head), Some(watermark)) = (self.examined, watermark) {
-            self.health.series.head().set(head as f64);
-            self.health.series.contiguous().set(watermark as f64);
-        }
+        self.observer.gauges(&Gauges {
+            holes: stats.holes,
+            positions: stats.positions,
+            oldest_age: stats
+                .oldest_first_seen
+                .map_or(Duration::ZERO, |t| now.duration_since(t)),
+            leader,
+            head: watermark.and(self.examined),
+            contiguous: self.examined.and(watermark),
+        });
         self.health.update(t::Status {
             leader,
             open_holes: stats.holes as u64,
@@ -886,7 +901,7 @@ impl<E: Engine> Healer<E> {
                 self.health.watermark_published();
             }
             Err(e) => {
-                self.db_error("watermark", &e);
+                self.db_error(Operation::Watermark, &e);
                 self.health.watermark_failed(&prefixed("publish", &e));
                 warn!(error = %e, "cannot publish the contiguous watermark; retrying next turn");
             }
@@ -969,9 +984,9 @@ impl<E: Engine> Healer<E> {
                     Err(e) => {
                         self.db_error(
                             if self.examined.is_none() {
-                                "start"
+                                Operation::Start
                             } else {
-                                "scan"
+                                Operation::Scan
                             },
                             &e,
                         );
@@ -1005,7 +1020,8 @@ impl<E: Engine> Healer<E> {
                 }
             }
             let drained = {
-                let fill = self.fill_due_after(&stop, rechecked, None);
+                let mut log = LogOnly;
+                let fill = self.fill_due_after(&stop, rechecked, &mut log);
                 tokio::pin!(fill);
                 tokio::select! {
                     _ = &mut fill => true,

@@ -102,7 +102,6 @@ pub async fn elect<L: LeaderLock>(
     tx: LeaderSender,
     stop: CancellationToken,
 ) {
-    let errors = metrics::counter!(t::DB_ERRORS, "operation" => "leader", t::STORE_LABEL => health.store().to_string());
     info!(key = %key, "leader election: trying the store's leader lock");
     let mut said_follower = false;
     // Say it once when the database goes away, not every second.
@@ -162,7 +161,7 @@ pub async fn elect<L: LeaderLock>(
                         Ok(Ok(true)) => continue,
                         Ok(Ok(false)) => "the lock is no longer held".to_string(),
                         Ok(Err(e)) => {
-                            errors.increment(1);
+                            t::Observer::db_error(&*health, t::Operation::Leader);
                             format!("the lock's session failed: {e}")
                         }
                         Err(_) => "the lock's session did not answer in time".to_string(),
@@ -182,7 +181,7 @@ pub async fn elect<L: LeaderLock>(
                 debug!("leader lock taken by another session");
             }
             Err(e) => {
-                errors.increment(1);
+                t::Observer::db_error(&*health, t::Operation::Leader);
                 if unreachable {
                     debug!(error = %e, "leader election: cannot reach the database");
                 } else {

@@ -588,7 +588,7 @@ async fn more_holes_than_the_tracker_keeps_are_healed_in_rounds() {
     let n = gap_healer::healer::MAX_TRACKED as i32 + 5_000;
     rows_at_even_positions(&store, n).await;
     let mut h = healer(&store, options(Duration::from_secs(3600)));
-    h.scan_to_head(&CancellationToken::new(), |_| {})
+    h.scan_to_head(&CancellationToken::new(), &mut gap_healer::healer::LogOnly)
         .await
         .unwrap();
     let tracked = h.tracker().len();
