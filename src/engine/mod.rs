@@ -155,19 +155,6 @@ pub enum FillOutcome {
     },
 }
 
-impl FillOutcome {
-    /// The `outcome` label of `gap_healer_fill_attempts_total`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            FillOutcome::Filled { .. } => "filled",
-            FillOutcome::Committed => "committed",
-            FillOutcome::Held | FillOutcome::Busy => "held",
-            FillOutcome::WriterWaiting { .. } => "writer_waiting",
-            FillOutcome::TableLocked => "table_locked",
-        }
-    }
-}
-
 /// A row of the store's Checkpoints table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
