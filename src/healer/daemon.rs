@@ -44,7 +44,11 @@ impl<E: Engine> Healer<E> {
                     _ = stop.cancelled() => break,
                     r = self.poll(next_poll) => r,
                 };
-                if let Some(start) = self.start.filter(|s| s.above_head() && !s.empty) {
+                if let Some(start) = self
+                    .begun
+                    .map(|b| b.start)
+                    .filter(|s| s.above_head() && !s.empty)
+                {
                     error!(
                         from = start.after + 1,
                         head = start.head,
@@ -75,7 +79,7 @@ impl<E: Engine> Healer<E> {
                     }
                     Err(e) => {
                         self.db_error(
-                            if self.examined.is_none() {
+                            if self.begun.is_none() {
                                 Operation::Start
                             } else {
                                 Operation::Scan

@@ -38,6 +38,10 @@ impl<E: Engine> Healer<E> {
         if due.is_empty() {
             return report;
         }
+        // Holes are tracked only once begun, all below `examined`.
+        let Some(Begun { examined: head, .. }) = self.begun else {
+            return report;
+        };
         if self.opts.dry_run {
             for hole in due {
                 info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
@@ -82,7 +86,6 @@ impl<E: Engine> Healer<E> {
             range_cost: self.engine.fill_range_cost(),
             gap_timeout: self.opts.gap_timeout,
         };
-        let head = self.examined.unwrap_or(i64::MIN);
         let cycle = cycle::plan(&due, &probe.committed, &probe.in_flight, head, now, limits);
         self.apply(&cycle, head);
         let mut queue = cycle.statements;

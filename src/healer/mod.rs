@@ -166,6 +166,14 @@ impl Start {
     }
 }
 
+/// A healer that has begun: what [`Healer::begin`] resolved, and the
+/// highest committed position read since (never below `start.after`).
+#[derive(Clone, Copy, Debug)]
+struct Begun {
+    start: Start,
+    examined: i64,
+}
+
 /// What one scan step read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScanStep {
@@ -262,10 +270,9 @@ pub struct Healer<E: Engine> {
     /// otherwise ([`Healer::observed_by`]).
     observer: Arc<dyn Observer>,
     tracker: Tracker,
-    /// Highest committed position read so far; `None` before [`Healer::begin`].
-    examined: Option<i64>,
-    /// What the first successful [`Healer::begin`] resolved.
-    start: Option<Start>,
+    /// Set by the first successful [`Healer::begin`]: a healer has begun
+    /// exactly when it has a start and a position examined.
+    begun: Option<Begun>,
     last_checkpoints: Option<Instant>,
     /// The watermark last published (or read back at the start).
     published: Option<i64>,
@@ -287,8 +294,7 @@ impl<E: Engine> Healer<E> {
             observer: health.clone(),
             health,
             tracker: Tracker::new(),
-            examined: None,
-            start: None,
+            begun: None,
             last_checkpoints: None,
             published: None,
             watermark_unproven: false,
@@ -312,8 +318,10 @@ impl<E: Engine> Healer<E> {
         self.paused
     }
 
+    /// The highest committed position read so far; `None` before
+    /// [`Healer::begin`].
     pub fn examined(&self) -> Option<i64> {
-        self.examined
+        self.begun.map(|b| b.examined)
     }
 }
 

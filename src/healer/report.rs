@@ -23,7 +23,7 @@ impl<E: Engine> Healer<E> {
             return;
         }
         self.last_checkpoints = Some(now);
-        let Some(head) = self.examined else { return };
+        let Some(head) = self.examined() else { return };
         match self.engine.checkpoints().await {
             Ok(rows) => {
                 let lags: Vec<(String, i64)> = rows
@@ -52,14 +52,14 @@ impl<E: Engine> Healer<E> {
                 .oldest_first_seen
                 .map_or(Duration::ZERO, |t| now.duration_since(t)),
             leader,
-            head: watermark.and(self.examined),
-            contiguous: self.examined.and(watermark),
+            head: watermark.and(self.examined()),
+            contiguous: self.examined().and(watermark),
         });
         self.health.update(t::Status {
             leader,
             open_holes: stats.holes as u64,
             open_positions: stats.positions,
-            head: self.examined,
+            head: self.examined(),
             watermark,
             last_error: None,
             watermark_error: None,
@@ -103,7 +103,7 @@ impl<E: Engine> Healer<E> {
     /// lowest tracked hole, else the highest position examined. `None`
     /// before the first scan.
     pub fn contiguous(&self) -> Option<i64> {
-        let head = self.examined?;
+        let head = self.examined()?;
         Some(self.tracker.lowest().map_or(head, |low| low - 1))
     }
 }

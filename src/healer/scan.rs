@@ -10,9 +10,11 @@ impl<E: Engine> Healer<E> {
     /// Re-checks tracked holes (committed since?) and reads up to
     /// [`MAX_PAGES_PER_STEP`] pages of new rows.
     pub async fn scan_step(&mut self) -> DbResult<ScanStep> {
-        if self.examined.is_none() {
-            self.begin().await?;
-        }
+        let begun = match self.begun {
+            Some(begun) => begun,
+            None => self.start().await?,
+        };
+        let mut examined = begun.examined;
         let started = std::time::Instant::now();
         let mut step = ScanStep::default();
         if !self.tracker.is_empty() {
@@ -41,7 +43,7 @@ impl<E: Engine> Healer<E> {
                 if !self.paused {
                     info!(
                         tracked = self.tracker.len(),
-                        examined = self.examined.unwrap_or_default(),
+                        examined,
                         "tracking the most holes the healer keeps: the scan pauses here until some are filled"
                     );
                 }
@@ -50,7 +52,7 @@ impl<E: Engine> Healer<E> {
                 break;
             }
             self.paused = false;
-            let after = self.examined.unwrap_or_default();
+            let after = examined;
             let page = self.engine.scan(after, self.opts.scan_page_size).await?;
             let now = Instant::now();
             for hole in &page.holes {
@@ -59,14 +61,15 @@ impl<E: Engine> Healer<E> {
             }
             step.rows += page.rows;
             step.new_holes += page.holes.len();
-            self.examined = Some(page.high.max(after));
+            examined = page.high.max(after);
+            self.begun = Some(Begun { examined, ..begun });
             if page.rows < u64::from(self.opts.scan_page_size) {
                 step.caught_up = true;
                 break;
             }
         }
         self.scanned(started);
-        step.examined = self.examined.unwrap_or_default();
+        step.examined = examined;
         Ok(step)
     }
 
@@ -83,7 +86,7 @@ impl<E: Engine> Healer<E> {
     /// shows rows above `examined`, or is not to be had. With holes tracked
     /// it scans (the probe re-checks them).
     pub async fn poll(&mut self, due: Instant) -> DbResult<ScanStep> {
-        if let (true, Some(examined)) = (self.tracker.is_empty(), self.examined) {
+        if let (true, Some(examined)) = (self.tracker.is_empty(), self.examined()) {
             let started = std::time::Instant::now();
             // A failed shared reading is not this store's failure: its own
             // scan decides.
