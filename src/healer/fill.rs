@@ -143,7 +143,6 @@ impl<E: Engine> Healer<E> {
         report: &mut FillReport,
         log_each: bool,
     ) {
-        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
         let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
         let what = describe(&batch);
         let started = std::time::Instant::now();
@@ -165,28 +164,8 @@ impl<E: Engine> Healer<E> {
                 }
             }
             Ok(FillOutcome::Committed) => {
-                self.observer.filled(Outcome::Committed, 0);
-                report.committed += 1;
-                let found = match self.engine.probe(&batch).await {
-                    Ok(p) => p.committed,
-                    Err(e) => {
-                        self.db_error(Operation::Probe, &e);
-                        self.defer_after_error(&batch);
-                        return;
-                    }
-                };
-                info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
-                self.tracker.remove_positions(&found);
-                self.requeue(
-                    plan::after_committed(
-                        &batch,
-                        &found,
-                        max_rows,
-                        max_ranges,
-                        self.engine.fill_range_cost(),
-                    ),
-                    queue,
-                );
+                self.fill_around_committed(&batch, &what, ms, queue, report)
+                    .await
             }
             Ok(FillOutcome::Busy) => {
                 self.observer.filled(Outcome::Held, 0);
@@ -216,26 +195,14 @@ impl<E: Engine> Healer<E> {
             Ok(FillOutcome::WriterWaiting {
                 sessions,
                 first_session,
-            }) => {
-                self.observer.filled(Outcome::WriterWaiting, 0);
-                report.held += 1;
-                report.writer_waiting += 1;
-                info!(
-                    range = %what,
-                    ms,
-                    sessions,
-                    session = ?first_session,
-                    outcome = "writer_waiting",
-                    "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
-                );
-                // The check is table-wide: the rest of the cycle would meet it
-                // too. Such waits end with the transaction waited for, so the
-                // holes are tried again a poll later, without growing backoff.
-                let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
-                for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
-                    self.tracker.postpone(*range, at);
-                }
-            }
+            }) => self.wait_for_waiting_writer(
+                &batch,
+                &what,
+                ms,
+                (sessions, first_session),
+                queue,
+                report,
+            ),
             Ok(FillOutcome::Held) => {
                 self.observer.filled(Outcome::Held, 0);
                 report.held += 1;
@@ -253,6 +220,73 @@ impl<E: Engine> Healer<E> {
                 // Whatever broke (connection, rights) will break the rest too.
                 self.defer_cycle_after_error(&batch, queue);
             }
+        }
+    }
+
+    /// A duplicate key: an append committed inside the batch. Probe it and
+    /// fill around the committed rows.
+    async fn fill_around_committed(
+        &mut self,
+        batch: &[PosRange],
+        what: &str,
+        ms: u64,
+        queue: &mut Vec<plan::Batch>,
+        report: &mut FillReport,
+    ) {
+        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
+        self.observer.filled(Outcome::Committed, 0);
+        report.committed += 1;
+        let found = match self.engine.probe(batch).await {
+            Ok(p) => p.committed,
+            Err(e) => {
+                self.db_error(Operation::Probe, &e);
+                self.defer_after_error(batch);
+                return;
+            }
+        };
+        info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
+        self.tracker.remove_positions(&found);
+        self.requeue(
+            plan::after_committed(
+                batch,
+                &found,
+                max_rows,
+                max_ranges,
+                self.engine.fill_range_cost(),
+            ),
+            queue,
+        );
+    }
+
+    /// Another writer of the table waits for a lock, perhaps with a
+    /// position of this batch drawn and no key yet: the cycle's holes wait
+    /// a poll.
+    fn wait_for_waiting_writer(
+        &mut self,
+        batch: &[PosRange],
+        what: &str,
+        ms: u64,
+        (sessions, first_session): (u32, Option<i64>),
+        queue: &mut Vec<plan::Batch>,
+        report: &mut FillReport,
+    ) {
+        self.observer.filled(Outcome::WriterWaiting, 0);
+        report.held += 1;
+        report.writer_waiting += 1;
+        info!(
+            range = %what,
+            ms,
+            sessions,
+            session = ?first_session,
+            outcome = "writer_waiting",
+            "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
+        );
+        // The check is table-wide: the rest of the cycle would meet it
+        // too. Such waits end with the transaction waited for, so the
+        // holes are tried again a poll later, without growing backoff.
+        let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
+        for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+            self.tracker.postpone(*range, at);
         }
     }
 
