@@ -662,8 +662,8 @@ impl Settings {
 struct Raw {
     text: String,
     origin: String,
-    /// The layer it came from ([`sources::rank`]): a higher one wins.
-    rank: u8,
+    /// The layer it came from: a higher one wins.
+    rank: sources::Origin,
     /// The text parsed.
     valid: bool,
 }
@@ -739,12 +739,12 @@ impl<'a> Validator<'a> {
 
     /// The value of `key` as text, where it came from and that layer's
     /// rank; `None` when unset.
-    fn raw(&mut self, key: &'static str) -> Option<(String, String, u8)> {
+    fn raw(&mut self, key: &'static str) -> Option<(String, String, sources::Origin)> {
         let value = self.figment.find_value(key).ok()?;
         let rank = self
             .figment
             .find_metadata(key)
-            .map_or(0, |m| sources::rank(&m.name));
+            .map_or(sources::Origin::Default, sources::Origin::of);
         let origin = match self.figment.find_metadata(key) {
             Some(Metadata {
                 source: Some(Source::File(path)),
@@ -831,7 +831,10 @@ impl<'a> Validator<'a> {
         let kind = keys.kind;
         let origin = |key: &str| set.get(key).map(|r| r.origin.clone()).unwrap_or_default();
         // Set by someone, not by the defaults layer.
-        let given = |key: &str| set.get(key).is_some_and(|r| r.rank > 0);
+        let given = |key: &str| {
+            set.get(key)
+                .is_some_and(|r| r.rank > sources::Origin::Default)
+        };
         let profile_origin = origin("profile");
         if kind != ProfileKind::Eventuous && engine == Some(EngineKind::Mssql) {
             self.problem(
