@@ -529,7 +529,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Derived("gap-healer:<schema>"),
         scope: Scope::store(
             |v, s| parse_name(v, 255).map(|n| s.election_keys.key = Some(n)),
-            |s| s.election.key().map(quote).unwrap_or_default(),
+            |s| quote(&s.leader_key()),
         ),
     },
     Key {

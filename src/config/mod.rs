@@ -170,6 +170,20 @@ impl DaemonSettings {
 }
 
 impl StoreConfig {
+    /// The leader lock's name: `leader_key` as given, else derived from
+    /// the table (`gap-healer:<schema>`, or `gap-healer:<schema>.<table>`
+    /// for a table profile). Shown by `config` also with the election off.
+    pub fn leader_key(&self) -> String {
+        let schema = self.store.schema.as_str();
+        self.election_keys
+            .key
+            .clone()
+            .unwrap_or_else(|| match &self.store.profile {
+                TableProfile::Eventuous => format!("gap-healer:{schema}"),
+                TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
+            })
+    }
+
     /// Placeholders, each overwritten by its key's default, by a rule, or
     /// reported missing.
     fn unset() -> Self {
@@ -805,15 +819,10 @@ impl<'a> Validator<'a> {
             store.store.connection_string = cs;
         }
         self.profile(set, store, engine);
-        let schema = store.store.schema.as_str();
-        let default_key = || match &store.store.profile {
-            TableProfile::Eventuous => format!("gap-healer:{schema}"),
-            TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
-        };
         store.election = match &store.election_keys {
             ElectionKeys { on: false, .. } => Election::Off,
-            ElectionKeys { on: true, key } => Election::On {
-                key: key.clone().unwrap_or_else(default_key),
+            ElectionKeys { on: true, .. } => Election::On {
+                key: store.leader_key(),
             },
         };
     }
