@@ -386,16 +386,19 @@ pub fn load(
     need: Need,
 ) -> Result<Settings, ConfigError> {
     let mut problems = Vec::new();
-    let mut file = None;
-    if let Some(path) = &args.config {
-        match sources::file(path) {
+    let mut file = args
+        .config
+        .as_deref()
+        .and_then(|path| match sources::file(path) {
             Ok(mut f) => {
                 problems.append(&mut f.problems);
-                file = Some(f);
+                Some(f)
             }
-            Err(p) => problems.push(p),
-        }
-    }
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+        });
     let entries = file
         .as_mut()
         .map(|f| std::mem::take(&mut f.stores))
@@ -430,23 +433,7 @@ pub fn load(
         problems.append(&mut found);
         stores.push(store);
     } else {
-        for name in PER_STORE_ONLY {
-            let key = Key::find(name).expect("a key of the table");
-            for (layer, origin) in [
-                (&env, format!("environment variable {}", key.env())),
-                (&flags, format!("flag --{}", key.long())),
-            ] {
-                if layer.has(name) {
-                    problems.push(Problem {
-                        key: key.name.into(),
-                        value: None,
-                        origin,
-                        message: "the file lists [[stores]]: set it in each store's entry, not for all of them at once".into(),
-                        store: None,
-                    });
-                }
-            }
-        }
+        problems.extend(per_store_only_set_for_all(&env, &flags));
         let mut seen = std::collections::BTreeSet::new();
         for (i, entry) in entries.iter().chain(&set_entries).enumerate() {
             let is_set = i >= entries.len();
@@ -459,78 +446,153 @@ pub fn load(
                     .display(),
                 if is_set { "store_sets" } else { "stores" }
             );
-            let name = match &entry.name {
-                None => {
-                    problems.push(Problem {
-                        key: "name".into(),
-                        value: None,
-                        origin,
-                        message: "required: every [[stores]] entry has a name".into(),
-                        store: Some(label),
-                    });
+            let name = match entry_name(entry, label, &origin, &mut seen) {
+                Ok(name) => name,
+                Err(problem) => {
+                    problems.push(problem);
                     continue;
                 }
-                Some(name) => match parse_store_name(name) {
-                    Err(message) => {
-                        problems.push(Problem {
-                            key: "name".into(),
-                            value: Some(name.clone()),
-                            origin,
-                            message,
-                            store: None,
-                        });
-                        continue;
-                    }
-                    Ok(name) if !seen.insert(name.clone()) => {
-                        problems.push(Problem {
-                            key: "name".into(),
-                            value: Some(name),
-                            origin,
-                            message: "two [[stores]] entries have this name".into(),
-                            store: None,
-                        });
-                        continue;
-                    }
-                    Ok(name) => name,
-                },
             };
             let figment = layered(Some(&entry.layer));
             let (store, mut found) = read_store(&name, &figment, Some(&name), need);
             problems.append(&mut found);
-            if !is_set {
+            if is_set {
+                match store_set(name, entry, store, origin) {
+                    Ok(set) => sets.push(set),
+                    Err(mut found) => problems.append(&mut found),
+                }
+            } else {
                 stores.push(store);
-                continue;
-            }
-            let cs = store.store.connection_string.expose();
-            if !cs.is_empty() && !cs.contains(DATABASE_PLACEHOLDER) {
-                problems.push(Problem {
-                    key: "connection_string".into(),
-                    value: None,
-                    origin: origin.clone(),
-                    message: format!(
-                        "a [[store_sets]] entry's connection string names each database as {DATABASE_PLACEHOLDER}"
-                    ),
-                    store: Some(name.clone()),
-                });
-            }
-            match &entry.databases {
-                Some(pattern) if !pattern.is_empty() => sets.push(StoreSet {
-                    name,
-                    databases: pattern.clone(),
-                    template: store,
-                }),
-                _ => problems.push(Problem {
-                    key: "databases".into(),
-                    value: None,
-                    origin,
-                    message: "required: a LIKE pattern over the server's database names, e.g. \"tenant_%\"".into(),
-                    store: Some(name),
-                }),
             }
         }
     }
-    // Stores of one database each need their own leader lock: with one name
-    // for two of them, one store's election would keep the other following.
+    problems.extend(shared_leader_locks(&stores));
+    let unique = said_once(problems);
+    if unique.is_empty() {
+        Ok(Settings {
+            daemon,
+            daemon_origins,
+            stores,
+            sets,
+            selected: Vec::new(),
+            fleet,
+        })
+    } else {
+        Err(ConfigError { problems: unique })
+    }
+}
+
+/// With `[[stores]]` in the file, the keys each store sets for itself
+/// refused from the environment and the flags, which would set them for all.
+fn per_store_only_set_for_all(env: &Layer, flags: &Layer) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for name in PER_STORE_ONLY {
+        let key = Key::find(name).expect("a key of the table");
+        for (layer, origin) in [
+            (env, format!("environment variable {}", key.env())),
+            (flags, format!("flag --{}", key.long())),
+        ] {
+            if layer.has(name) {
+                problems.push(Problem {
+                    key: key.name.into(),
+                    value: None,
+                    origin,
+                    message: "the file lists [[stores]]: set it in each store's entry, not for all of them at once".into(),
+                    store: None,
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// A `[[stores]]` or `[[store_sets]]` entry's name: present, valid, and
+/// not taken by an entry before it (`seen`).
+fn entry_name(
+    entry: &sources::StoreEntry,
+    label: String,
+    origin: &str,
+    seen: &mut std::collections::BTreeSet<String>,
+) -> Result<String, Problem> {
+    let origin = origin.to_string();
+    match &entry.name {
+        None => Err(Problem {
+            key: "name".into(),
+            value: None,
+            origin,
+            message: "required: every [[stores]] entry has a name".into(),
+            store: Some(label),
+        }),
+        Some(name) => match parse_store_name(name) {
+            Err(message) => Err(Problem {
+                key: "name".into(),
+                value: Some(name.clone()),
+                origin,
+                message,
+                store: None,
+            }),
+            Ok(name) if !seen.insert(name.clone()) => Err(Problem {
+                key: "name".into(),
+                value: Some(name),
+                origin,
+                message: "two [[stores]] entries have this name".into(),
+                store: None,
+            }),
+            Ok(name) => Ok(name),
+        },
+    }
+}
+
+/// A `[[store_sets]]` entry: its template store (whose connection string
+/// names each database as the placeholder) and its `databases` pattern.
+fn store_set(
+    name: String,
+    entry: &sources::StoreEntry,
+    store: Store,
+    origin: String,
+) -> Result<StoreSet, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let cs = store.store.connection_string.expose();
+    if !cs.is_empty() && !cs.contains(DATABASE_PLACEHOLDER) {
+        problems.push(Problem {
+                key: "connection_string".into(),
+                value: None,
+                origin: origin.clone(),
+                message: format!(
+                    "a [[store_sets]] entry's connection string names each database as {DATABASE_PLACEHOLDER}"
+                ),
+                store: Some(name.clone()),
+            });
+    }
+    match &entry.databases {
+        // A problem above fails the load: no set to keep.
+        Some(pattern) if !pattern.is_empty() => match problems.is_empty() {
+            true => Ok(StoreSet {
+                name,
+                databases: pattern.clone(),
+                template: store,
+            }),
+            false => Err(problems),
+        },
+        _ => {
+            problems.push(Problem {
+                key: "databases".into(),
+                value: None,
+                origin,
+                message:
+                    "required: a LIKE pattern over the server's database names, e.g. \"tenant_%\""
+                        .into(),
+                store: Some(name),
+            });
+            Err(problems)
+        }
+    }
+}
+
+/// Stores of one database each need their own leader lock: with one name
+/// for two of them, one store's election would keep the other following.
+fn shared_leader_locks(stores: &[Store]) -> Vec<Problem> {
+    let mut problems = Vec::new();
     for (i, a) in stores.iter().enumerate() {
         let Some(key) = a.election.key() else {
             continue;
@@ -556,7 +618,11 @@ pub fn load(
             });
         }
     }
-    // A problem of a key every store reads (a bad flag) is said once.
+    problems
+}
+
+/// A problem of a key every store reads (a bad flag) is said once.
+fn said_once(problems: Vec<Problem>) -> Vec<Problem> {
     let mut unique: Vec<Problem> = Vec::new();
     for p in problems {
         let same = |q: &Problem| {
@@ -566,18 +632,7 @@ pub fn load(
             unique.push(p);
         }
     }
-    if unique.is_empty() {
-        Ok(Settings {
-            daemon,
-            daemon_origins,
-            stores,
-            sets,
-            selected: Vec::new(),
-            fleet,
-        })
-    } else {
-        Err(ConfigError { problems: unique })
-    }
+    unique
 }
 
 /// One store's keys from its layers; `label`: the store named in problems
