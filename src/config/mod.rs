@@ -635,6 +635,23 @@ fn said_once(problems: Vec<Problem>) -> Vec<Problem> {
     unique
 }
 
+/// Where `key`'s value came from, as problems name it (empty: nowhere).
+fn origin(set: &BTreeMap<&str, Raw>, key: &str) -> String {
+    set.get(key).map(|r| r.origin.clone()).unwrap_or_default()
+}
+
+/// `key` was set by someone, not by the defaults layer.
+fn given(set: &BTreeMap<&str, Raw>, key: &str) -> bool {
+    set.get(key)
+        .is_some_and(|r| r.rank > sources::Origin::Default)
+}
+
+/// A problem of `key`, named with its origin.
+fn refuse(v: &mut Validator<'_>, set: &BTreeMap<&str, Raw>, key: &str, why: String) {
+    let o = origin(set, key);
+    v.problem(key, &o, why);
+}
+
 /// One store's keys from its layers; `label`: the store named in problems
 /// (`None` for the single default store).
 fn read_store(
@@ -893,112 +910,126 @@ impl<'a> Validator<'a> {
     ) {
         let keys = store.profile.clone();
         let kind = keys.kind;
-        let origin = |key: &str| set.get(key).map(|r| r.origin.clone()).unwrap_or_default();
-        // Set by someone, not by the defaults layer.
-        let given = |key: &str| {
-            set.get(key)
-                .is_some_and(|r| r.rank > sources::Origin::Default)
-        };
-        let profile_origin = origin("profile");
-        if kind != ProfileKind::Eventuous && engine == Some(EngineKind::Mssql) {
+        if kind != ProfileKind::Eventuous
+            && engine.is_some_and(|e| !crate::engine::heals_table_profiles(e))
+        {
             self.problem(
                 "profile",
-                &profile_origin,
+                &origin(set, "profile"),
                 format!("{kind}: PostgreSQL only, for now (SQL Server heals Eventuous's Messages)"),
             );
             return;
         }
-        let refuse = |v: &mut Self, key: &str, why: String| {
-            let o = origin(key);
-            v.problem(key, &o, why);
-        };
         match kind {
-            ProfileKind::Eventuous => {
-                for (key, fixed, value) in [
-                    ("table", "messages", keys.table.as_ref()),
-                    (
-                        "position_column",
-                        "global_position",
-                        keys.position_column.as_ref(),
-                    ),
-                ] {
-                    if value.is_some_and(|v| v.as_str() != fixed) {
-                        refuse(self, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
-                    }
-                }
-                for key in ["columns", "tombstone_stream_id"] {
-                    if given(key) {
-                        refuse(self, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
-                    }
-                }
-            }
-            ProfileKind::LedgerCore => {
-                if given("columns") {
-                    refuse(self, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
-                }
-                if !given("tombstone_stream") {
-                    store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
-                }
-                let preset = |name: Option<&str>| {
-                    Ident::parse(name.unwrap_or_default()).expect("a preset name")
-                };
-                store.store.profile = TableProfile::Table(TableShape::ledger_core(
-                    keys.table.unwrap_or_else(|| preset(kind.default_table())),
-                    keys.position_column
-                        .unwrap_or_else(|| preset(kind.default_position())),
-                    &store.store.tombstone_stream,
-                    &keys.tombstone_stream_id,
-                    &store.store.tombstone_type,
-                ));
-            }
-            ProfileKind::Custom => {
-                for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
-                    if given(key) {
-                        refuse(
-                            self,
-                            key,
-                            "not read by the custom profile: its tombstone row is `columns`".into(),
-                        );
-                    }
-                }
-                let mut missing = Vec::new();
-                for (key, value) in [
-                    ("table", keys.table.is_some()),
-                    ("position_column", keys.position_column.is_some()),
-                    ("columns", keys.columns.is_some()),
-                ] {
-                    // A key that was set but invalid has its own problem already.
-                    if !value && !set.contains_key(key) {
-                        missing.push(key);
-                    }
-                }
-                for key in &missing {
-                    self.problem(key, "nowhere", "required by profile = \"custom\"");
-                }
-                let (Some(table), Some(position), Some(columns)) =
-                    (keys.table, keys.position_column, keys.columns)
-                else {
-                    return;
-                };
-                if columns.iter().any(|c| c.name == position) {
-                    refuse(
-                        self,
-                        "columns",
-                        format!(
-                            "{} is the position column: the fill writes it",
-                            position.as_str()
-                        ),
-                    );
-                    return;
-                }
-                store.store.profile = TableProfile::Table(TableShape {
-                    kind,
-                    table,
-                    position,
-                    columns,
-                });
+            ProfileKind::Eventuous => self.eventuous_profile(set, &keys),
+            ProfileKind::LedgerCore => self.ledger_core_profile(set, store, keys),
+            ProfileKind::Custom => self.custom_profile(set, store, keys),
+        }
+    }
+
+    /// Eventuous's own tables: `table` and `position_column` only as its
+    /// names, no tombstone columns.
+    fn eventuous_profile(&mut self, set: &BTreeMap<&str, Raw>, keys: &ProfileKeys) {
+        for (key, fixed, value) in [
+            ("table", "messages", keys.table.as_ref()),
+            (
+                "position_column",
+                "global_position",
+                keys.position_column.as_ref(),
+            ),
+        ] {
+            if value.is_some_and(|v| v.as_str() != fixed) {
+                refuse(self, set, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
             }
         }
+        for key in ["columns", "tombstone_stream_id"] {
+            if given(set, key) {
+                refuse(self, set, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
+            }
+        }
+    }
+
+    /// Seed 003's `events` table: its fixed tombstone row, its default names.
+    fn ledger_core_profile(
+        &mut self,
+        set: &BTreeMap<&str, Raw>,
+        store: &mut StoreConfig,
+        keys: ProfileKeys,
+    ) {
+        let kind = keys.kind;
+        if given(set, "columns") {
+            refuse(self, set, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
+        }
+        if !given(set, "tombstone_stream") {
+            store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
+        }
+        let preset =
+            |name: Option<&str>| Ident::parse(name.unwrap_or_default()).expect("a preset name");
+        store.store.profile = TableProfile::Table(TableShape::ledger_core(
+            keys.table.unwrap_or_else(|| preset(kind.default_table())),
+            keys.position_column
+                .unwrap_or_else(|| preset(kind.default_position())),
+            &store.store.tombstone_stream,
+            &keys.tombstone_stream_id,
+            &store.store.tombstone_type,
+        ));
+    }
+
+    /// A table described by `table`, `position_column` and `columns`, all required.
+    fn custom_profile(
+        &mut self,
+        set: &BTreeMap<&str, Raw>,
+        store: &mut StoreConfig,
+        keys: ProfileKeys,
+    ) {
+        let kind = keys.kind;
+        for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
+            if given(set, key) {
+                refuse(
+                    self,
+                    set,
+                    key,
+                    "not read by the custom profile: its tombstone row is `columns`".into(),
+                );
+            }
+        }
+        let mut missing = Vec::new();
+        for (key, value) in [
+            ("table", keys.table.is_some()),
+            ("position_column", keys.position_column.is_some()),
+            ("columns", keys.columns.is_some()),
+        ] {
+            // A key that was set but invalid has its own problem already.
+            if !value && !set.contains_key(key) {
+                missing.push(key);
+            }
+        }
+        for key in &missing {
+            self.problem(key, "nowhere", "required by profile = \"custom\"");
+        }
+        let (Some(table), Some(position), Some(columns)) =
+            (keys.table, keys.position_column, keys.columns)
+        else {
+            return;
+        };
+        if columns.iter().any(|c| c.name == position) {
+            refuse(
+                self,
+                set,
+                "columns",
+                format!(
+                    "{} is the position column: the fill writes it",
+                    position.as_str()
+                ),
+            );
+            return;
+        }
+        store.store.profile = TableProfile::Table(TableShape {
+            kind,
+            table,
+            position,
+            columns,
+        });
     }
 
     /// The connection string from `connection_string` or `connection_string_file`,
