@@ -954,12 +954,50 @@ async fn heal_once<E: Engine>(
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
+    let Some(healed) = heal_rounds(&mut healer, settings, out, &stop).await? else {
+        return Ok(EXIT_OK);
+    };
+    let left = if settings.dry_run {
+        crate::gaps::Stats {
+            holes: healed.holes,
+            positions: healed.positions,
+            ..healer.tracker().stats()
+        }
+    } else {
+        healer.tracker().stats()
+    };
+    let code = if healed.report.errors > 0 {
+        EXIT_INCOMPLETE
+    } else if left.holes > 0 && !settings.dry_run {
+        EXIT_HOLES_FOUND
+    } else {
+        EXIT_OK
+    };
+    print_heal_report(settings, format, out, &healed, &left);
+    Ok(code)
+}
+
+/// What `heal` found over all its rounds, and what its fills did.
+struct Healed {
+    holes: usize,
+    positions: u64,
+    report: crate::healer::FillReport,
+}
+
+/// Scans and fills in rounds until nothing is left to find; `None` when
+/// told to stop while waiting for holes to come due.
+async fn heal_rounds<E: Engine>(
+    healer: &mut Healer<E>,
+    settings: &Store,
+    out: &Out,
+    stop: &CancellationToken,
+) -> Result<Option<Healed>, Failure> {
     // The tracker holds at most MAX_TRACKED holes: a store with more is
     // healed in rounds, each scanning on from where the last one paused.
     let (mut holes, mut positions) = (0, 0u64);
     let mut report = crate::healer::FillReport::default();
     loop {
-        scan_all(&mut healer, &stop).await?;
+        scan_all(healer, stop).await?;
         let stats = healer.tracker().stats();
         if stats.holes == 0 {
             break;
@@ -983,7 +1021,7 @@ async fn heal_once<E: Engine>(
             ));
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
-                _ = stop.cancelled() => return Ok(EXIT_OK),
+                _ = stop.cancelled() => return Ok(None),
             }
         }
         let bar = progress(stats.positions, "filling");
@@ -992,7 +1030,7 @@ async fn heal_once<E: Engine>(
             from: 0,
             done: 0,
         };
-        let round = healer.fill_due_with(&stop, &mut shown).await;
+        let round = healer.fill_due_with(stop, &mut shown).await;
         let filled = shown.done;
         healer.publish_watermark().await;
         bar.finish(filled);
@@ -1001,22 +1039,26 @@ async fn heal_once<E: Engine>(
             break;
         }
     }
-    let left = if settings.dry_run {
-        crate::gaps::Stats {
-            holes,
-            positions,
-            ..healer.tracker().stats()
-        }
-    } else {
-        healer.tracker().stats()
-    };
-    let code = if report.errors > 0 {
-        EXIT_INCOMPLETE
-    } else if left.holes > 0 && !settings.dry_run {
-        EXIT_HOLES_FOUND
-    } else {
-        EXIT_OK
-    };
+    Ok(Some(Healed {
+        holes,
+        positions,
+        report,
+    }))
+}
+
+/// Prints what `heal` found, filled and left, as one JSON object or one line.
+fn print_heal_report(
+    settings: &Store,
+    format: Format,
+    out: &Out,
+    healed: &Healed,
+    left: &crate::gaps::Stats,
+) {
+    let Healed {
+        holes,
+        positions,
+        ref report,
+    } = *healed;
     let filling = report
         .statements
         .saturating_sub(report.committed + report.held + report.errors);
@@ -1038,7 +1080,7 @@ async fn heal_once<E: Engine>(
                 "left": { "holes": left.holes, "positions": left.positions },
             })
         );
-        return Ok(code);
+        return;
     }
     if holes == 0 {
         out.line("no holes: nothing to fill");
@@ -1066,7 +1108,6 @@ async fn heal_once<E: Engine>(
             left.holes
         ));
     }
-    Ok(code)
 }
 
 async fn check<E: Engine>(
