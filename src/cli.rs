@@ -884,65 +884,115 @@ async fn scan<E: Engine>(
         }
         .min(holes.len())
     };
+    let scanned = Scanned {
+        holes,
+        positions,
+        from,
+        head,
+        empty: start.empty,
+        above_head,
+        shown,
+    };
     match format {
-        Format::Json => {
-            let mut report = serde_json::json!({
-                "store": settings.name,
-                "from": from,
-                "head": head,
-                "empty": start.empty,
-                "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
-                "hole_count": holes.len(),
-                "holes_not_listed": holes.len() - shown,
-                "positions": positions,
-            });
-            if let Some(warning) = &above_head {
-                report["warning"] = serde_json::json!(warning);
-            }
-            println!("{report}");
-        }
-        Format::Text => {
-            if let Some(warning) = &above_head {
-                out.line(format_args!("WARNING: {warning}"));
-            }
-            let span = if above_head.is_some() {
-                format!(" from {from} on, above the head {head}")
-            } else if start.empty && holes.is_empty() {
-                ": the table has no rows yet".to_string()
-            } else if from > head {
-                format!(": nothing to examine, the scan starts at {from} and the head is {head}")
-            } else {
-                format!(" between {from} and the head {head}")
-            };
-            out.line(format_args!(
-                "{} hole{} ({} missing position{}){span}",
-                holes.len(),
-                plural(holes.len() as u64),
-                positions,
-                plural(positions),
-            ));
-            for r in &holes[..shown] {
-                let range = r.to_string();
-                out.line(format_args!(
-                    "  {range:<24} {:>10} position{}",
-                    r.width(),
-                    plural(r.width())
-                ));
-            }
-            let more = holes.len() - shown;
-            if more > 0 {
-                out.line(format_args!(
-                    "... and {more} more hole{} (use --all)",
-                    plural(more as u64)
-                ));
-            }
-        }
+        Format::Json => scanned.print_json(settings),
+        Format::Text => scanned.print_text(out),
     }
-    Ok(if holes.is_empty() {
+    Ok(if scanned.holes.is_empty() {
         EXIT_OK
     } else {
         EXIT_HOLES_FOUND
     })
+}
+
+/// What `scan` found, ready to be printed.
+struct Scanned {
+    holes: Vec<crate::gaps::PosRange>,
+    positions: u64,
+    /// The first position examined.
+    from: i64,
+    head: i64,
+    /// The table had no rows.
+    empty: bool,
+    /// The warning of a scan that started above the head.
+    above_head: Option<String>,
+    /// How many of the holes are listed.
+    shown: usize,
+}
+
+impl Scanned {
+    /// Prints the findings as one JSON object.
+    fn print_json(&self, settings: &Store) {
+        let Scanned {
+            ref holes,
+            positions,
+            from,
+            head,
+            empty,
+            ref above_head,
+            shown,
+        } = *self;
+        let mut report = serde_json::json!({
+            "store": settings.name,
+            "from": from,
+            "head": head,
+            "empty": empty,
+            "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
+            "hole_count": holes.len(),
+            "holes_not_listed": holes.len() - shown,
+            "positions": positions,
+        });
+        if let Some(warning) = above_head {
+            report["warning"] = serde_json::json!(warning);
+        }
+        println!("{report}");
+    }
+
+    /// Prints the findings as a summary line and the listed holes.
+    fn print_text(&self, out: &Out) {
+        let Scanned {
+            ref holes,
+            positions,
+            from,
+            head,
+            empty,
+            ref above_head,
+            shown,
+        } = *self;
+        if let Some(warning) = above_head {
+            out.line(format_args!("WARNING: {warning}"));
+        }
+        let span = if above_head.is_some() {
+            format!(" from {from} on, above the head {head}")
+        } else if empty && holes.is_empty() {
+            ": the table has no rows yet".to_string()
+        } else if from > head {
+            format!(": nothing to examine, the scan starts at {from} and the head is {head}")
+        } else {
+            format!(" between {from} and the head {head}")
+        };
+        out.line(format_args!(
+            "{} hole{} ({} missing position{}){span}",
+            holes.len(),
+            plural(holes.len() as u64),
+            positions,
+            plural(positions),
+        ));
+        for r in &holes[..shown] {
+            let range = r.to_string();
+            out.line(format_args!(
+                "  {range:<24} {:>10} position{}",
+                r.width(),
+                plural(r.width())
+            ));
+        }
+        let more = holes.len() - shown;
+        if more > 0 {
+            out.line(format_args!(
+                "... and {more} more hole{} (use --all)",
+                plural(more as u64)
+            ));
+        }
+    }
 }
 
 async fn heal_once<E: Engine>(
