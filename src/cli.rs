@@ -431,23 +431,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return Ok(EXIT_OK);
         }
         Command::Sql(SqlArgs { role, .. }) => {
-            let role = role.as_deref();
-            for store in &settings.stores {
-                if many {
-                    println!("-- store {}", store.name);
-                }
-                print!("{}", engine::setup_sql(store.engine, &store.store, role));
-            }
-            for set in &settings.sets {
-                println!(
-                    "-- store set {}: in every database LIKE '{}'",
-                    set.name, set.databases
-                );
-                print!(
-                    "{}",
-                    engine::setup_sql(set.template.engine, &set.template.store, role)
-                );
-            }
+            print_setup_sql(&settings, role.as_deref(), many);
             return Ok(EXIT_OK);
         }
         _ => {}
@@ -497,6 +481,27 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Ok(worst)
     })
+}
+
+/// Prints `sql`'s setup statements for every selected store and store set,
+/// each led by a comment naming it when there are many.
+fn print_setup_sql(settings: &Settings, role: Option<&str>, many: bool) {
+    for store in &settings.stores {
+        if many {
+            println!("-- store {}", store.name);
+        }
+        print!("{}", engine::setup_sql(store.engine, &store.store, role));
+    }
+    for set in &settings.sets {
+        println!(
+            "-- store set {}: in every database LIKE '{}'",
+            set.name, set.databases
+        );
+        print!(
+            "{}",
+            engine::setup_sql(set.template.engine, &set.template.store, role)
+        );
+    }
 }
 
 /// Where a one-shot command prints a store's lines: stdout, each line led
