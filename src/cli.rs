@@ -431,23 +431,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return Ok(EXIT_OK);
         }
         Command::Sql(SqlArgs { role, .. }) => {
-            let role = role.as_deref();
-            for store in &settings.stores {
-                if many {
-                    println!("-- store {}", store.name);
-                }
-                print!("{}", engine::setup_sql(store.engine, &store.store, role));
-            }
-            for set in &settings.sets {
-                println!(
-                    "-- store set {}: in every database LIKE '{}'",
-                    set.name, set.databases
-                );
-                print!(
-                    "{}",
-                    engine::setup_sql(set.template.engine, &set.template.store, role)
-                );
-            }
+            print_setup_sql(&settings, role.as_deref(), many);
             return Ok(EXIT_OK);
         }
         _ => {}
@@ -497,6 +481,27 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Ok(worst)
     })
+}
+
+/// Prints `sql`'s setup statements for every selected store and store set,
+/// each led by a comment naming it when there are many.
+fn print_setup_sql(settings: &Settings, role: Option<&str>, many: bool) {
+    for store in &settings.stores {
+        if many {
+            println!("-- store {}", store.name);
+        }
+        print!("{}", engine::setup_sql(store.engine, &store.store, role));
+    }
+    for set in &settings.sets {
+        println!(
+            "-- store set {}: in every database LIKE '{}'",
+            set.name, set.databases
+        );
+        print!(
+            "{}",
+            engine::setup_sql(set.template.engine, &set.template.store, role)
+        );
+    }
 }
 
 /// Where a one-shot command prints a store's lines: stdout, each line led
@@ -884,65 +889,115 @@ async fn scan<E: Engine>(
         }
         .min(holes.len())
     };
+    let scanned = Scanned {
+        holes,
+        positions,
+        from,
+        head,
+        empty: start.empty,
+        above_head,
+        shown,
+    };
     match format {
-        Format::Json => {
-            let mut report = serde_json::json!({
-                "store": settings.name,
-                "from": from,
-                "head": head,
-                "empty": start.empty,
-                "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
-                "hole_count": holes.len(),
-                "holes_not_listed": holes.len() - shown,
-                "positions": positions,
-            });
-            if let Some(warning) = &above_head {
-                report["warning"] = serde_json::json!(warning);
-            }
-            println!("{report}");
-        }
-        Format::Text => {
-            if let Some(warning) = &above_head {
-                out.line(format_args!("WARNING: {warning}"));
-            }
-            let span = if above_head.is_some() {
-                format!(" from {from} on, above the head {head}")
-            } else if start.empty && holes.is_empty() {
-                ": the table has no rows yet".to_string()
-            } else if from > head {
-                format!(": nothing to examine, the scan starts at {from} and the head is {head}")
-            } else {
-                format!(" between {from} and the head {head}")
-            };
-            out.line(format_args!(
-                "{} hole{} ({} missing position{}){span}",
-                holes.len(),
-                plural(holes.len() as u64),
-                positions,
-                plural(positions),
-            ));
-            for r in &holes[..shown] {
-                let range = r.to_string();
-                out.line(format_args!(
-                    "  {range:<24} {:>10} position{}",
-                    r.width(),
-                    plural(r.width())
-                ));
-            }
-            let more = holes.len() - shown;
-            if more > 0 {
-                out.line(format_args!(
-                    "... and {more} more hole{} (use --all)",
-                    plural(more as u64)
-                ));
-            }
-        }
+        Format::Json => scanned.print_json(settings),
+        Format::Text => scanned.print_text(out),
     }
-    Ok(if holes.is_empty() {
+    Ok(if scanned.holes.is_empty() {
         EXIT_OK
     } else {
         EXIT_HOLES_FOUND
     })
+}
+
+/// What `scan` found, ready to be printed.
+struct Scanned {
+    holes: Vec<crate::gaps::PosRange>,
+    positions: u64,
+    /// The first position examined.
+    from: i64,
+    head: i64,
+    /// The table had no rows.
+    empty: bool,
+    /// The warning of a scan that started above the head.
+    above_head: Option<String>,
+    /// How many of the holes are listed.
+    shown: usize,
+}
+
+impl Scanned {
+    /// Prints the findings as one JSON object.
+    fn print_json(&self, settings: &Store) {
+        let Scanned {
+            ref holes,
+            positions,
+            from,
+            head,
+            empty,
+            ref above_head,
+            shown,
+        } = *self;
+        let mut report = serde_json::json!({
+            "store": settings.name,
+            "from": from,
+            "head": head,
+            "empty": empty,
+            "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
+            "hole_count": holes.len(),
+            "holes_not_listed": holes.len() - shown,
+            "positions": positions,
+        });
+        if let Some(warning) = above_head {
+            report["warning"] = serde_json::json!(warning);
+        }
+        println!("{report}");
+    }
+
+    /// Prints the findings as a summary line and the listed holes.
+    fn print_text(&self, out: &Out) {
+        let Scanned {
+            ref holes,
+            positions,
+            from,
+            head,
+            empty,
+            ref above_head,
+            shown,
+        } = *self;
+        if let Some(warning) = above_head {
+            out.line(format_args!("WARNING: {warning}"));
+        }
+        let span = if above_head.is_some() {
+            format!(" from {from} on, above the head {head}")
+        } else if empty && holes.is_empty() {
+            ": the table has no rows yet".to_string()
+        } else if from > head {
+            format!(": nothing to examine, the scan starts at {from} and the head is {head}")
+        } else {
+            format!(" between {from} and the head {head}")
+        };
+        out.line(format_args!(
+            "{} hole{} ({} missing position{}){span}",
+            holes.len(),
+            plural(holes.len() as u64),
+            positions,
+            plural(positions),
+        ));
+        for r in &holes[..shown] {
+            let range = r.to_string();
+            out.line(format_args!(
+                "  {range:<24} {:>10} position{}",
+                r.width(),
+                plural(r.width())
+            ));
+        }
+        let more = holes.len() - shown;
+        if more > 0 {
+            out.line(format_args!(
+                "... and {more} more hole{} (use --all)",
+                plural(more as u64)
+            ));
+        }
+    }
 }
 
 async fn heal_once<E: Engine>(
@@ -954,12 +1009,50 @@ async fn heal_once<E: Engine>(
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
+    let Some(healed) = heal_rounds(&mut healer, settings, out, &stop).await? else {
+        return Ok(EXIT_OK);
+    };
+    let left = if settings.dry_run {
+        crate::gaps::Stats {
+            holes: healed.holes,
+            positions: healed.positions,
+            ..healer.tracker().stats()
+        }
+    } else {
+        healer.tracker().stats()
+    };
+    let code = if healed.report.errors > 0 {
+        EXIT_INCOMPLETE
+    } else if left.holes > 0 && !settings.dry_run {
+        EXIT_HOLES_FOUND
+    } else {
+        EXIT_OK
+    };
+    print_heal_report(settings, format, out, &healed, &left);
+    Ok(code)
+}
+
+/// What `heal` found over all its rounds, and what its fills did.
+struct Healed {
+    holes: usize,
+    positions: u64,
+    report: crate::healer::FillReport,
+}
+
+/// Scans and fills in rounds until nothing is left to find; `None` when
+/// told to stop while waiting for holes to come due.
+async fn heal_rounds<E: Engine>(
+    healer: &mut Healer<E>,
+    settings: &Store,
+    out: &Out,
+    stop: &CancellationToken,
+) -> Result<Option<Healed>, Failure> {
     // The tracker holds at most MAX_TRACKED holes: a store with more is
     // healed in rounds, each scanning on from where the last one paused.
     let (mut holes, mut positions) = (0, 0u64);
     let mut report = crate::healer::FillReport::default();
     loop {
-        scan_all(&mut healer, &stop).await?;
+        scan_all(healer, stop).await?;
         let stats = healer.tracker().stats();
         if stats.holes == 0 {
             break;
@@ -983,7 +1076,7 @@ async fn heal_once<E: Engine>(
             ));
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
-                _ = stop.cancelled() => return Ok(EXIT_OK),
+                _ = stop.cancelled() => return Ok(None),
             }
         }
         let bar = progress(stats.positions, "filling");
@@ -992,7 +1085,7 @@ async fn heal_once<E: Engine>(
             from: 0,
             done: 0,
         };
-        let round = healer.fill_due_with(&stop, &mut shown).await;
+        let round = healer.fill_due_with(stop, &mut shown).await;
         let filled = shown.done;
         healer.publish_watermark().await;
         bar.finish(filled);
@@ -1001,22 +1094,26 @@ async fn heal_once<E: Engine>(
             break;
         }
     }
-    let left = if settings.dry_run {
-        crate::gaps::Stats {
-            holes,
-            positions,
-            ..healer.tracker().stats()
-        }
-    } else {
-        healer.tracker().stats()
-    };
-    let code = if report.errors > 0 {
-        EXIT_INCOMPLETE
-    } else if left.holes > 0 && !settings.dry_run {
-        EXIT_HOLES_FOUND
-    } else {
-        EXIT_OK
-    };
+    Ok(Some(Healed {
+        holes,
+        positions,
+        report,
+    }))
+}
+
+/// Prints what `heal` found, filled and left, as one JSON object or one line.
+fn print_heal_report(
+    settings: &Store,
+    format: Format,
+    out: &Out,
+    healed: &Healed,
+    left: &crate::gaps::Stats,
+) {
+    let Healed {
+        holes,
+        positions,
+        ref report,
+    } = *healed;
     let filling = report
         .statements
         .saturating_sub(report.committed + report.held + report.errors);
@@ -1038,7 +1135,7 @@ async fn heal_once<E: Engine>(
                 "left": { "holes": left.holes, "positions": left.positions },
             })
         );
-        return Ok(code);
+        return;
     }
     if holes == 0 {
         out.line("no holes: nothing to fill");
@@ -1066,7 +1163,6 @@ async fn heal_once<E: Engine>(
             left.holes
         ));
     }
-    Ok(code)
 }
 
 async fn check<E: Engine>(

@@ -129,47 +129,13 @@ pub async fn elect<L: LeaderLock>(
         }
         said_unable = None;
         match lock.try_lead_reusing(&key, &mut idle).await {
-            Ok(Some(mut session)) => {
-                let token = session.fence_token();
-                info!(key = %key, session = token.session_id, "became the leader: this process fills");
-                tx.set(Some(Fence::Leader(token)));
+            Ok(Some(session)) => {
                 said_follower = false;
                 unreachable = false;
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => {
-                            tx.set(None);
-                            return;
-                        }
-                        _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
-                    }
-                    if let Some(why) = health.cannot_fill() {
-                        // Step down before giving the lock up.
-                        tx.set(None);
-                        warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
-                        lock.release(session, &key).await;
-                        health.forget_fill_refusal();
-                        said_unable = Some(why);
-                        break;
-                    }
-                    let check = tokio::time::timeout(
-                        ELECTION_INTERVAL,
-                        lock.still_held(&mut session, &key),
-                    )
-                    .await;
-                    let why = match check {
-                        Ok(Ok(true)) => continue,
-                        Ok(Ok(false)) => "the lock is no longer held".to_string(),
-                        Ok(Err(e)) => {
-                            t::Observer::db_error(&*health, t::Operation::Leader);
-                            format!("the lock's session failed: {e}")
-                        }
-                        Err(_) => "the lock's session did not answer in time".to_string(),
-                    };
-                    // Step down before anything else: no fill may start from now on.
-                    tx.set(None);
-                    warn!(key = %key, reason = %why, "stepped down as leader");
-                    break;
+                match lead(&*lock, &key, &health, &tx, &stop, session).await {
+                    Reign::Stopped => return,
+                    // `said_unable` is `None` here: it was cleared before the try.
+                    Reign::SteppedDown { unable } => said_unable = unable,
                 }
             }
             Ok(None) => {
@@ -195,6 +161,63 @@ pub async fn elect<L: LeaderLock>(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
         }
+    }
+}
+
+/// How a turn as leader ended.
+enum Reign {
+    /// Told to stop: the fence is already `None`.
+    Stopped,
+    /// Stepped down (the fence is `None`); `unable` is why, when this
+    /// healer cannot fill the store and gave the lock up.
+    SteppedDown { unable: Option<t::CannotFill> },
+}
+
+/// Leads with `session`'s lock: publishes its fence, then checks every
+/// interval that the healer can still fill and the session still holds the
+/// lock, and steps down (the fence goes to `None` first) when either fails.
+async fn lead<L: LeaderLock>(
+    lock: &L,
+    key: &str,
+    health: &t::Health,
+    tx: &LeaderSender,
+    stop: &CancellationToken,
+    mut session: L::Session,
+) -> Reign {
+    let token = session.fence_token();
+    info!(key = %key, session = token.session_id, "became the leader: this process fills");
+    tx.set(Some(Fence::Leader(token)));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                tx.set(None);
+                return Reign::Stopped;
+            }
+            _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+        }
+        if let Some(why) = health.cannot_fill() {
+            // Step down before giving the lock up.
+            tx.set(None);
+            warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
+            lock.release(session, key).await;
+            health.forget_fill_refusal();
+            return Reign::SteppedDown { unable: Some(why) };
+        }
+        let check =
+            tokio::time::timeout(ELECTION_INTERVAL, lock.still_held(&mut session, key)).await;
+        let why = match check {
+            Ok(Ok(true)) => continue,
+            Ok(Ok(false)) => "the lock is no longer held".to_string(),
+            Ok(Err(e)) => {
+                t::Observer::db_error(health, t::Operation::Leader);
+                format!("the lock's session failed: {e}")
+            }
+            Err(_) => "the lock's session did not answer in time".to_string(),
+        };
+        // Step down before anything else: no fill may start from now on.
+        tx.set(None);
+        warn!(key = %key, reason = %why, "stepped down as leader");
+        return Reign::SteppedDown { unable: None };
     }
 }
 
