@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, Instrument};
 
 use crate::config::{self, commands, Flags, Need, Settings, Store};
-use crate::engine::{self, DbError, Engine, EngineKind, Pools};
+use crate::engine::{self, DbError, Engine, LeaderLock, Opened, Pools, WatermarkTable, WithEngine};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::Leader;
 use crate::telemetry::{self, Board, Health};
@@ -431,23 +431,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return Ok(EXIT_OK);
         }
         Command::Sql(SqlArgs { role, .. }) => {
-            let role = role.as_deref();
-            for store in &settings.stores {
-                if many {
-                    println!("-- store {}", store.name);
-                }
-                print!("{}", engine::setup_sql(store.engine, &store.store, role));
-            }
-            for set in &settings.sets {
-                println!(
-                    "-- store set {}: in every database LIKE '{}'",
-                    set.name, set.databases
-                );
-                print!(
-                    "{}",
-                    engine::setup_sql(set.template.engine, &set.template.store, role)
-                );
-            }
+            print_setup_sql(&settings, role.as_deref(), many);
             return Ok(EXIT_OK);
         }
         _ => {}
@@ -463,7 +447,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return run_daemon(&settings).await;
         }
         let pools = Pools::default();
-        let stores = crate::fleet::expand(&settings).await?;
+        let stores = crate::fleet::expand(&settings, &pools).await?;
         let many = many || stores.len() > 1;
         let mut worst = EXIT_OK;
         for store in &stores {
@@ -477,21 +461,14 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             } else {
                 tracing::Span::none()
             };
-            let done = async {
-                match store.engine {
-                    EngineKind::Postgres => {
-                        let engine =
-                            engine::postgres::PostgresEngine::sharing(&store.store, &pools);
-                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
-                    }
-                    EngineKind::Mssql => {
-                        let engine = engine::mssql::MssqlEngine::sharing(&store.store, &pools);
-                        dispatch(Arc::new(engine?), store, &cli.command, &out).await
-                    }
-                }
-            }
-            .instrument(span)
-            .await;
+            let command = OneShot {
+                store,
+                command: &cli.command,
+                out: &out,
+            };
+            let done = async { engine::open(store.engine, &store.store, &pools, command)?.await }
+                .instrument(span)
+                .await;
             match done {
                 Ok(code) => worst = worst.max(code),
                 // One store: its failure is the command's.
@@ -504,6 +481,27 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Ok(worst)
     })
+}
+
+/// Prints `sql`'s setup statements for every selected store and store set,
+/// each led by a comment naming it when there are many.
+fn print_setup_sql(settings: &Settings, role: Option<&str>, many: bool) {
+    for store in &settings.stores {
+        if many {
+            println!("-- store {}", store.name);
+        }
+        print!("{}", engine::setup_sql(store.engine, &store.store, role));
+    }
+    for set in &settings.sets {
+        println!(
+            "-- store set {}: in every database LIKE '{}'",
+            set.name, set.databases
+        );
+        print!(
+            "{}",
+            engine::setup_sql(set.template.engine, &set.template.store, role)
+        );
+    }
 }
 
 /// Where a one-shot command prints a store's lines: stdout, each line led
@@ -542,6 +540,22 @@ fn man(command: Option<&str>) -> Result<u8, Failure> {
         .render(&mut std::io::stdout())
         .map_err(|e| anyhow::anyhow!("writing the man page: {e}"))?;
     Ok(EXIT_OK)
+}
+
+/// A one-shot command on one store, on whichever engine
+/// [`engine::open()`] opens for it.
+struct OneShot<'a> {
+    store: &'a Store,
+    command: &'a Command,
+    out: &'a Out,
+}
+
+impl<'a> WithEngine for OneShot<'a> {
+    type Output = std::pin::Pin<Box<dyn std::future::Future<Output = Result<u8, Failure>> + 'a>>;
+
+    fn with<E: Engine, L: LeaderLock>(self, opened: Opened<E, L>) -> Self::Output {
+        Box::pin(dispatch(opened.engine, self.store, self.command, self.out))
+    }
 }
 
 async fn dispatch<E: Engine>(
@@ -631,8 +645,8 @@ fn start_above_head(settings: &Store, fleet: bool, from: i64, head: i64) -> conf
             value: Some(settings.start_from.to_string()),
             origin: origin.into(),
             message: format!(
-                "the scan would start at {from}, above the head {head} of {}.messages (a table with events): no hole at or below {head} would ever be examined; give a position of at most {}, or head, or checkpoints",
-                settings.store.schema,
+                "the scan would start at {from}, above the head {head} of {} (a table with events): no hole at or below {head} would ever be examined; give a position of at most {}, or head, or checkpoints",
+                settings.store.profile.qualified(&settings.store.schema).name(),
                 head + 1
             ),
             store: fleet.then(|| settings.name.clone()),
@@ -791,15 +805,35 @@ async fn scan_all<E: Engine>(
 ) -> Result<crate::healer::Start, Failure> {
     let start = healer.begin().await?;
     let bar = progress((start.head - start.after).max(0) as u64, "scanning");
-    let mut done = 0;
-    healer
-        .scan_to_head(stop, |examined| {
-            done = (examined - start.after).max(0) as u64;
-            bar.set(done)
-        })
-        .await?;
+    let mut shown = Shown {
+        bar: &bar,
+        from: start.after,
+        done: 0,
+    };
+    healer.scan_to_head(stop, &mut shown).await?;
+    let done = shown.done;
     bar.finish(done);
     Ok(start)
+}
+
+/// A one-shot command's [`progress`] bar following the healer: positions
+/// examined above `from` while scanning, tombstones while filling.
+struct Shown<'b> {
+    bar: &'b Progress,
+    from: i64,
+    done: u64,
+}
+
+impl crate::healer::Progress for Shown<'_> {
+    fn scanned(&mut self, examined: i64) {
+        self.done = (examined - self.from).max(0) as u64;
+        self.bar.set(self.done);
+    }
+
+    fn filled(&mut self, so_far: &crate::healer::FillReport) {
+        self.done = so_far.tombstones;
+        self.bar.set(self.done);
+    }
 }
 
 fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
@@ -855,65 +889,115 @@ async fn scan<E: Engine>(
         }
         .min(holes.len())
     };
+    let scanned = Scanned {
+        holes,
+        positions,
+        from,
+        head,
+        empty: start.empty,
+        above_head,
+        shown,
+    };
     match format {
-        Format::Json => {
-            let mut report = serde_json::json!({
-                "store": settings.name,
-                "from": from,
-                "head": head,
-                "empty": start.empty,
-                "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
-                "hole_count": holes.len(),
-                "holes_not_listed": holes.len() - shown,
-                "positions": positions,
-            });
-            if let Some(warning) = &above_head {
-                report["warning"] = serde_json::json!(warning);
-            }
-            println!("{report}");
-        }
-        Format::Text => {
-            if let Some(warning) = &above_head {
-                out.line(format_args!("WARNING: {warning}"));
-            }
-            let span = if above_head.is_some() {
-                format!(" from {from} on, above the head {head}")
-            } else if start.empty && holes.is_empty() {
-                ": the table has no rows yet".to_string()
-            } else if from > head {
-                format!(": nothing to examine, the scan starts at {from} and the head is {head}")
-            } else {
-                format!(" between {from} and the head {head}")
-            };
-            out.line(format_args!(
-                "{} hole{} ({} missing position{}){span}",
-                holes.len(),
-                plural(holes.len() as u64),
-                positions,
-                plural(positions),
-            ));
-            for r in &holes[..shown] {
-                let range = r.to_string();
-                out.line(format_args!(
-                    "  {range:<24} {:>10} position{}",
-                    r.width(),
-                    plural(r.width())
-                ));
-            }
-            let more = holes.len() - shown;
-            if more > 0 {
-                out.line(format_args!(
-                    "... and {more} more hole{} (use --all)",
-                    plural(more as u64)
-                ));
-            }
-        }
+        Format::Json => scanned.print_json(settings),
+        Format::Text => scanned.print_text(out),
     }
-    Ok(if holes.is_empty() {
+    Ok(if scanned.holes.is_empty() {
         EXIT_OK
     } else {
         EXIT_HOLES_FOUND
     })
+}
+
+/// What `scan` found, ready to be printed.
+struct Scanned {
+    holes: Vec<crate::gaps::PosRange>,
+    positions: u64,
+    /// The first position examined.
+    from: i64,
+    head: i64,
+    /// The table had no rows.
+    empty: bool,
+    /// The warning of a scan that started above the head.
+    above_head: Option<String>,
+    /// How many of the holes are listed.
+    shown: usize,
+}
+
+impl Scanned {
+    /// Prints the findings as one JSON object.
+    fn print_json(&self, settings: &Store) {
+        let Scanned {
+            ref holes,
+            positions,
+            from,
+            head,
+            empty,
+            ref above_head,
+            shown,
+        } = *self;
+        let mut report = serde_json::json!({
+            "store": settings.name,
+            "from": from,
+            "head": head,
+            "empty": empty,
+            "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
+            "hole_count": holes.len(),
+            "holes_not_listed": holes.len() - shown,
+            "positions": positions,
+        });
+        if let Some(warning) = above_head {
+            report["warning"] = serde_json::json!(warning);
+        }
+        println!("{report}");
+    }
+
+    /// Prints the findings as a summary line and the listed holes.
+    fn print_text(&self, out: &Out) {
+        let Scanned {
+            ref holes,
+            positions,
+            from,
+            head,
+            empty,
+            ref above_head,
+            shown,
+        } = *self;
+        if let Some(warning) = above_head {
+            out.line(format_args!("WARNING: {warning}"));
+        }
+        let span = if above_head.is_some() {
+            format!(" from {from} on, above the head {head}")
+        } else if empty && holes.is_empty() {
+            ": the table has no rows yet".to_string()
+        } else if from > head {
+            format!(": nothing to examine, the scan starts at {from} and the head is {head}")
+        } else {
+            format!(" between {from} and the head {head}")
+        };
+        out.line(format_args!(
+            "{} hole{} ({} missing position{}){span}",
+            holes.len(),
+            plural(holes.len() as u64),
+            positions,
+            plural(positions),
+        ));
+        for r in &holes[..shown] {
+            let range = r.to_string();
+            out.line(format_args!(
+                "  {range:<24} {:>10} position{}",
+                r.width(),
+                plural(r.width())
+            ));
+        }
+        let more = holes.len() - shown;
+        if more > 0 {
+            out.line(format_args!(
+                "... and {more} more hole{} (use --all)",
+                plural(more as u64)
+            ));
+        }
+    }
 }
 
 async fn heal_once<E: Engine>(
@@ -925,12 +1009,50 @@ async fn heal_once<E: Engine>(
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
+    let Some(healed) = heal_rounds(&mut healer, settings, out, &stop).await? else {
+        return Ok(EXIT_OK);
+    };
+    let left = if settings.dry_run {
+        crate::gaps::Stats {
+            holes: healed.holes,
+            positions: healed.positions,
+            ..healer.tracker().stats()
+        }
+    } else {
+        healer.tracker().stats()
+    };
+    let code = if healed.report.errors > 0 {
+        EXIT_INCOMPLETE
+    } else if left.holes > 0 && !settings.dry_run {
+        EXIT_HOLES_FOUND
+    } else {
+        EXIT_OK
+    };
+    print_heal_report(settings, format, out, &healed, &left);
+    Ok(code)
+}
+
+/// What `heal` found over all its rounds, and what its fills did.
+struct Healed {
+    holes: usize,
+    positions: u64,
+    report: crate::healer::FillReport,
+}
+
+/// Scans and fills in rounds until nothing is left to find; `None` when
+/// told to stop while waiting for holes to come due.
+async fn heal_rounds<E: Engine>(
+    healer: &mut Healer<E>,
+    settings: &Store,
+    out: &Out,
+    stop: &CancellationToken,
+) -> Result<Option<Healed>, Failure> {
     // The tracker holds at most MAX_TRACKED holes: a store with more is
     // healed in rounds, each scanning on from where the last one paused.
     let (mut holes, mut positions) = (0, 0u64);
     let mut report = crate::healer::FillReport::default();
     loop {
-        scan_all(&mut healer, &stop).await?;
+        scan_all(healer, stop).await?;
         let stats = healer.tracker().stats();
         if stats.holes == 0 {
             break;
@@ -954,17 +1076,17 @@ async fn heal_once<E: Engine>(
             ));
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
-                _ = stop.cancelled() => return Ok(EXIT_OK),
+                _ = stop.cancelled() => return Ok(None),
             }
         }
         let bar = progress(stats.positions, "filling");
-        let mut filled = 0;
-        let round = healer
-            .fill_due_with_progress(&stop, &mut |so_far| {
-                filled = so_far.tombstones;
-                bar.set(so_far.tombstones)
-            })
-            .await;
+        let mut shown = Shown {
+            bar: &bar,
+            from: 0,
+            done: 0,
+        };
+        let round = healer.fill_due_with(stop, &mut shown).await;
+        let filled = shown.done;
         healer.publish_watermark().await;
         bar.finish(filled);
         report.add(&round);
@@ -972,22 +1094,26 @@ async fn heal_once<E: Engine>(
             break;
         }
     }
-    let left = if settings.dry_run {
-        crate::gaps::Stats {
-            holes,
-            positions,
-            ..healer.tracker().stats()
-        }
-    } else {
-        healer.tracker().stats()
-    };
-    let code = if report.errors > 0 {
-        EXIT_INCOMPLETE
-    } else if left.holes > 0 && !settings.dry_run {
-        EXIT_HOLES_FOUND
-    } else {
-        EXIT_OK
-    };
+    Ok(Some(Healed {
+        holes,
+        positions,
+        report,
+    }))
+}
+
+/// Prints what `heal` found, filled and left, as one JSON object or one line.
+fn print_heal_report(
+    settings: &Store,
+    format: Format,
+    out: &Out,
+    healed: &Healed,
+    left: &crate::gaps::Stats,
+) {
+    let Healed {
+        holes,
+        positions,
+        ref report,
+    } = *healed;
     let filling = report
         .statements
         .saturating_sub(report.committed + report.held + report.errors);
@@ -1009,7 +1135,7 @@ async fn heal_once<E: Engine>(
                 "left": { "holes": left.holes, "positions": left.positions },
             })
         );
-        return Ok(code);
+        return;
     }
     if holes == 0 {
         out.line("no holes: nothing to fill");
@@ -1037,7 +1163,6 @@ async fn heal_once<E: Engine>(
             left.holes
         ));
     }
-    Ok(code)
 }
 
 async fn check<E: Engine>(
@@ -1051,11 +1176,15 @@ async fn check<E: Engine>(
         format!(
             "engine {}, schema {}, {}gap_timeout {}, lock_timeout {}, connection {}",
             settings.engine,
-            settings.store.schema,
+            settings.store.schema.as_str(),
             match &settings.store.profile {
                 engine::profile::Profile::Eventuous => String::new(),
-                engine::profile::Profile::Table(t) =>
-                    format!("profile {}, table {}.{}, ", t.kind, t.table, t.position),
+                engine::profile::Profile::Table(t) => format!(
+                    "profile {}, table {}.{}, ",
+                    t.kind,
+                    t.table.as_str(),
+                    t.position.as_str()
+                ),
             },
             humantime::format_duration(settings.gap_timeout),
             humantime::format_duration(settings.lock_timeout),
@@ -1069,9 +1198,9 @@ async fn check<E: Engine>(
     let watermark_usable = findings
         .iter()
         .any(|f| f.check == engine::Check::Watermark && f.ok);
-    if watermark_usable {
+    if let Some(table) = engine.watermark_table().filter(|_| watermark_usable) {
         // The row itself: it must describe this store's table.
-        match engine.read_watermark(&settings.name).await {
+        match table.read_watermark(&settings.name).await {
             Ok(Some(p)) => findings.push(engine::Finding::pass(
                 engine::Check::Watermark,
                 format!("store {}: published up to position {p}", settings.name),

@@ -3,9 +3,11 @@
 //! and one metrics endpoint.
 //!
 //! Stores that connect with the same connection string share one pool
-//! ([`Pools`]) and, on PostgreSQL, one leader lock session
-//! ([`SharedLock`]: each store keeps its own lock on it), so 500 stores
-//! (schemas) in one database need a few sessions, not 500 times as many.
+//! ([`Pools`]) and whatever else their engine shares (PostgreSQL: one
+//! leader lock session, on which each store keeps its own lock), so 500
+//! stores (schemas) in one database need a few sessions, not 500 times as
+//! many. Engines and their locks come from [`engine::open()`]; a store set
+//! keeps the [`Catalog`] it lists its databases from.
 //!
 //! Architecture invariants:
 //! - A store's failure (down, login refused, wrong shape, gave up) stays in
@@ -13,6 +15,7 @@
 //!   the daemon ends only when told to stop or when every store gave up.
 //! - Every log line of a store's task is inside a `store` span naming it.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,15 +24,12 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn, Instrument};
+use tracing::{debug, error, info, warn, Instrument};
 
-use crate::config::{Settings, Store, StoreSet};
-use crate::engine;
-use crate::engine::mssql::MssqlEngine;
-use crate::engine::postgres::PostgresEngine;
-use crate::engine::{DbResult, Engine, EngineKind, LeaderLock, Pools};
+use crate::config::{Election, Settings, Store, StoreSet};
+use crate::engine::{self, Catalog, DbResult, Engine, LeaderLock, Opened, Pools, WithEngine};
 use crate::healer::{Ended, Healer, Options};
-use crate::leader::{self, Leader, SharedLock};
+use crate::leader::{self, Leader};
 use crate::telemetry::{self, Board, Health};
 
 type StoreTask = Pin<Box<dyn Future<Output = Ended> + Send>>;
@@ -37,7 +37,8 @@ type StoreTask = Pin<Box<dyn Future<Output = Ended> + Send>>;
 /// The stores being healed, by name, and their tasks.
 struct Running {
     pools: Pools,
-    locks: PgLocks,
+    /// Each store set's catalog, by set name, opened at its first pass.
+    catalogs: Catalogs,
     board: Arc<Board>,
     /// Each store's own stop, to stop a store whose database vanished.
     stops: HashMap<String, CancellationToken>,
@@ -53,13 +54,12 @@ impl Running {
         let health = Health::for_store(&store.name, store.poll_interval, store.lock_timeout);
         self.board.add(health.clone());
         let own = stop.child_token();
-        match start(
-            store,
-            &self.pools,
-            &mut self.locks,
-            health.clone(),
-            own.clone(),
-        ) {
+        let task = HealTask {
+            store: store.clone(),
+            health: health.clone(),
+            stop: own.clone(),
+        };
+        match engine::open(store.engine, &store.store, &self.pools, task) {
             Ok(task) => {
                 let name = store.name.clone();
                 let span = tracing::info_span!("store", store = %name);
@@ -85,15 +85,15 @@ impl Running {
 
     /// Lists `set`'s databases and starts or stops its stores to match.
     async fn discover(&mut self, settings: &Settings, set: &StoreSet, stop: &CancellationToken) {
-        let wanted = match set_stores(settings, set).await {
+        let wanted = match set_stores(settings, set, &mut self.catalogs, &self.pools).await {
             Ok(wanted) => wanted,
             Err(e) => {
-                metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone())
-                    .increment(1);
+                telemetry::discovery_errors(&set.name).increment(1);
                 warn!(set = %set.name, error = %e, "cannot list the databases of this store set; keeping its stores as they are");
                 return;
             }
         };
+        debug!(set = %set.name, databases = wanted.len(), pools = self.pools.len(), "listed the databases of this store set");
         let prefix = format!("{}/", set.name);
         let gone: Vec<String> = self
             .stops
@@ -105,10 +105,6 @@ impl Running {
             info!(store = %name, "its database is gone: no longer healed");
             self.stop(&name);
         }
-        // A lock session no store holds any more (their tasks have ended)
-        // closes with its last reference: a database that went keeps no
-        // session of the healer's.
-        self.locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         for store in &wanted {
             if !self.stops.contains_key(&store.name) {
                 info!(store = %store.name, "database found: healing it");
@@ -131,7 +127,7 @@ pub async fn run(
 ) -> (Ended, Option<String>) {
     let mut running = Running {
         pools: Pools::default(),
-        locks: HashMap::new(),
+        catalogs: HashMap::new(),
         board,
         stops: HashMap::new(),
         tasks: JoinSet::new(),
@@ -139,7 +135,7 @@ pub async fn run(
     // A set's discovery errors are counted from zero, and kept in the
     // scrape like the stores' series.
     for set in &settings.sets {
-        let c = metrics::counter!(telemetry::DB_ERRORS, "operation" => "discover", telemetry::STORE_LABEL => set.name.clone());
+        let c = telemetry::discovery_errors(&set.name);
         c.absolute(0);
         running.board.keep(c);
     }
@@ -231,20 +227,39 @@ fn what_goes_on(running: usize, sets: usize) -> String {
 }
 
 /// The stores a one-shot command works on: the static ones and, listed
-/// once, every store set's databases (as `--store` selects them).
-pub async fn expand(settings: &Settings) -> DbResult<Vec<Store>> {
+/// once, every store set's databases (as `--store` selects them), through
+/// `pools`.
+pub async fn expand(settings: &Settings, pools: &Pools) -> DbResult<Vec<Store>> {
     let mut stores = settings.stores.clone();
+    let mut catalogs = Catalogs::new();
     for set in &settings.sets {
-        stores.extend(set_stores(settings, set).await?);
+        stores.extend(set_stores(settings, set, &mut catalogs, pools).await?);
     }
     Ok(stores)
 }
 
-/// `set`'s stores now: its databases listed, those `--store` selects.
-async fn set_stores(settings: &Settings, set: &StoreSet) -> DbResult<Vec<Store>> {
-    let kind = set.template.engine;
-    let catalog = set.store(engine::catalog_database(kind));
-    let found = engine::list_databases(kind, &catalog.store, &set.databases).await?;
+/// The store sets' catalogs, by set name: each opened once and kept, so
+/// every discovery pass of a set lists on the same engine and pool.
+type Catalogs = HashMap<String, Catalog>;
+
+/// `set`'s stores now: its databases listed (on its catalog in
+/// `catalogs`, opened through `pools` at its first listing), those
+/// `--store` selects.
+async fn set_stores(
+    settings: &Settings,
+    set: &StoreSet,
+    catalogs: &mut Catalogs,
+    pools: &Pools,
+) -> DbResult<Vec<Store>> {
+    let catalog = match catalogs.entry(set.name.clone()) {
+        Entry::Occupied(kept) => kept.into_mut(),
+        Entry::Vacant(first) => {
+            let kind = set.template.engine;
+            let on = set.store(engine::catalog_database(kind));
+            first.insert(Catalog::open(kind, &on.store, pools)?)
+        }
+    };
+    let found = catalog.list(&set.databases).await?;
     let mut stores = Vec::new();
     for database in found {
         if !StoreSet::accepts(&database) {
@@ -259,34 +274,21 @@ async fn set_stores(settings: &Settings, set: &StoreSet) -> DbResult<Vec<Store>>
     Ok(stores)
 }
 
-/// The PostgreSQL leader lock sessions, by connection string.
-type PgLocks = HashMap<String, Arc<SharedLock<PostgresEngine>>>;
-
-/// The task that heals `store`, on an engine of its kind.
-fn start(
-    store: &Store,
-    pools: &Pools,
-    locks: &mut PgLocks,
+/// The task that heals a store, on whichever engine [`engine::open()`]
+/// opens for it.
+struct HealTask {
+    store: Store,
     health: Arc<Health>,
     stop: CancellationToken,
-) -> DbResult<StoreTask> {
-    let store = store.clone();
-    Ok(match store.engine {
-        EngineKind::Postgres => {
-            let engine = Arc::new(PostgresEngine::sharing(&store.store, pools)?);
-            let lock = locks
-                .entry(store.store.sharing_key())
-                .or_insert_with(|| SharedLock::new(engine.clone()))
-                .clone();
-            Box::pin(heal(engine, lock, store, health, stop))
-        }
-        EngineKind::Mssql => {
-            // SQL Server keeps a session per store: its fence is a lock of
-            // the session's own, and Babelfish refuses reuse after a refusal.
-            let engine = Arc::new(MssqlEngine::sharing(&store.store, pools)?);
-            Box::pin(heal(engine.clone(), engine, store, health, stop))
-        }
-    })
+}
+
+impl WithEngine for HealTask {
+    type Output = StoreTask;
+
+    fn with<E: Engine, L: LeaderLock>(self, opened: Opened<E, L>) -> StoreTask {
+        let Opened { engine, lock } = opened;
+        Box::pin(heal(engine, lock, self.store, self.health, self.stop))
+    }
 }
 
 /// One store's healer and, unless turned off, its leader election.
@@ -299,7 +301,7 @@ async fn heal<E: Engine, L: LeaderLock>(
 ) -> Ended {
     info!(
         engine = %store.engine,
-        schema = %store.store.schema,
+        schema = store.store.schema.as_str(),
         gap_timeout = %humantime::format_duration(store.gap_timeout),
         poll_interval = %humantime::format_duration(store.poll_interval),
         dry_run = store.dry_run,
@@ -311,17 +313,10 @@ async fn heal<E: Engine, L: LeaderLock>(
     let (leader, election) = if store.dry_run {
         info!("dry run: not taking part in the leader election, so a healer that fills can lead");
         (Leader::never(), None)
-    } else if store.leader_election {
+    } else if let Election::On { key } = &store.election {
         let (tx, leader) = Leader::channel();
         let election = tokio::spawn(
-            leader::elect(
-                lock,
-                store.leader_key.clone(),
-                health.clone(),
-                tx,
-                own.clone(),
-            )
-            .in_current_span(),
+            leader::elect(lock, key.clone(), health.clone(), tx, own.clone()).in_current_span(),
         );
         (leader, Some(election))
     } else {

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::engine::{DbResult, Fence, FenceToken, LeaderLock, LeaderSession};
+use crate::engine::{Fence, LeaderLock, LeaderSession};
 use crate::telemetry as t;
 
 /// How often a follower tries the lock and a leader checks it still holds it.
@@ -26,9 +26,7 @@ use crate::telemetry as t;
 /// leader's session (at once for a killed process: its socket closes).
 pub const ELECTION_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How long one successful check of a shared lock session vouches for the
-/// other stores' locks on it.
-pub const SHARED_CHECK_FRESH: Duration = Duration::from_millis(500);
+pub use crate::engine::shared_lock::{SharedLock, SharedPart, SHARED_CHECK_FRESH};
 
 #[derive(Clone, Debug)]
 pub struct Leader {
@@ -104,7 +102,6 @@ pub async fn elect<L: LeaderLock>(
     tx: LeaderSender,
     stop: CancellationToken,
 ) {
-    let errors = metrics::counter!(t::DB_ERRORS, "operation" => "leader", t::STORE_LABEL => health.store().to_string());
     info!(key = %key, "leader election: trying the store's leader lock");
     let mut said_follower = false;
     // Say it once when the database goes away, not every second.
@@ -132,47 +129,13 @@ pub async fn elect<L: LeaderLock>(
         }
         said_unable = None;
         match lock.try_lead_reusing(&key, &mut idle).await {
-            Ok(Some(mut session)) => {
-                let token = session.fence_token();
-                info!(key = %key, session = token.session_id, "became the leader: this process fills");
-                tx.set(Some(Fence::Leader(token)));
+            Ok(Some(session)) => {
                 said_follower = false;
                 unreachable = false;
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => {
-                            tx.set(None);
-                            return;
-                        }
-                        _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
-                    }
-                    if let Some(why) = health.cannot_fill() {
-                        // Step down before giving the lock up.
-                        tx.set(None);
-                        warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
-                        lock.release(session, &key).await;
-                        health.forget_fill_refusal();
-                        said_unable = Some(why);
-                        break;
-                    }
-                    let check = tokio::time::timeout(
-                        ELECTION_INTERVAL,
-                        lock.still_held(&mut session, &key),
-                    )
-                    .await;
-                    let why = match check {
-                        Ok(Ok(true)) => continue,
-                        Ok(Ok(false)) => "the lock is no longer held".to_string(),
-                        Ok(Err(e)) => {
-                            errors.increment(1);
-                            format!("the lock's session failed: {e}")
-                        }
-                        Err(_) => "the lock's session did not answer in time".to_string(),
-                    };
-                    // Step down before anything else: no fill may start from now on.
-                    tx.set(None);
-                    warn!(key = %key, reason = %why, "stepped down as leader");
-                    break;
+                match lead(&*lock, &key, &health, &tx, &stop, session).await {
+                    Reign::Stopped => return,
+                    // `said_unable` is `None` here: it was cleared before the try.
+                    Reign::SteppedDown { unable } => said_unable = unable,
                 }
             }
             Ok(None) => {
@@ -184,7 +147,7 @@ pub async fn elect<L: LeaderLock>(
                 debug!("leader lock taken by another session");
             }
             Err(e) => {
-                errors.increment(1);
+                t::Observer::db_error(&*health, t::Operation::Leader);
                 if unreachable {
                     debug!(error = %e, "leader election: cannot reach the database");
                 } else {
@@ -201,197 +164,66 @@ pub async fn elect<L: LeaderLock>(
     }
 }
 
-/// One dedicated lock session for the elections of many stores of one
-/// database: each store still has its own lock (its `leader_key`), so
-/// leadership stays per store, but 500 stores need one lock session, not
-/// 500. Engines whose locks are per session and re-entrant (PostgreSQL's
-/// advisory locks) can share one.
-///
-/// Invariant: a store's leadership is tied to the session that won it. When
-/// the shared session fails it is dropped (the server releases every lock
-/// on it), and every store that led through it steps down at its next
-/// check, because the session it won on is gone, even if a new session
-/// has since taken its lock again.
-///
-/// A lock of a session-level kind is lost only with its session, so one
-/// store's check that found its lock held proves the session alive for
-/// every store on it: checks within [`SHARED_CHECK_FRESH`] of one that
-/// succeeded answer without a query (500 stores cost about two queries a
-/// second, not 500). Every fill still checks its own lock inside its
-/// transaction.
-pub struct SharedLock<L: LeaderLock> {
-    lock: Arc<L>,
-    /// The generation and time of the last check that found a lock held.
-    verified: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
-    /// The session, and which one it is (counted from 1 as they are opened).
-    session: tokio::sync::Mutex<(u64, Option<L::Session>)>,
+/// How a turn as leader ended.
+enum Reign {
+    /// Told to stop: the fence is already `None`.
+    Stopped,
+    /// Stepped down (the fence is `None`); `unable` is why, when this
+    /// healer cannot fill the store and gave the lock up.
+    SteppedDown { unable: Option<t::CannotFill> },
 }
 
-/// A store's part of a [`SharedLock`]: the fence of the session it won on,
-/// and which session that was.
-pub struct SharedPart {
-    won: Option<(u64, FenceToken)>,
-}
-
-impl LeaderSession for SharedPart {
-    fn fence_token(&self) -> FenceToken {
-        self.won.as_ref().map_or(
-            FenceToken {
-                session_id: 0,
-                lock: String::new(),
-            },
-            |(_, token)| token.clone(),
-        )
-    }
-}
-
-impl<L: LeaderLock> SharedLock<L> {
-    /// Shares one session of `lock` (an engine of the database).
-    pub fn new(lock: Arc<L>) -> Arc<Self> {
-        Arc::new(SharedLock {
-            lock,
-            verified: std::sync::Mutex::new(None),
-            session: tokio::sync::Mutex::new((0, None)),
-        })
-    }
-}
-
-impl<L: LeaderLock> LeaderLock for SharedLock<L> {
-    type Session = SharedPart;
-
-    async fn open_session(&self, _key: &str) -> DbResult<SharedPart> {
-        Ok(SharedPart { won: None })
-    }
-
-    fn reusable(&self, _part: &SharedPart) -> bool {
-        true
-    }
-
-    async fn try_lock(&self, _part: SharedPart, key: &str) -> DbResult<(bool, SharedPart)> {
-        let mut slot = self.session.lock().await;
-        let session = match slot.1.take().filter(|s| self.lock.reusable(s)) {
-            Some(session) => session,
-            None => {
-                let session = self.lock.open_session(key).await?;
-                slot.0 += 1;
-                session
+/// Leads with `session`'s lock: publishes its fence, then checks every
+/// interval that the healer can still fill and the session still holds the
+/// lock, and steps down (the fence goes to `None` first) when either fails.
+async fn lead<L: LeaderLock>(
+    lock: &L,
+    key: &str,
+    health: &t::Health,
+    tx: &LeaderSender,
+    stop: &CancellationToken,
+    mut session: L::Session,
+) -> Reign {
+    let token = session.fence_token();
+    info!(key = %key, session = token.session_id, "became the leader: this process fills");
+    tx.set(Some(Fence::Leader(token)));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                tx.set(None);
+                return Reign::Stopped;
             }
-        };
-        // On an error the session is dropped here: every lock on it goes.
-        let (taken, session) = self.lock.try_lock(session, key).await?;
-        let won = taken.then(|| (slot.0, session.fence_token()));
-        slot.1 = Some(session);
-        Ok((taken, SharedPart { won }))
-    }
-
-    async fn release(&self, part: SharedPart, key: &str) {
-        let mut slot = self.session.lock().await;
-        if part.won.as_ref().is_none_or(|(g, _)| *g != slot.0) {
-            return;
+            _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
         }
-        let Some(mut session) = slot.1.take() else {
-            return;
-        };
-        match self.lock.unlock(&mut session, key).await {
-            Ok(()) => slot.1 = Some(session),
-            // The session is dropped: every lock on it goes, and the stores
-            // that led through it step down at their next check.
-            Err(e) => {
-                warn!(key = %key, error = %e, "could not release one leader lock; closing the shared lock session")
+        if let Some(why) = health.cannot_fill() {
+            // Step down before giving the lock up.
+            tx.set(None);
+            warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
+            lock.release(session, key).await;
+            health.forget_fill_refusal();
+            return Reign::SteppedDown { unable: Some(why) };
+        }
+        let check =
+            tokio::time::timeout(ELECTION_INTERVAL, lock.still_held(&mut session, key)).await;
+        let why = match check {
+            Ok(Ok(true)) => continue,
+            Ok(Ok(false)) => "the lock is no longer held".to_string(),
+            Ok(Err(e)) => {
+                t::Observer::db_error(health, t::Operation::Leader);
+                format!("the lock's session failed: {e}")
             }
-        }
-    }
-
-    async fn still_held(&self, part: &mut SharedPart, key: &str) -> DbResult<bool> {
-        let mut slot = self.session.lock().await;
-        let generation = slot.0;
-        if part.won.as_ref().is_none_or(|(g, _)| *g != generation) {
-            return Ok(false);
-        }
-        let fresh = self
-            .verified
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|(g, at)| g == generation && at.elapsed() < SHARED_CHECK_FRESH);
-        if fresh && slot.1.is_some() {
-            return Ok(true);
-        }
-        let Some(mut session) = slot.1.take() else {
-            return Ok(false);
+            Err(_) => "the lock's session did not answer in time".to_string(),
         };
-        // On an error the session is dropped here: every lock on it goes.
-        let held = self.lock.still_held(&mut session, key).await?;
-        slot.1 = Some(session);
-        if held {
-            *self.verified.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((generation, tokio::time::Instant::now()));
-        }
-        Ok(held)
+        // Step down before anything else: no fill may start from now on.
+        tx.set(None);
+        warn!(key = %key, reason = %why, "stepped down as leader");
+        return Reign::SteppedDown { unable: None };
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// A session-level lock that is always held, counting the checks that
-    /// reach the server.
-    #[derive(Default)]
-    struct Counting {
-        checks: AtomicUsize,
-    }
-
-    struct Session;
-
-    impl LeaderSession for Session {
-        fn fence_token(&self) -> FenceToken {
-            FenceToken {
-                session_id: 7,
-                lock: "k".into(),
-            }
-        }
-    }
-
-    impl LeaderLock for Counting {
-        type Session = Session;
-        async fn open_session(&self, _key: &str) -> DbResult<Session> {
-            Ok(Session)
-        }
-        fn reusable(&self, _session: &Session) -> bool {
-            true
-        }
-        async fn try_lock(&self, session: Session, _key: &str) -> DbResult<(bool, Session)> {
-            Ok((true, session))
-        }
-        async fn still_held(&self, _session: &mut Session, _key: &str) -> DbResult<bool> {
-            self.checks.fetch_add(1, Ordering::SeqCst);
-            Ok(true)
-        }
-    }
-
-    /// 100 stores on one shared session: their checks within the freshness
-    /// window cost one query, the next round one more.
-    #[tokio::test(start_paused = true)]
-    async fn a_shared_session_is_checked_once_for_all_its_stores() {
-        let inner = Arc::new(Counting::default());
-        let shared = SharedLock::new(inner.clone());
-        let mut parts = Vec::new();
-        for i in 0..100 {
-            let key = format!("k{i}");
-            let part = shared.open_session(&key).await.unwrap();
-            let (won, part) = shared.try_lock(part, &key).await.unwrap();
-            assert!(won);
-            parts.push((key, part));
-        }
-        for _round in 0..2 {
-            for (key, part) in &mut parts {
-                assert!(shared.still_held(part, key).await.unwrap());
-            }
-            tokio::time::sleep(ELECTION_INTERVAL).await;
-        }
-        assert_eq!(inner.checks.load(Ordering::SeqCst), 2);
-    }
 
     #[test]
     fn always_and_channel() {

@@ -7,6 +7,7 @@
 //! - [`secret`]: the connection string type that never prints its password.
 //! - [`gaps`]: holes as ranges, and the tracker that ages them.
 //! - [`plan`]: which ranges one fill cycle tries, and in which pieces.
+//! - [`cycle`]: one fill cycle as a plan: what it fills in which statements, defers, takes as advice.
 //! - [`engine`]: the database seam, with [`engine::postgres`] and [`engine::mssql`].
 //! - [`healer`]: the loop: scan, track, fill what is due, report.
 //! - [`fleet`]: many stores in one daemon, each its own healer.
@@ -21,6 +22,7 @@
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod cycle;
 pub mod engine;
 pub mod fleet;
 pub mod gaps;

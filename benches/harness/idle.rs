@@ -232,11 +232,16 @@ async fn load(schema: &Store, have: i64, rows: i64) -> Result<()> {
     Ok(())
 }
 
+/// A test schema's name as the statement renderer takes it.
+fn ident(schema: &str) -> gap_healer::engine::Ident {
+    gap_healer::engine::Ident::parse(schema).expect("a test schema is a plain identifier")
+}
+
 /// (shared buffers hit + read, median execution time in ms over 21 runs)
 /// of the scan at `head`.
 async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
     let c = &schema.client;
-    let sql = render_sql(SCAN_SQL, &schema.schema, &Profile::Eventuous);
+    let sql = render_sql(SCAN_SQL, &ident(&schema.schema), &Profile::Eventuous);
     c.batch_execute(&format!("PREPARE ghb_idle_scan (bigint, bigint) AS {sql}"))
         .await?;
     let mut buffers = 0;
@@ -264,7 +269,7 @@ async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
 /// JIT time (ms) that EXPLAIN ANALYZE of the probe reports for `ranges`.
 async fn probe_jit_ms(schema: &Store, ranges: &[PosRange]) -> Result<f64> {
     let c = &schema.client;
-    let sql = render_sql(PROBE_SQL, &schema.schema, &Profile::Eventuous);
+    let sql = render_sql(PROBE_SQL, &ident(&schema.schema), &Profile::Eventuous);
     c.batch_execute(&format!(
         "PREPARE ghb_idle_probe (bigint[], bigint[]) AS {sql}"
     ))

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use gap_healer::config::StartFrom;
-use gap_healer::engine::{Engine, Fence, FillOutcome};
+use gap_healer::engine::{Fence, FillOutcome};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::Options;
+use gap_healer_testkit::engine::FillRange;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
@@ -74,7 +75,7 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
         "### 2. Wide holes\n\n\
          A hole made by moving the identity (`setval`) between two appends, filled by the library's \
          `Healer` (one `scan_step`, then `fill_due` with gap_timeout 0; PostgreSQL pieces of at most \
-         20,000 rows, one transaction each). One per round: `Engine::fill` of one position at a time, \
+         20,000 rows, one transaction each). One per round: `fill_ranges` of one position at a time, \
          back to back, on a second hole in the same table; the whole-hole figure is per position x \
          width (extrapolated when the sample is smaller than the hole). Eventuous also waits \
          `GapHandlingTimeoutMs` between rounds, which this leaves out in its favour.\n\n{rows}"

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::engine::profile::{parse_columns, render_columns, Profile, ProfileKind, NIL_UUID};
-use crate::engine::EngineKind;
+use crate::engine::{EngineKind, Ident, QualifiedName};
 
 use super::{DaemonSettings, LogFormat, StartFrom, StoreConfig, ENV_PREFIX};
 
@@ -239,7 +239,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Default(DEFAULT_SCHEMA),
         scope: Scope::store(
             |v, s| parse_identifier(v).map(|v| s.store.schema = v),
-            |s| quote(&s.store.schema),
+            |s| quote(s.store.schema.as_str()),
         ),
     },
     Key {
@@ -460,8 +460,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("messages for eventuous, events for ledger-core"),
         scope: Scope::store(
-            |v, s| parse_identifier(v).map(|n| s.profile.table = Some(n.to_ascii_lowercase())),
-            |s| quote(&s.table_name()),
+            |v, s| parse_identifier(v).map(|n| s.profile.table = Some(n.to_lowercase())),
+            |s| quote(s.store.profile.table().as_str()),
         ),
     },
     Key {
@@ -473,9 +473,9 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
         scope: Scope::store(
             |v, s| {
-                parse_identifier(v).map(|n| s.profile.position_column = Some(n.to_ascii_lowercase()))
+                parse_identifier(v).map(|n| s.profile.position_column = Some(n.to_lowercase()))
             },
-            |s| quote(&s.position_column()),
+            |s| quote(s.store.profile.position().as_str()),
         ),
     },
     Key {
@@ -516,8 +516,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Switch,
         unset: Unset::Default("true"),
         scope: Scope::store(
-            |v, s| parse_bool(v).map(|b| s.leader_election = b),
-            |s| s.leader_election.to_string(),
+            |v, s| parse_bool(v).map(|b| s.election_keys.on = b),
+            |s| s.election.is_on().to_string(),
         ),
     },
     Key {
@@ -528,8 +528,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("gap-healer:<schema>"),
         scope: Scope::store(
-            |v, s| parse_name(v, 255).map(|n| s.leader_key = n),
-            |s| quote(&s.leader_key),
+            |v, s| parse_name(v, 255).map(|n| s.election_keys.key = Some(n)),
+            |s| quote(&s.leader_key()),
         ),
     },
     Key {
@@ -543,18 +543,11 @@ pub const KEYS: &[Key] = &[
             |v, s| {
                 s.store.watermark_table = match v {
                     "" => None,
-                    v => {
-                        let (schema, table) = v
-                            .split_once('.')
-                            .ok_or("expected schema.table, e.g. gap_healer.watermarks")?;
-                        parse_identifier(schema)?;
-                        parse_identifier(table)?;
-                        Some(v.to_ascii_lowercase())
-                    }
+                    v => Some(QualifiedName::parse(v)?.to_lowercase()),
                 };
                 Ok(())
             },
-            |s| quote(s.store.watermark_table.as_deref().unwrap_or_default()),
+            |s| quote(&s.store.watermark_table.as_ref().map(QualifiedName::name).unwrap_or_default()),
         ),
     },
     Key {
@@ -675,16 +668,8 @@ pub fn suggest(key: &str) -> Option<&'static str> {
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`, at most 128 characters: safe to splice into SQL.
-pub fn parse_identifier(s: &str) -> Result<String, String> {
-    let mut chars = s.chars();
-    let ok_first = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if ok_first && s.len() <= 128 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        Ok(s.to_string())
-    } else {
-        Err("expected a plain identifier: a letter or _, then letters, digits or _, at most 128 characters".into())
-    }
+pub fn parse_identifier(s: &str) -> Result<Ident, String> {
+    Ident::parse(s)
 }
 
 /// A UUID in its canonical form (8-4-4-4-12 hex digits), lower case.

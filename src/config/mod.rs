@@ -29,7 +29,7 @@ use figment::{Figment, Metadata, Profile, Source};
 use crate::engine::profile::{
     Profile as TableProfile, ProfileKind, TableShape, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
 };
-use crate::engine::{EngineKind, StoreSettings};
+use crate::engine::{EngineKind, Ident, StoreSettings};
 use crate::secret::ConnectionString;
 
 pub use args::{not_read, ConfigArgs, Flags};
@@ -96,23 +96,63 @@ pub struct StoreConfig {
     pub lookback: u64,
     pub scan_page_size: u32,
     pub dry_run: bool,
-    pub leader_election: bool,
-    /// The leader lock's name (an advisory lock key on PostgreSQL, an
-    /// application lock resource on SQL Server; both are per database).
-    pub leader_key: String,
+    /// Whether a healer of this store takes its leader lock before filling,
+    /// and the lock's name.
+    pub election: Election,
     /// `run` gives up (exit 3) once its scans have failed this long in a row;
     /// `None`: never.
     pub give_up_after: Option<Duration>,
     /// The table-profile keys as read; the rules make `store.profile` of them.
     pub profile: ProfileKeys,
+    /// The election keys as read; the rules make `election` of them.
+    pub election_keys: ElectionKeys,
+}
+
+/// Whether a healer takes the store's leader lock before it fills.
+///
+/// Invariant: a lock name exists exactly when there is an election, so no
+/// code can take a lock that is switched off or run one without a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Election {
+    /// `leader_election = false`: this process is the store's only healer
+    /// and fills without a lock.
+    Off,
+    /// Healers sharing `key` elect one filler.
+    On {
+        /// The leader lock's name (an advisory lock key on PostgreSQL, an
+        /// application lock resource on SQL Server; both are per database).
+        key: String,
+    },
+}
+
+impl Election {
+    pub fn is_on(&self) -> bool {
+        matches!(self, Election::On { .. })
+    }
+
+    /// The leader lock's name; `None` when the election is off.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Election::Off => None,
+            Election::On { key } => Some(key),
+        }
+    }
+}
+
+/// `leader_election` and `leader_key` as read.
+#[derive(Clone, Debug)]
+pub struct ElectionKeys {
+    pub on: bool,
+    /// `None`: the default, `gap-healer:<schema>` (`.<table>` for a table profile).
+    pub key: Option<String>,
 }
 
 /// The keys that describe the healed table, as read.
 #[derive(Clone, Debug, Default)]
 pub struct ProfileKeys {
     pub kind: ProfileKind,
-    pub table: Option<String>,
-    pub position_column: Option<String>,
+    pub table: Option<Ident>,
+    pub position_column: Option<Ident>,
     pub columns: Option<Vec<TombstoneColumn>>,
     pub tombstone_stream_id: String,
 }
@@ -130,6 +170,20 @@ impl DaemonSettings {
 }
 
 impl StoreConfig {
+    /// The leader lock's name: `leader_key` as given, else derived from
+    /// the table (`gap-healer:<schema>`, or `gap-healer:<schema>.<table>`
+    /// for a table profile). Shown by `config` also with the election off.
+    pub fn leader_key(&self) -> String {
+        let schema = self.store.schema.as_str();
+        self.election_keys
+            .key
+            .clone()
+            .unwrap_or_else(|| match &self.store.profile {
+                TableProfile::Eventuous => format!("gap-healer:{schema}"),
+                TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
+            })
+    }
+
     /// Placeholders, each overwritten by its key's default, by a rule, or
     /// reported missing.
     fn unset() -> Self {
@@ -137,7 +191,7 @@ impl StoreConfig {
             engine: EngineKind::Postgres,
             store: StoreSettings {
                 connection_string: ConnectionString::new(""),
-                schema: DEFAULT_SCHEMA.into(),
+                schema: Ident::parse(DEFAULT_SCHEMA).expect("the default schema is a name"),
                 tombstone_stream: String::new(),
                 tombstone_type: String::new(),
                 connect_timeout: Duration::ZERO,
@@ -151,10 +205,13 @@ impl StoreConfig {
             lookback: 0,
             scan_page_size: 0,
             dry_run: false,
-            leader_election: true,
-            leader_key: String::new(),
+            election: Election::Off,
             give_up_after: None,
             profile: ProfileKeys::default(),
+            election_keys: ElectionKeys {
+                on: true,
+                key: None,
+            },
         }
     }
 
@@ -164,22 +221,6 @@ impl StoreConfig {
         match self.store.profile.kind() {
             ProfileKind::Custom => String::new(),
             _ => toml::Value::String(value.to_string()).to_string(),
-        }
-    }
-
-    /// The healed table's name.
-    pub fn table_name(&self) -> String {
-        match &self.store.profile {
-            TableProfile::Eventuous => "messages".into(),
-            TableProfile::Table(t) => t.table.clone(),
-        }
-    }
-
-    /// The healed table's position column.
-    pub fn position_column(&self) -> String {
-        match &self.store.profile {
-            TableProfile::Eventuous => "global_position".into(),
-            TableProfile::Table(t) => t.position.clone(),
         }
     }
 }
@@ -345,16 +386,19 @@ pub fn load(
     need: Need,
 ) -> Result<Settings, ConfigError> {
     let mut problems = Vec::new();
-    let mut file = None;
-    if let Some(path) = &args.config {
-        match sources::file(path) {
+    let mut file = args
+        .config
+        .as_deref()
+        .and_then(|path| match sources::file(path) {
             Ok(mut f) => {
                 problems.append(&mut f.problems);
-                file = Some(f);
+                Some(f)
             }
-            Err(p) => problems.push(p),
-        }
-    }
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+        });
     let entries = file
         .as_mut()
         .map(|f| std::mem::take(&mut f.stores))
@@ -389,23 +433,7 @@ pub fn load(
         problems.append(&mut found);
         stores.push(store);
     } else {
-        for name in PER_STORE_ONLY {
-            let key = Key::find(name).expect("a key of the table");
-            for (layer, origin) in [
-                (&env, format!("environment variable {}", key.env())),
-                (&flags, format!("flag --{}", key.long())),
-            ] {
-                if layer.has(name) {
-                    problems.push(Problem {
-                        key: key.name.into(),
-                        value: None,
-                        origin,
-                        message: "the file lists [[stores]]: set it in each store's entry, not for all of them at once".into(),
-                        store: None,
-                    });
-                }
-            }
-        }
+        problems.extend(per_store_only_set_for_all(&env, &flags));
         let mut seen = std::collections::BTreeSet::new();
         for (i, entry) in entries.iter().chain(&set_entries).enumerate() {
             let is_set = i >= entries.len();
@@ -418,89 +446,165 @@ pub fn load(
                     .display(),
                 if is_set { "store_sets" } else { "stores" }
             );
-            let name = match &entry.name {
-                None => {
-                    problems.push(Problem {
-                        key: "name".into(),
-                        value: None,
-                        origin,
-                        message: "required: every [[stores]] entry has a name".into(),
-                        store: Some(label),
-                    });
+            let name = match entry_name(entry, label, &origin, &mut seen) {
+                Ok(name) => name,
+                Err(problem) => {
+                    problems.push(problem);
                     continue;
                 }
-                Some(name) => match parse_store_name(name) {
-                    Err(message) => {
-                        problems.push(Problem {
-                            key: "name".into(),
-                            value: Some(name.clone()),
-                            origin,
-                            message,
-                            store: None,
-                        });
-                        continue;
-                    }
-                    Ok(name) if !seen.insert(name.clone()) => {
-                        problems.push(Problem {
-                            key: "name".into(),
-                            value: Some(name),
-                            origin,
-                            message: "two [[stores]] entries have this name".into(),
-                            store: None,
-                        });
-                        continue;
-                    }
-                    Ok(name) => name,
-                },
             };
             let figment = layered(Some(&entry.layer));
             let (store, mut found) = read_store(&name, &figment, Some(&name), need);
             problems.append(&mut found);
-            if !is_set {
+            if is_set {
+                match store_set(name, entry, store, origin) {
+                    Ok(set) => sets.push(set),
+                    Err(mut found) => problems.append(&mut found),
+                }
+            } else {
                 stores.push(store);
-                continue;
-            }
-            let cs = store.store.connection_string.expose();
-            if !cs.is_empty() && !cs.contains(DATABASE_PLACEHOLDER) {
-                problems.push(Problem {
-                    key: "connection_string".into(),
-                    value: None,
-                    origin: origin.clone(),
-                    message: format!(
-                        "a [[store_sets]] entry's connection string names each database as {DATABASE_PLACEHOLDER}"
-                    ),
-                    store: Some(name.clone()),
-                });
-            }
-            match &entry.databases {
-                Some(pattern) if !pattern.is_empty() => sets.push(StoreSet {
-                    name,
-                    databases: pattern.clone(),
-                    template: store,
-                }),
-                _ => problems.push(Problem {
-                    key: "databases".into(),
-                    value: None,
-                    origin,
-                    message: "required: a LIKE pattern over the server's database names, e.g. \"tenant_%\"".into(),
-                    store: Some(name),
-                }),
             }
         }
     }
-    // Stores of one database each need their own leader lock: with one name
-    // for two of them, one store's election would keep the other following.
+    problems.extend(shared_leader_locks(&stores));
+    let unique = said_once(problems);
+    if unique.is_empty() {
+        Ok(Settings {
+            daemon,
+            daemon_origins,
+            stores,
+            sets,
+            selected: Vec::new(),
+            fleet,
+        })
+    } else {
+        Err(ConfigError { problems: unique })
+    }
+}
+
+/// With `[[stores]]` in the file, the keys each store sets for itself
+/// refused from the environment and the flags, which would set them for all.
+fn per_store_only_set_for_all(env: &Layer, flags: &Layer) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for name in PER_STORE_ONLY {
+        let key = Key::find(name).expect("a key of the table");
+        for (layer, origin) in [
+            (env, format!("environment variable {}", key.env())),
+            (flags, format!("flag --{}", key.long())),
+        ] {
+            if layer.has(name) {
+                problems.push(Problem {
+                    key: key.name.into(),
+                    value: None,
+                    origin,
+                    message: "the file lists [[stores]]: set it in each store's entry, not for all of them at once".into(),
+                    store: None,
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// A `[[stores]]` or `[[store_sets]]` entry's name: present, valid, and
+/// not taken by an entry before it (`seen`).
+fn entry_name(
+    entry: &sources::StoreEntry,
+    label: String,
+    origin: &str,
+    seen: &mut std::collections::BTreeSet<String>,
+) -> Result<String, Problem> {
+    let origin = origin.to_string();
+    match &entry.name {
+        None => Err(Problem {
+            key: "name".into(),
+            value: None,
+            origin,
+            message: "required: every [[stores]] entry has a name".into(),
+            store: Some(label),
+        }),
+        Some(name) => match parse_store_name(name) {
+            Err(message) => Err(Problem {
+                key: "name".into(),
+                value: Some(name.clone()),
+                origin,
+                message,
+                store: None,
+            }),
+            Ok(name) if !seen.insert(name.clone()) => Err(Problem {
+                key: "name".into(),
+                value: Some(name),
+                origin,
+                message: "two [[stores]] entries have this name".into(),
+                store: None,
+            }),
+            Ok(name) => Ok(name),
+        },
+    }
+}
+
+/// A `[[store_sets]]` entry: its template store (whose connection string
+/// names each database as the placeholder) and its `databases` pattern.
+fn store_set(
+    name: String,
+    entry: &sources::StoreEntry,
+    store: Store,
+    origin: String,
+) -> Result<StoreSet, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let cs = store.store.connection_string.expose();
+    if !cs.is_empty() && !cs.contains(DATABASE_PLACEHOLDER) {
+        problems.push(Problem {
+                key: "connection_string".into(),
+                value: None,
+                origin: origin.clone(),
+                message: format!(
+                    "a [[store_sets]] entry's connection string names each database as {DATABASE_PLACEHOLDER}"
+                ),
+                store: Some(name.clone()),
+            });
+    }
+    match &entry.databases {
+        // A problem above fails the load: no set to keep.
+        Some(pattern) if !pattern.is_empty() => match problems.is_empty() {
+            true => Ok(StoreSet {
+                name,
+                databases: pattern.clone(),
+                template: store,
+            }),
+            false => Err(problems),
+        },
+        _ => {
+            problems.push(Problem {
+                key: "databases".into(),
+                value: None,
+                origin,
+                message:
+                    "required: a LIKE pattern over the server's database names, e.g. \"tenant_%\""
+                        .into(),
+                store: Some(name),
+            });
+            Err(problems)
+        }
+    }
+}
+
+/// Stores of one database each need their own leader lock: with one name
+/// for two of them, one store's election would keep the other following.
+fn shared_leader_locks(stores: &[Store]) -> Vec<Problem> {
+    let mut problems = Vec::new();
     for (i, a) in stores.iter().enumerate() {
+        let Some(key) = a.election.key() else {
+            continue;
+        };
         if let Some(b) = stores[..i].iter().find(|b| {
             b.engine == a.engine
-                && b.leader_election
-                && a.leader_election
-                && b.leader_key == a.leader_key
+                && b.election.key() == Some(key)
                 && b.store.connection_string.expose() == a.store.connection_string.expose()
         }) {
             problems.push(Problem {
                 key: "leader_key".into(),
-                value: Some(a.leader_key.clone()),
+                value: Some(key.to_string()),
                 origin: a
                     .origins
                     .iter()
@@ -514,7 +618,11 @@ pub fn load(
             });
         }
     }
-    // A problem of a key every store reads (a bad flag) is said once.
+    problems
+}
+
+/// A problem of a key every store reads (a bad flag) is said once.
+fn said_once(problems: Vec<Problem>) -> Vec<Problem> {
     let mut unique: Vec<Problem> = Vec::new();
     for p in problems {
         let same = |q: &Problem| {
@@ -524,18 +632,24 @@ pub fn load(
             unique.push(p);
         }
     }
-    if unique.is_empty() {
-        Ok(Settings {
-            daemon,
-            daemon_origins,
-            stores,
-            sets,
-            selected: Vec::new(),
-            fleet,
-        })
-    } else {
-        Err(ConfigError { problems: unique })
-    }
+    unique
+}
+
+/// Where `key`'s value came from, as problems name it (empty: nowhere).
+fn origin(set: &BTreeMap<&str, Raw>, key: &str) -> String {
+    set.get(key).map(|r| r.origin.clone()).unwrap_or_default()
+}
+
+/// `key` was set by someone, not by the defaults layer.
+fn given(set: &BTreeMap<&str, Raw>, key: &str) -> bool {
+    set.get(key)
+        .is_some_and(|r| r.rank > sources::Origin::Default)
+}
+
+/// A problem of `key`, named with its origin.
+fn refuse(v: &mut Validator<'_>, set: &BTreeMap<&str, Raw>, key: &str, why: String) {
+    let o = origin(set, key);
+    v.problem(key, &o, why);
 }
 
 /// One store's keys from its layers; `label`: the store named in problems
@@ -634,8 +748,8 @@ impl Settings {
 struct Raw {
     text: String,
     origin: String,
-    /// The layer it came from ([`sources::rank`]): a higher one wins.
-    rank: u8,
+    /// The layer it came from: a higher one wins.
+    rank: sources::Origin,
     /// The text parsed.
     valid: bool,
 }
@@ -711,12 +825,12 @@ impl<'a> Validator<'a> {
 
     /// The value of `key` as text, where it came from and that layer's
     /// rank; `None` when unset.
-    fn raw(&mut self, key: &'static str) -> Option<(String, String, u8)> {
+    fn raw(&mut self, key: &'static str) -> Option<(String, String, sources::Origin)> {
         let value = self.figment.find_value(key).ok()?;
         let rank = self
             .figment
             .find_metadata(key)
-            .map_or(0, |m| sources::rank(&m.name));
+            .map_or(sources::Origin::Default, sources::Origin::of);
         let origin = match self.figment.find_metadata(key) {
             Some(Metadata {
                 source: Some(Source::File(path)),
@@ -777,14 +891,12 @@ impl<'a> Validator<'a> {
             store.store.connection_string = cs;
         }
         self.profile(set, store, engine);
-        if !set.contains_key("leader_key") {
-            store.leader_key = match &store.store.profile {
-                TableProfile::Eventuous => format!("gap-healer:{}", store.store.schema),
-                TableProfile::Table(t) => {
-                    format!("gap-healer:{}.{}", store.store.schema, t.table)
-                }
-            };
-        }
+        store.election = match &store.election_keys {
+            ElectionKeys { on: false, .. } => Election::Off,
+            ElectionKeys { on: true, .. } => Election::On {
+                key: store.leader_key(),
+            },
+        };
     }
 
     /// The store's table profile from `profile`, `table`, `position_column`,
@@ -798,102 +910,126 @@ impl<'a> Validator<'a> {
     ) {
         let keys = store.profile.clone();
         let kind = keys.kind;
-        let origin = |key: &str| set.get(key).map(|r| r.origin.clone()).unwrap_or_default();
-        // Set by someone, not by the defaults layer.
-        let given = |key: &str| set.get(key).is_some_and(|r| r.rank > 0);
-        let profile_origin = origin("profile");
-        if kind != ProfileKind::Eventuous && engine == Some(EngineKind::Mssql) {
+        if kind != ProfileKind::Eventuous
+            && engine.is_some_and(|e| !crate::engine::heals_table_profiles(e))
+        {
             self.problem(
                 "profile",
-                &profile_origin,
+                &origin(set, "profile"),
                 format!("{kind}: PostgreSQL only, for now (SQL Server heals Eventuous's Messages)"),
             );
             return;
         }
-        let refuse = |v: &mut Self, key: &str, why: String| {
-            let o = origin(key);
-            v.problem(key, &o, why);
-        };
         match kind {
-            ProfileKind::Eventuous => {
-                for (key, fixed, value) in [
-                    ("table", "messages", keys.table.as_deref()),
-                    (
-                        "position_column",
-                        "global_position",
-                        keys.position_column.as_deref(),
-                    ),
-                ] {
-                    if value.is_some_and(|v| v != fixed) {
-                        refuse(self, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
-                    }
-                }
-                for key in ["columns", "tombstone_stream_id"] {
-                    if given(key) {
-                        refuse(self, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
-                    }
-                }
-            }
-            ProfileKind::LedgerCore => {
-                if given("columns") {
-                    refuse(self, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
-                }
-                if !given("tombstone_stream") {
-                    store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
-                }
-                store.store.profile = TableProfile::Table(TableShape::ledger_core(
-                    keys.table.as_deref().unwrap_or("events"),
-                    keys.position_column.as_deref().unwrap_or("position"),
-                    &store.store.tombstone_stream,
-                    &keys.tombstone_stream_id,
-                    &store.store.tombstone_type,
-                ));
-            }
-            ProfileKind::Custom => {
-                for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
-                    if given(key) {
-                        refuse(
-                            self,
-                            key,
-                            "not read by the custom profile: its tombstone row is `columns`".into(),
-                        );
-                    }
-                }
-                let mut missing = Vec::new();
-                for (key, value) in [
-                    ("table", keys.table.is_some()),
-                    ("position_column", keys.position_column.is_some()),
-                    ("columns", keys.columns.is_some()),
-                ] {
-                    // A key that was set but invalid has its own problem already.
-                    if !value && !set.contains_key(key) {
-                        missing.push(key);
-                    }
-                }
-                for key in &missing {
-                    self.problem(key, "nowhere", "required by profile = \"custom\"");
-                }
-                let (Some(table), Some(position), Some(columns)) =
-                    (keys.table, keys.position_column, keys.columns)
-                else {
-                    return;
-                };
-                if columns.iter().any(|c| c.name == position) {
-                    refuse(
-                        self,
-                        "columns",
-                        format!("{position} is the position column: the fill writes it"),
-                    );
-                    return;
-                }
-                store.store.profile = TableProfile::Table(TableShape {
-                    kind,
-                    table,
-                    position,
-                    columns,
-                });
+            ProfileKind::Eventuous => self.eventuous_profile(set, &keys),
+            ProfileKind::LedgerCore => self.ledger_core_profile(set, store, keys),
+            ProfileKind::Custom => self.custom_profile(set, store, keys),
+        }
+    }
+
+    /// Eventuous's own tables: `table` and `position_column` only as its
+    /// names, no tombstone columns.
+    fn eventuous_profile(&mut self, set: &BTreeMap<&str, Raw>, keys: &ProfileKeys) {
+        for (key, fixed, value) in [
+            ("table", "messages", keys.table.as_ref()),
+            (
+                "position_column",
+                "global_position",
+                keys.position_column.as_ref(),
+            ),
+        ] {
+            if value.is_some_and(|v| v.as_str() != fixed) {
+                refuse(self, set, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
             }
         }
+        for key in ["columns", "tombstone_stream_id"] {
+            if given(set, key) {
+                refuse(self, set, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
+            }
+        }
+    }
+
+    /// Seed 003's `events` table: its fixed tombstone row, its default names.
+    fn ledger_core_profile(
+        &mut self,
+        set: &BTreeMap<&str, Raw>,
+        store: &mut StoreConfig,
+        keys: ProfileKeys,
+    ) {
+        let kind = keys.kind;
+        if given(set, "columns") {
+            refuse(self, set, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
+        }
+        if !given(set, "tombstone_stream") {
+            store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
+        }
+        let preset =
+            |name: Option<&str>| Ident::parse(name.unwrap_or_default()).expect("a preset name");
+        store.store.profile = TableProfile::Table(TableShape::ledger_core(
+            keys.table.unwrap_or_else(|| preset(kind.default_table())),
+            keys.position_column
+                .unwrap_or_else(|| preset(kind.default_position())),
+            &store.store.tombstone_stream,
+            &keys.tombstone_stream_id,
+            &store.store.tombstone_type,
+        ));
+    }
+
+    /// A table described by `table`, `position_column` and `columns`, all required.
+    fn custom_profile(
+        &mut self,
+        set: &BTreeMap<&str, Raw>,
+        store: &mut StoreConfig,
+        keys: ProfileKeys,
+    ) {
+        let kind = keys.kind;
+        for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
+            if given(set, key) {
+                refuse(
+                    self,
+                    set,
+                    key,
+                    "not read by the custom profile: its tombstone row is `columns`".into(),
+                );
+            }
+        }
+        let mut missing = Vec::new();
+        for (key, value) in [
+            ("table", keys.table.is_some()),
+            ("position_column", keys.position_column.is_some()),
+            ("columns", keys.columns.is_some()),
+        ] {
+            // A key that was set but invalid has its own problem already.
+            if !value && !set.contains_key(key) {
+                missing.push(key);
+            }
+        }
+        for key in &missing {
+            self.problem(key, "nowhere", "required by profile = \"custom\"");
+        }
+        let (Some(table), Some(position), Some(columns)) =
+            (keys.table, keys.position_column, keys.columns)
+        else {
+            return;
+        };
+        if columns.iter().any(|c| c.name == position) {
+            refuse(
+                self,
+                set,
+                "columns",
+                format!(
+                    "{} is the position column: the fill writes it",
+                    position.as_str()
+                ),
+            );
+            return;
+        }
+        store.store.profile = TableProfile::Table(TableShape {
+            kind,
+            table,
+            position,
+            columns,
+        });
     }
 
     /// The connection string from `connection_string` or `connection_string_file`,
@@ -1084,15 +1220,15 @@ mod tests {
     fn defaults_apply() {
         let s = load(&args(), env(&[]), Need::Connection).unwrap();
         assert_eq!(s.stores[0].gap_timeout, DEFAULT_GAP_TIMEOUT);
-        assert_eq!(s.stores[0].store.schema, "eventuous");
+        assert_eq!(s.stores[0].store.schema.as_str(), "eventuous");
         assert_eq!(s.stores[0].start_from, StartFrom::Checkpoints);
-        assert!(s.stores[0].leader_election);
+        assert!(s.stores[0].election.is_on());
         assert!(!s.stores[0].dry_run);
         assert_eq!(
             s.stores[0].give_up_after, None,
             "never gives up unless configured"
         );
-        assert_eq!(s.stores[0].leader_key, "gap-healer:eventuous");
+        assert_eq!(s.stores[0].election.key(), Some("gap-healer:eventuous"));
         assert_eq!(s.daemon.log_level, DEFAULT_LOG_LEVEL);
     }
 
@@ -1643,7 +1779,7 @@ dry_run = true
             "the environment's"
         );
         assert!(billing.dry_run && !orders.dry_run);
-        assert_eq!(billing.leader_key, "gap-healer:billing");
+        assert_eq!(billing.election.key(), Some("gap-healer:billing"));
         let toml = s.to_toml();
         assert!(toml.contains("[[stores]]\nname = \"orders\"\n"), "{toml}");
         let line = toml
@@ -1700,7 +1836,7 @@ name = "plain"
         let s = load(&a, vec![], Need::Connection).unwrap();
         let ledger = &s.stores[0];
         assert_eq!(ledger.store.tombstone_stream, "$gap");
-        assert_eq!(ledger.leader_key, "gap-healer:bank.events");
+        assert_eq!(ledger.election.key(), Some("gap-healer:bank.events"));
         let TableProfile::Table(shape) = &ledger.store.profile else {
             panic!("ledger-core is a table profile");
         };
@@ -1711,10 +1847,10 @@ name = "plain"
         let TableProfile::Table(journal) = &s.stores[1].store.profile else {
             panic!("custom is a table profile");
         };
-        assert_eq!(journal.table, "journal");
-        assert_eq!(journal.version().unwrap().0, "n");
+        assert_eq!(journal.table.as_str(), "journal");
+        assert_eq!(journal.version().unwrap().0.as_str(), "n");
         assert_eq!(s.stores[2].store.profile, TableProfile::Eventuous);
-        assert_eq!(s.stores[2].leader_key, "gap-healer:eventuous");
+        assert_eq!(s.stores[2].election.key(), Some("gap-healer:eventuous"));
         // The printed configuration loads back to the same profiles.
         let again = dir.join("again.toml");
         std::fs::write(&again, s.to_toml().replace("(redacted)", "host=db")).unwrap();

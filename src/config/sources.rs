@@ -163,7 +163,7 @@ fn store_entry(
         }
     }
     let layer = Layer {
-        name: STORE_ENTRY,
+        layer: Origin::StoreEntry,
         values,
         origin: Arc::new(move |_: &str| origin.clone()),
     };
@@ -181,23 +181,53 @@ fn store_entry(
 /// variable or flag a value came from.
 #[derive(Clone)]
 pub(super) struct Layer {
-    name: &'static str,
+    layer: Origin,
     values: Dict,
     origin: Arc<dyn Fn(&str) -> String + Send + Sync>,
 }
 
-/// The metadata name of a `[[stores]]` entry's layer.
-pub(super) const STORE_ENTRY: &str = "store entry";
+/// The layer a value came from, in rank order: a value from a later
+/// variant wins over one from an earlier (`Ord` is that order). Each
+/// [`Layer`] is built with its own; figment's metadata carries it only as
+/// [`Origin::name`], and [`Origin::of`] is that mapping's one inverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Origin {
+    /// A key's built-in default.
+    Default,
+    /// The top level of the config file (figment's own TOML provider).
+    File,
+    /// A `[[stores]]` or `[[store_sets]]` entry of the config file.
+    StoreEntry,
+    /// A `GAP_HEALER_*` environment variable.
+    Env,
+    /// A command-line flag.
+    Flag,
+}
 
-/// How a layer ranks: a value from a higher one wins. The rank of a value
-/// whose metadata is named `name` (a file's is figment's own name).
-pub(super) fn rank(name: &str) -> u8 {
-    match name {
-        "defaults" => 0,
-        STORE_ENTRY => 2,
-        "environment" => 3,
-        "flags" => 4,
-        _ => 1,
+impl Origin {
+    /// The metadata name of a layer of this origin; the file's is figment's own.
+    const fn name(self) -> &'static str {
+        match self {
+            Origin::Default => "defaults",
+            Origin::File => "TOML file",
+            Origin::StoreEntry => "store entry",
+            Origin::Env => "environment",
+            Origin::Flag => "flags",
+        }
+    }
+
+    /// The origin of a value whose metadata is `meta`: a layer built here
+    /// by its name, anything else (figment's TOML file) is the file.
+    pub(super) fn of(meta: &Metadata) -> Self {
+        [
+            Origin::Default,
+            Origin::StoreEntry,
+            Origin::Env,
+            Origin::Flag,
+        ]
+        .into_iter()
+        .find(|o| meta.name == o.name())
+        .unwrap_or(Origin::File)
     }
 }
 
@@ -217,7 +247,7 @@ impl Layer {
             })
             .collect();
         Layer {
-            name: "defaults",
+            layer: Origin::Default,
             values,
             origin: Arc::new(|_: &str| "default".into()),
         }
@@ -235,7 +265,7 @@ impl Layer {
             })
             .collect();
         Layer {
-            name: "environment",
+            layer: Origin::Env,
             values,
             origin: Arc::new(|k: &str| {
                 format!(
@@ -252,7 +282,7 @@ impl Layer {
             .map(|(k, v)| (k.to_string(), Value::from(v)))
             .collect();
         Layer {
-            name: "flags",
+            layer: Origin::Flag,
             values,
             origin: Arc::new(|k: &str| format!("flag --{}", k.replace('_', "-"))),
         }
@@ -262,7 +292,7 @@ impl Layer {
 impl Provider for Layer {
     fn metadata(&self) -> Metadata {
         let origin = self.origin.clone();
-        Metadata::named(self.name)
+        Metadata::named(self.layer.name())
             .interpolater(move |_: &Profile, keys: &[&str]| origin(&keys.join(".")))
     }
 

@@ -6,21 +6,36 @@
 //! positions with tombstones, in one transaction. Everything about time,
 //! tracking and retrying lives in the core ([`crate::healer`]).
 //!
+//! What only some engines can do is a capability with a trait of its own
+//! ([`SharedHeads`], [`WatermarkTable`]): an engine names the type that has
+//! it (itself, so far) or [`Unsupported`], which has no value, so "not
+//! supported" is a type the compiler sees, never an error found at run
+//! time. Engines are opened in one place, [`open()`] (module `open`), which
+//! also holds the only match on [`EngineKind`].
+//!
 //! Architecture invariant: an engine writes nothing but tombstone rows and the
-//! tombstone stream's Streams row, and only inside [`Engine::fill`].
+//! tombstone stream's Streams row, and only inside [`Engine::fill_ranges`].
 
+pub mod ado_connection_string;
 pub mod check;
-pub mod keywords;
+pub mod ident;
 pub mod mssql;
+pub mod open;
 pub mod pool;
 pub mod postgres;
 pub mod profile;
+pub mod shared_lock;
 
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
 pub use self::check::{Check, Finding};
+pub use self::ident::{Ident, QualifiedName};
+pub use self::open::{
+    catalog_database, check_connection_string, heals_table_profiles, open, setup_sql, Catalog,
+    Openable, Opened, Pools, WithEngine,
+};
 use crate::gaps::PosRange;
 use crate::secret::ConnectionString;
 
@@ -52,42 +67,21 @@ pub enum Fence {
     Leader(FenceToken),
 }
 
-/// The connection pools of a daemon's stores, by engine: stores of one
-/// database share one pool.
-#[derive(Default)]
-pub struct Pools {
-    pub(crate) postgres: pool::Shared<pool::Pool<postgres::Manager>>,
-    /// The head readings shared by each PostgreSQL pool's stores.
-    pub(crate) postgres_heads: pool::Shared<postgres::Heads>,
-    pub(crate) mssql: pool::Shared<pool::Pool<mssql::Manager>>,
-}
-
-impl Pools {
-    /// Distinct pools alive now.
-    pub fn len(&self) -> usize {
-        self.postgres.len() + self.mssql.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// What an engine needs to know about the store it serves.
 #[derive(Clone, Debug)]
 pub struct StoreSettings {
     pub connection_string: ConnectionString,
-    /// A plain identifier (validated by the config layer): it is spliced into SQL.
-    pub schema: String,
+    /// The store's schema: spliced into SQL by the statement renderers.
+    pub schema: Ident,
     /// Bound as a parameter, never spliced.
     pub tombstone_stream: String,
     /// Bound as a parameter, never spliced.
     pub tombstone_type: String,
     /// How long to wait for a new connection before calling the database unreachable.
     pub connect_timeout: Duration,
-    /// `schema.table` (validated identifiers) where the contiguous watermark
-    /// is published; `None`: not published.
-    pub watermark_table: Option<String>,
+    /// The table where the contiguous watermark is published; `None`: not
+    /// published.
+    pub watermark_table: Option<QualifiedName>,
     /// Which table is healed and what a tombstone row holds.
     pub profile: profile::Profile,
 }
@@ -161,19 +155,6 @@ pub enum FillOutcome {
     },
 }
 
-impl FillOutcome {
-    /// The `outcome` label of `gap_healer_fill_attempts_total`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            FillOutcome::Filled { .. } => "filled",
-            FillOutcome::Committed => "committed",
-            FillOutcome::Held | FillOutcome::Busy => "held",
-            FillOutcome::WriterWaiting { .. } => "writer_waiting",
-            FillOutcome::TableLocked => "table_locked",
-        }
-    }
-}
-
 /// A row of the store's Checkpoints table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -227,10 +208,21 @@ impl DbError {
 
 pub type DbResult<T> = Result<T, DbError>;
 
-/// A database engine gap-healer can heal.
+/// A database engine gap-healer can heal: the core every engine has.
 ///
-/// Methods return `Send` futures so the healer can run on a multi-threaded runtime.
+/// Methods return `Send` futures so the healer can run on a multi-threaded
+/// runtime. What only some engines have is reached through
+/// [`Engine::shared_heads`] and [`Engine::watermark_table`], typed
+/// [`Unsupported`] where the engine lacks it.
 pub trait Engine: Send + Sync + 'static {
+    /// How this engine reads the store's head together with the other
+    /// stores of its database ([`Unsupported`]: it has no such reading).
+    type Heads: SharedHeads;
+
+    /// The table this engine publishes the contiguous watermark in
+    /// ([`Unsupported`]: it publishes none).
+    type Watermark: WatermarkTable;
+
     /// `"postgres"` or `"mssql"`, for logs.
     fn kind(&self) -> EngineKind;
 
@@ -265,16 +257,9 @@ pub trait Engine: Send + Sync + 'static {
     /// never wait on an open append.
     fn scan(&self, after: i64, limit: u32) -> impl Future<Output = DbResult<ScanPage>> + Send;
 
-    /// The store's highest committed position (`None`: an empty table) as
-    /// read together with the other stores of its database, by a reading
-    /// that began no earlier than `not_before`. `None` when the engine has
-    /// no such reading for this store (the healer then scans as usual).
-    fn shared_head(
-        &self,
-        _not_before: tokio::time::Instant,
-    ) -> impl Future<Output = Option<DbResult<Option<i64>>>> + Send {
-        async { None }
-    }
+    /// The store's shared head readings; `None` where the engine has none
+    /// (always, when [`Engine::Heads`] is [`Unsupported`]).
+    fn shared_heads(&self) -> Option<&Self::Heads>;
 
     /// Which positions inside `ranges` exist now. Never waits on an open append.
     fn probe(&self, ranges: &[PosRange]) -> impl Future<Output = DbResult<Probe>> + Send;
@@ -309,16 +294,6 @@ pub trait Engine: Send + Sync + 'static {
         fence: &Fence,
     ) -> impl Future<Output = DbResult<FillOutcome>> + Send;
 
-    /// [`Engine::fill_ranges`] for one range.
-    fn fill(
-        &self,
-        range: PosRange,
-        lock_timeout: Duration,
-        fence: &Fence,
-    ) -> impl Future<Output = DbResult<FillOutcome>> + Send {
-        async move { self.fill_ranges(&[range], lock_timeout, fence).await }
-    }
-
     /// Preflight for `gap-healer check`: connectivity, shape, rights.
     /// Database errors become failed findings; `Err` only when nothing could be checked.
     fn preflight(&self) -> impl Future<Output = DbResult<Vec<Finding>>> + Send;
@@ -350,33 +325,10 @@ pub trait Engine: Send + Sync + 'static {
         }
     }
 
-    /// The contiguous watermark published for `store` in the watermark table
-    /// (`None`: no row yet). Only called with a watermark table configured.
-    fn read_watermark(&self, store: &str) -> impl Future<Output = DbResult<Option<i64>>> + Send {
-        let _ = store;
-        async {
-            Err(DbError::permanent(format!(
-                "{} does not publish a watermark table",
-                self.kind()
-            )))
-        }
-    }
-
-    /// Publishes `position` as `store`'s contiguous watermark: every position
-    /// at or below it is a committed event or a tombstone. Never lowers it.
-    fn publish_watermark(
-        &self,
-        store: &str,
-        position: i64,
-    ) -> impl Future<Output = DbResult<()>> + Send {
-        let _ = (store, position);
-        async {
-            Err(DbError::permanent(format!(
-                "{} does not publish a watermark table",
-                self.kind()
-            )))
-        }
-    }
+    /// The table the store's contiguous watermark is published in; `None`
+    /// when the store names none (and always, when [`Engine::Watermark`]
+    /// is [`Unsupported`]).
+    fn watermark_table(&self) -> Option<&Self::Watermark>;
 
     /// `gap-healer install`: creates what this engine's least-privilege mode
     /// needs and says what it did.
@@ -388,6 +340,87 @@ pub trait Engine: Send + Sync + 'static {
                 self.kind()
             ))
         }
+    }
+}
+
+/// What a shared head reading says of one store.
+///
+/// Invariant: `Empty` and `At` come only from a reading that began no
+/// earlier than the poll it answers was due, so they show every row
+/// committed before then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeadReading {
+    /// The store is not in the readings now (its own scan has not
+    /// succeeded yet, or failed last): it scans on its own.
+    NotShared,
+    /// The reading failed; every store of it scans on its own this poll.
+    Failed(DbError),
+    /// The store's table has no row.
+    Empty,
+    /// The store's highest committed position.
+    At(i64),
+}
+
+impl HeadReading {
+    /// Whether the reading shows no committed row above `examined`: then
+    /// a store with no hole tracked has nothing new to scan.
+    pub fn shows_nothing_above(&self, examined: i64) -> bool {
+        match self {
+            HeadReading::Empty => true,
+            HeadReading::At(head) => *head <= examined,
+            HeadReading::NotShared | HeadReading::Failed(_) => false,
+        }
+    }
+}
+
+/// Capability: the store's head read together with the other stores of
+/// its database, in one statement for all of them.
+pub trait SharedHeads: Send + Sync {
+    /// The store's head from a reading that began no earlier than
+    /// `not_before`, taking one when there is none.
+    fn shared_head(
+        &self,
+        not_before: tokio::time::Instant,
+    ) -> impl Future<Output = HeadReading> + Send;
+}
+
+/// Capability: the table a store's contiguous watermark is published in,
+/// one row per store.
+///
+/// Invariant: a row's position never decreases, and a row names the
+/// table it describes; reads and raises of another table's row are refused.
+pub trait WatermarkTable: Send + Sync {
+    /// The contiguous watermark published for `store` (`None`: no row yet).
+    fn read_watermark(&self, store: &str) -> impl Future<Output = DbResult<Option<i64>>> + Send;
+
+    /// Publishes `position` as `store`'s contiguous watermark: every position
+    /// at or below it is a committed event or a tombstone. Never lowers it.
+    fn publish_watermark(
+        &self,
+        store: &str,
+        position: i64,
+    ) -> impl Future<Output = DbResult<()>> + Send;
+}
+
+/// A capability an engine does not have. It has no value, so an engine
+/// that names it can only answer `None` for it, and code holding one is
+/// unreachable.
+#[derive(Debug)]
+pub enum Unsupported {}
+
+impl SharedHeads for Unsupported {
+    async fn shared_head(&self, _not_before: tokio::time::Instant) -> HeadReading {
+        match *self {}
+    }
+}
+
+impl WatermarkTable for Unsupported {
+    async fn read_watermark(&self, _store: &str) -> DbResult<Option<i64>> {
+        match *self {}
+    }
+
+    async fn publish_watermark(&self, _store: &str, _position: i64) -> DbResult<()> {
+        match *self {}
     }
 }
 
@@ -492,71 +525,6 @@ pub trait LeaderSession: Send + 'static {
 /// (SQL Server) they grant to; [`setup_sql`] puts the quoted name there.
 pub(crate) const HEALER_ROLE: &str = "__healer_role__";
 
-/// What `gap-healer sql` prints for an engine, granting to `role` (quoted
-/// for the engine; without one, the placeholder `<healer_role>`, which no
-/// server runs as it stands and which cannot be mistaken for a schema or
-/// table name when replaced).
-/// SQL Server's fill procedure is fixed to the configured tombstone stream
-/// and type, so an EXECUTE-only login cannot write into other streams.
-pub fn setup_sql(kind: EngineKind, store: &StoreSettings, role: Option<&str>) -> String {
-    let grantee = match (kind, role) {
-        (EngineKind::Postgres, Some(role)) => postgres::quote_role(role),
-        (EngineKind::Mssql, Some(role)) => mssql::quote_ident(role),
-        (EngineKind::Postgres, None) => "<healer_role>".to_string(),
-        (EngineKind::Mssql, None) => "[<healer_role>]".to_string(),
-    };
-    let script = match kind {
-        EngineKind::Postgres => {
-            let mut sql = postgres::setup_sql(&store.schema, &store.profile);
-            if let Some(table) = &store.watermark_table {
-                sql += &postgres::watermark_sql(table);
-            }
-            sql
-        }
-        EngineKind::Mssql => {
-            let mut sql = mssql::setup_sql_for(
-                &store.schema,
-                &store.tombstone_stream,
-                &store.tombstone_type,
-            );
-            if let Some(table) = &store.watermark_table {
-                sql += &mssql::watermark_sql(table);
-            }
-            sql
-        }
-    };
-    script.replace(HEALER_ROLE, &grantee)
-}
-
-/// The databases of a server whose names are `LIKE` `pattern`, asked on
-/// the database `settings` connects to.
-pub async fn list_databases(
-    kind: EngineKind,
-    settings: &StoreSettings,
-    pattern: &str,
-) -> DbResult<Vec<String>> {
-    match kind {
-        EngineKind::Postgres => {
-            postgres::PostgresEngine::new(settings)?
-                .list_databases(pattern)
-                .await
-        }
-        EngineKind::Mssql => {
-            mssql::MssqlEngine::new(settings)?
-                .list_databases(pattern)
-                .await
-        }
-    }
-}
-
-/// The database a server always has, to list the others from.
-pub fn catalog_database(kind: EngineKind) -> &'static str {
-    match kind {
-        EngineKind::Postgres => "postgres",
-        EngineKind::Mssql => "master",
-    }
-}
-
 /// Which engine a configuration names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -590,18 +558,6 @@ impl fmt::Display for EngineKind {
     }
 }
 
-/// Checks a connection string with the engine's own parser, before anything
-/// connects. The message is the driver's, scrubbed of the password.
-pub fn check_connection_string(kind: EngineKind, cs: &ConnectionString) -> Result<(), String> {
-    let result = match kind {
-        EngineKind::Postgres => postgres::tls::parse(cs.expose())
-            .map(|_| ())
-            .map_err(|e| postgres::tls::refusal(&e)),
-        EngineKind::Mssql => mssql::check_connection_string(cs),
-    };
-    result.map_err(|m| cs.scrub(&m))
-}
-
 #[cfg(test)]
 pub(crate) mod tests_support {
     use std::time::Duration;
@@ -613,7 +569,7 @@ pub(crate) mod tests_support {
     pub(crate) fn mssql_settings(cs: &str) -> StoreSettings {
         StoreSettings {
             connection_string: ConnectionString::new(cs),
-            schema: "eventuous".into(),
+            schema: super::Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),

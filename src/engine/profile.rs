@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use super::ident::{Ident, QualifiedName};
+
 /// The nil UUID: ledger-core's default tombstone stream id.
 pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 /// ledger-core's default tombstone stream (its `stream_category`).
@@ -88,14 +90,14 @@ pub enum ColumnValue {
     /// version of the rows whose `stream` columns hold the tombstone's
     /// literals (1 for the first), allocated under a lock that serialises
     /// every healer of the table.
-    NextVersion { stream: Vec<String> },
+    NextVersion { stream: Vec<Ident> },
 }
 
 /// One column of the tombstone row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TombstoneColumn {
-    /// A validated identifier, lower case.
-    pub name: String,
+    /// Lower case.
+    pub name: Ident,
     pub value: ColumnValue,
 }
 
@@ -114,15 +116,45 @@ impl Profile {
             Profile::Table(t) => t.kind,
         }
     }
+
+    /// The healed table's name (Eventuous's: `messages`).
+    pub fn table(&self) -> Ident {
+        match self {
+            Profile::Eventuous => preset(EVENTUOUS_TABLE),
+            Profile::Table(t) => t.table.clone(),
+        }
+    }
+
+    /// The healed table's position column (Eventuous's: `global_position`).
+    pub fn position(&self) -> Ident {
+        match self {
+            Profile::Eventuous => preset(EVENTUOUS_POSITION),
+            Profile::Table(t) => t.position.clone(),
+        }
+    }
+
+    /// The healed table in `schema`.
+    pub fn qualified(&self, schema: &Ident) -> QualifiedName {
+        QualifiedName::new(schema.clone(), self.table())
+    }
+}
+
+/// Eventuous's table and position column, as the PostgreSQL catalog names them.
+const EVENTUOUS_TABLE: &str = "messages";
+const EVENTUOUS_POSITION: &str = "global_position";
+
+/// A name this module fixes, checked like any other.
+fn preset(name: &str) -> Ident {
+    Ident::parse(name).expect("a preset name is a plain identifier")
 }
 
 /// A table healed by the table profiles (`ledger-core`, `custom`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableShape {
     pub kind: ProfileKind,
-    /// Validated identifiers, lower case.
-    pub table: String,
-    pub position: String,
+    /// Lower case.
+    pub table: Ident,
+    pub position: Ident,
     /// Every column the tombstone row sets besides the position, in order.
     pub columns: Vec<TombstoneColumn>,
 }
@@ -130,33 +162,33 @@ pub struct TableShape {
 impl TableShape {
     /// seed 003's `events` table with its tombstone row.
     pub fn ledger_core(
-        table: &str,
-        position: &str,
+        table: Ident,
+        position: Ident,
         stream: &str,
         stream_id: &str,
         event_type: &str,
     ) -> Self {
         let literal = |name: &str, v: serde_json::Value| TombstoneColumn {
-            name: name.into(),
+            name: preset(name),
             value: ColumnValue::Literal(v),
         };
         TableShape {
             kind: ProfileKind::LedgerCore,
-            table: table.into(),
-            position: position.into(),
+            table,
+            position,
             columns: vec![
                 literal("stream_category", stream.into()),
                 literal("stream_id", stream_id.into()),
                 TombstoneColumn {
-                    name: "version".into(),
+                    name: preset("version"),
                     value: ColumnValue::NextVersion {
-                        stream: vec!["stream_category".into(), "stream_id".into()],
+                        stream: vec![preset("stream_category"), preset("stream_id")],
                     },
                 },
                 literal("event_type", event_type.into()),
                 literal("data", serde_json::json!({})),
                 TombstoneColumn {
-                    name: "recorded_at".into(),
+                    name: preset("recorded_at"),
                     value: ColumnValue::Now,
                 },
             ],
@@ -169,7 +201,7 @@ impl TableShape {
             .columns
             .iter()
             .filter_map(|c| match &c.value {
-                ColumnValue::Literal(v) => Some((c.name.clone(), v.clone())),
+                ColumnValue::Literal(v) => Some((c.name.as_str().to_string(), v.clone())),
                 _ => None,
             })
             .collect();
@@ -177,16 +209,16 @@ impl TableShape {
     }
 
     /// The next-version column and the columns naming its stream.
-    pub fn version(&self) -> Option<(&str, &[String])> {
+    pub fn version(&self) -> Option<(&Ident, &[Ident])> {
         self.columns.iter().find_map(|c| match &c.value {
-            ColumnValue::NextVersion { stream } => Some((c.name.as_str(), stream.as_slice())),
+            ColumnValue::NextVersion { stream } => Some((&c.name, stream.as_slice())),
             _ => None,
         })
     }
 
-    /// `schema.table` as the catalog names it.
-    pub fn qualified(&self, schema: &str) -> String {
-        format!("{schema}.{}", self.table)
+    /// The table in `schema`.
+    pub fn qualified(&self, schema: &Ident) -> QualifiedName {
+        QualifiedName::new(schema.clone(), self.table.clone())
     }
 }
 
@@ -195,7 +227,7 @@ impl TableShape {
 /// `identifier` validates a column name. Every mistake is reported at once.
 pub fn parse_columns(
     text: &str,
-    identifier: impl Fn(&str) -> Result<String, String>,
+    identifier: impl Fn(&str) -> Result<Ident, String>,
 ) -> Result<Vec<TombstoneColumn>, String> {
     let doc: toml::Table = toml::from_str(&format!("columns = {text}"))
         .map_err(|e| format!("expected a table of column = value: {}", e.message()))?;
@@ -206,7 +238,7 @@ pub fn parse_columns(
     let mut errors = Vec::new();
     for (name, value) in table {
         let name = match identifier(name) {
-            Ok(n) => n.to_ascii_lowercase(),
+            Ok(n) => n.to_lowercase(),
             Err(e) => {
                 errors.push(format!("column {name:?}: {e}"));
                 continue;
@@ -214,7 +246,7 @@ pub fn parse_columns(
         };
         match column_value(value, &identifier) {
             Ok(value) => columns.push(TombstoneColumn { name, value }),
-            Err(e) => errors.push(format!("column {name}: {e}")),
+            Err(e) => errors.push(format!("column {}: {e}", name.as_str())),
         }
     }
     let versions: Vec<&TombstoneColumn> = columns
@@ -235,7 +267,9 @@ pub fn parse_columns(
                 .any(|c| &c.name == s && matches!(c.value, ColumnValue::Literal(_)));
             if !literal {
                 errors.push(format!(
-                    "column {name}: next_version names {s}, which must be a column given a literal (the tombstone stream's key)"
+                    "column {}: next_version names {}, which must be a column given a literal (the tombstone stream's key)",
+                    name.as_str(),
+                    s.as_str()
                 ));
             }
         }
@@ -255,7 +289,7 @@ const VALUE_FORMS: &str =
 
 fn column_value(
     value: &toml::Value,
-    identifier: &impl Fn(&str) -> Result<String, String>,
+    identifier: &impl Fn(&str) -> Result<Ident, String>,
 ) -> Result<ColumnValue, String> {
     match value {
         toml::Value::String(s) if s == "uuid" => Ok(ColumnValue::Uuid),
@@ -272,7 +306,7 @@ fn column_value(
                 let stream = cols
                     .iter()
                     .map(|c| match c {
-                        toml::Value::String(s) => identifier(s).map(|s| s.to_ascii_lowercase()),
+                        toml::Value::String(s) => identifier(s).map(|s| s.to_lowercase()),
                         other => Err(format!("{other} is not a column name")),
                     })
                     .collect::<Result<Vec<_>, _>>()
@@ -302,12 +336,14 @@ pub fn render_columns(columns: &[TombstoneColumn]) -> String {
             }
             ColumnValue::NextVersion { stream } => {
                 let mut t = toml::Table::new();
-                let cols = stream.iter().map(|s| toml::Value::String(s.clone()));
+                let cols = stream
+                    .iter()
+                    .map(|s| toml::Value::String(s.as_str().into()));
                 t.insert("next_version".into(), toml::Value::Array(cols.collect()));
                 toml::Value::Table(t)
             }
         };
-        table.insert(c.name.clone(), value);
+        table.insert(c.name.as_str().into(), value);
     }
     toml::Value::Table(table).to_string()
 }
@@ -335,19 +371,25 @@ fn json_to_toml(v: &serde_json::Value) -> toml::Value {
 mod tests {
     use super::*;
 
-    fn ident(s: &str) -> Result<String, String> {
-        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            Ok(s.into())
-        } else {
-            Err("not an identifier".into())
-        }
+    fn ident(s: &str) -> Result<Ident, String> {
+        Ident::parse(s).map_err(|_| "not an identifier".into())
+    }
+
+    fn names(idents: &[Ident]) -> Vec<&str> {
+        idents.iter().map(Ident::as_str).collect()
     }
 
     #[test]
     fn every_value_form_parses_and_renders_back() {
         let text = r#"{ id = "uuid", at = "now", kind = { literal = "$gap" }, n = { literal = 7 }, data = { literal = {} }, v = { next_version = ["kind"] } }"#;
         let cols = parse_columns(text, ident).unwrap();
-        let v = |n: &str| cols.iter().find(|c| c.name == n).unwrap().value.clone();
+        let v = |n: &str| {
+            cols.iter()
+                .find(|c| c.name.as_str() == n)
+                .unwrap()
+                .value
+                .clone()
+        };
         assert_eq!(v("id"), ColumnValue::Uuid);
         assert_eq!(v("at"), ColumnValue::Now);
         assert_eq!(v("kind"), ColumnValue::Literal("$gap".into()));
@@ -356,7 +398,7 @@ mod tests {
         assert_eq!(
             v("v"),
             ColumnValue::NextVersion {
-                stream: vec!["kind".into()]
+                stream: vec![ident("kind").unwrap()]
             }
         );
         assert_eq!(parse_columns(&render_columns(&cols), ident).unwrap(), cols);
@@ -388,17 +430,20 @@ mod tests {
 
     #[test]
     fn ledger_core_is_a_preset_of_custom() {
-        let shape = TableShape::ledger_core("events", "position", "$gap", NIL_UUID, "$tombstone");
+        let shape = TableShape::ledger_core(
+            preset("events"),
+            preset("position"),
+            "$gap",
+            NIL_UUID,
+            "$tombstone",
+        );
         assert_eq!(
             shape.literals(),
             serde_json::json!({"stream_category": "$gap", "stream_id": NIL_UUID, "event_type": "$tombstone", "data": {}})
         );
         assert_eq!(
-            shape.version(),
-            Some((
-                "version",
-                &["stream_category".to_string(), "stream_id".to_string()][..]
-            ))
+            shape.version().map(|(c, s)| (c.as_str(), names(s))),
+            Some(("version", vec!["stream_category", "stream_id"]))
         );
         let text = render_columns(&shape.columns);
         let by_name = |mut c: Vec<TombstoneColumn>| {

@@ -60,7 +60,6 @@ async fn scan_reports_holes_in_text_and_json_and_exits_1() {
     let out = store.cli(&["scan", "--start-from", "0"]);
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(out.stdout.starts_with("0 holes"), "{}", out.stdout);
-    store.drop_schema().await;
 }
 
 #[tokio::test]
@@ -107,7 +106,6 @@ async fn heal_once_backfills_a_large_table_in_chunks() {
         store.assert_tombstone_stream_consistent().await as usize,
         missing
     );
-    store.drop_schema().await;
 }
 
 /// A rate as `heal --once` and `scan` show it: a whole number of positions
@@ -167,7 +165,6 @@ async fn heal_once_on_a_terminal_shows_the_fill_advancing() {
         "{}",
         out.stderr
     );
-    store.drop_schema().await;
 }
 
 /// `scan` lists 20 holes in text unless told otherwise, then says how many
@@ -231,7 +228,6 @@ async fn scan_lists_at_most_a_limit_of_holes_and_counts_the_rest() {
         let out = store.cli(&[&["scan", "--start-from", "0"], bad].concat());
         assert_eq!(out.code, 2, "{bad:?}: {}", out.all());
     }
-    store.drop_schema().await;
 }
 
 /// The `heal --once` summary: positions filled, statements (and what each
@@ -260,7 +256,6 @@ async fn heal_once_summary_counts_positions_statements_and_what_is_left() {
         "{}",
         out.stderr
     );
-    store.drop_schema().await;
 }
 
 /// `--start-from` above the head: `scan` shows the real head and warns that
@@ -329,7 +324,6 @@ async fn start_from_above_the_head_is_reported_honestly_and_refused_by_run() {
         daemon.log()
     );
     assert_eq!(daemon.terminate().0, Some(0));
-    store.drop_schema().await;
 
     // An empty table may start anywhere: the rows will come.
     let empty = Store::new("above_empty").await;
@@ -340,7 +334,6 @@ async fn start_from_above_the_head_is_reported_honestly_and_refused_by_run() {
         daemon.log()
     );
     assert_eq!(daemon.terminate().0, Some(0));
-    empty.drop_schema().await;
 }
 
 /// The daemon has resolved its start and still runs half a second later.
@@ -392,7 +385,6 @@ async fn logs_are_plain_text_unless_stderr_is_a_terminal() {
         "{:?}",
         no_color.stderr
     );
-    store.drop_schema().await;
 }
 
 #[tokio::test]
@@ -426,7 +418,6 @@ async fn check_passes_on_a_good_store_and_fails_with_exit_3_on_a_wrong_one() {
     );
     let out = store.cli(&["scan"]);
     assert_eq!(out.code, 3, "scan on a missing table: {}", out.all());
-    store.drop_schema().await;
 
     let bad = [
         "check",
@@ -549,7 +540,6 @@ async fn check_names_each_missing_right_with_the_grant_to_run() {
     );
     assert_eq!(out.code, 0, "{}", out.all());
     assert_eq!(store.tombstone_positions().await, vec![2]);
-    store.drop_with_login(&role).await;
 }
 
 /// A tombstone stream whose version ran ahead of its rows (what Eventuous's
@@ -599,7 +589,6 @@ async fn check_prints_the_repair_of_an_inconsistent_tombstone_stream() {
         "{}",
         out.stdout
     );
-    store.drop_schema().await;
 }
 
 #[test]
@@ -900,7 +889,6 @@ async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
         log.contains("\"outcome\":\"filled\""),
         "fills are logged with their outcome:\n{log}"
     );
-    store.drop_schema().await;
 }
 
 #[tokio::test]
@@ -915,7 +903,6 @@ async fn sigterm_during_a_lock_wait_exits_without_waiting_it_out() {
     assert!(took < SIGTERM_BOUND, "{took:?}");
     open.commit().await.expect("the open append still commits");
     assert!(store.tombstone_positions().await.is_empty());
-    store.drop_schema().await;
 }
 
 #[test]
@@ -1048,7 +1035,6 @@ async fn postgres_tls_verifies_the_server_certificate() {
         out.all()
     );
     assert!(out.stderr.contains("/nonexistent/ca.pem"), "{}", out.stderr);
-    store.drop_schema().await;
 }
 
 /// Issue 12: an Eventuous application's Npgsql connection string (the shape
@@ -1096,7 +1082,6 @@ async fn an_eventuous_npgsql_connection_string_works_for_check_scan_and_run() {
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains("Zq7Npgsql"), "{log}");
-    store.drop_schema().await;
 }
 
 /// Issue 20: unknown libpq keys, unsupported ones, URL query parameters, a
@@ -1198,7 +1183,6 @@ async fn npgsql_pool_keepalive_and_target_session_attributes_are_accepted() {
     assert_eq!(out.code, 1, "{}", out.all());
     assert!(out.stdout.contains("4..=6"), "{}", out.stdout);
     assert!(!out.all().contains("Zq7Npgsql"), "{}", out.all());
-    store.drop_schema().await;
 }
 
 /// A TCP listener on a free port of 127.0.0.1 that answers each
@@ -1437,7 +1421,6 @@ async fn heal_once_reports_in_json_and_exits_1_while_holes_are_left() {
         serde_json::json!({"holes": 0, "positions": 0}),
         "{v}"
     );
-    store.drop_schema().await;
 }
 
 /// Issue 20: a dry run fills nothing, so it does not wait gap_timeout: it
@@ -1463,7 +1446,6 @@ async fn heal_once_dry_run_reports_at_once_instead_of_waiting_gap_timeout() {
     );
     assert!(!out.stderr.contains("waiting"), "{}", out.stderr);
     assert!(store.tombstone_positions().await.is_empty());
-    store.drop_schema().await;
 }
 
 /// Issue 20: without a terminal a scan logs no "0 of N" line at its start
@@ -1492,7 +1474,6 @@ async fn scan_ends_with_a_completion_line_and_says_what_it_examined() {
         out.stdout,
         "0 holes (0 missing positions): nothing to examine, the scan starts at 8 and the head is 7\n"
     );
-    store.drop_schema().await;
 
     let empty = Store::new("scan_empty").await;
     let out = empty.cli(&["scan", "--start-from", "0"]);
@@ -1504,7 +1485,6 @@ async fn scan_ends_with_a_completion_line_and_says_what_it_examined() {
     let out = empty.cli(&["scan", "--start-from", "0", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(v["empty"], true, "{v}");
-    empty.drop_schema().await;
 }
 
 /// Issue 20: a store whose database answers with a refusal is not ready,
@@ -1534,7 +1514,6 @@ async fn readyz_says_the_refusal_when_the_database_answers_with_one() {
     assert!(!body.contains("has not answered"), "{body}");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    store.drop_with_login(&role).await;
 }
 
 /// Issue 20: the one store of a daemon that gives up does not say "the
@@ -1691,8 +1670,6 @@ async fn fleet_output_names_the_store_in_each_line_and_object() {
         documented(&heals[0][what], &format!("heal {what}"));
     }
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
-    a.drop_schema().await;
-    b.drop_schema().await;
 }
 
 /// Issue 20: shell completions and man pages come from the same
@@ -1814,7 +1791,6 @@ async fn the_http_root_links_the_endpoints() {
     );
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    store.drop_schema().await;
 }
 
 /// Issue 20: under systemd (`Type=notify`, `NOTIFY_SOCKET`) the daemon
@@ -1846,7 +1822,6 @@ async fn systemd_hears_ready_once_the_endpoints_answer_and_stopping_at_the_end()
     let n = socket.recv(&mut buf).expect("STOPPING=1");
     assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1\n");
     std::fs::remove_dir_all(&dir).ok();
-    store.drop_schema().await;
 }
 
 /// An IPv4 address of this machine that is not a loopback one: where the
@@ -1937,5 +1912,4 @@ async fn check_warns_when_tls_is_off_to_a_server_that_is_not_this_machine() {
         "{}",
         out.stdout
     );
-    store.drop_schema().await;
 }

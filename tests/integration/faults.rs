@@ -297,7 +297,6 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     );
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    store.drop_schema().await;
 }
 
 /// A login role with exactly the rights `gap-healer sql` prints; the
@@ -377,7 +376,6 @@ async fn statement_timeout_is_reported_and_retried() {
     assert!(errors >= Some(2.0), "{errors:?}");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    store.drop_with_login(&role).await;
 }
 
 /// A throwaway cluster with a database `ro` whose `store` schema has the
@@ -563,7 +561,6 @@ async fn leader_session_killed_no_fill_while_another_leads() {
         fills_a.len(),
         fills_b.len()
     );
-    store.drop_schema().await;
     assert!(
         became_a.len() + became_b.len() >= 3,
         "the lock changed hands too rarely"
@@ -596,6 +593,7 @@ async fn leader_session_killed_no_fill_while_another_leads() {
 async fn missing_tables_are_reported_and_the_daemon_waits_for_them() {
     let c = connect().await;
     let schema = pg::schema_name("fault_missing");
+    let _schema = pg::Guard::schema(&pg_url(), &schema);
     c.batch_execute(&format!("CREATE SCHEMA {schema}"))
         .await
         .unwrap();
@@ -631,7 +629,6 @@ async fn missing_tables_are_reported_and_the_daemon_waits_for_them() {
     );
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    store.drop_schema().await;
 }
 
 /// A tmpfs of `size` mounted on a directory of its own, owned by postgres:
@@ -905,5 +902,4 @@ async fn paused_leader_loses_the_lock_and_a_follower_takes_over() {
     assert_eq!(code, Some(0), "{log}");
     let (code, _, log) = new.terminate();
     assert_eq!(code, Some(0), "{log}");
-    store.drop_schema().await;
 }

@@ -187,8 +187,6 @@ async fn a_fleet_heals_every_store_and_a_broken_one_delays_none() {
             "{line}"
         );
     }
-    a.drop_schema().await;
-    b.drop_schema().await;
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -236,8 +234,6 @@ async fn one_shot_commands_take_store_names() {
         "{}",
         out.stdout
     );
-    a.drop_schema().await;
-    b.drop_schema().await;
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -296,9 +292,7 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
     assert!(peak <= 16 + 1, "{peak} sessions for {STORES} stores");
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
-    for store in stores {
-        store.drop_schema().await;
-    }
+    drop(stores);
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
@@ -308,7 +302,8 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
 /// a store whose table vanished fails the reading once, then on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_of_one_database_read_their_heads_in_one_statement() {
-    use gap_healer::engine::{Engine, Pools};
+    use gap_healer::engine::HeadReading::{At, Empty, Failed, NotShared};
+    use gap_healer::engine::{Engine, Pools, SharedHeads};
     use gap_healer_testkit::engine::{postgres_sharing, settings};
     use gap_healer_testkit::pg::Ending;
     use tokio::time::Instant as Due;
@@ -329,7 +324,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let (ea, eb, ec) = (engine(&a), engine(&b), engine(&c));
 
     // Not read with the others before its own scan succeeded.
-    assert!(ea.shared_head(Due::now()).await.is_none());
+    assert_eq!(ea.shared_head(Due::now()).await, NotShared);
     for e in [&ea, &eb, &ec] {
         e.scan(0, 100).await.unwrap();
     }
@@ -339,33 +334,33 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
         eb.shared_head(due),
         ec.shared_head(due)
     );
-    assert_eq!(ha.unwrap().unwrap(), Some(head_a));
-    assert_eq!(hb.unwrap().unwrap(), Some(head_b));
-    assert_eq!(hc.unwrap().unwrap(), None, "an empty table has no head");
+    assert_eq!(ha, At(head_a));
+    assert_eq!(hb, At(head_b));
+    assert_eq!(hc, Empty, "an empty table has no head");
     assert_eq!(ea.shared_readings(), 1, "three stores, one statement");
 
     // A row committed after the poll was due: that poll's reading stands,
     // the next poll's reading shows it.
     let later = *a.append("s", 1, Ending::Commit).await.last().unwrap();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(head_a));
+    assert_eq!(ea.shared_head(due).await, At(head_a));
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
-    assert_eq!(eb.shared_head(due).await.unwrap().unwrap(), Some(head_b));
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(eb.shared_head(due).await, At(head_b));
     assert_eq!(ea.shared_readings(), 2);
 
     // c's schema vanishes: the next reading fails for all (each then scans
     // on its own); c's own scan fails, so the reading after leaves c out.
     c.drop_schema().await;
     let due = Due::now();
-    assert!(ea.shared_head(due).await.unwrap().is_err());
+    assert!(matches!(ea.shared_head(due).await, Failed(_)));
     assert!(ec.scan(0, 100).await.is_err());
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
-    assert!(ec.shared_head(due).await.is_none(), "c scans alone now");
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(ec.shared_head(due).await, NotShared, "c scans alone now");
     // A store that is dropped leaves the readings.
     drop(eb);
     let due = Due::now();
-    assert_eq!(ea.shared_head(due).await.unwrap().unwrap(), Some(later));
+    assert_eq!(ea.shared_head(due).await, At(later));
     assert_eq!(ea.shared_readings(), 5);
 
     // d's table held by DDL in an open transaction: the reading fails after
@@ -387,7 +382,7 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     let reading = tokio::time::timeout(Duration::from_secs(5), ea.shared_head(Due::now()))
         .await
         .expect("the reading waited for the lock: every store of the pool would wait");
-    assert!(reading.unwrap().is_err());
+    assert!(matches!(reading, Failed(_)));
     let waited = waited.elapsed();
     assert!(
         waited < Duration::from_secs(2),
@@ -400,20 +395,14 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!held.is_finished(), "d's own scan waits for the lock");
     let served = Instant::now();
-    assert_eq!(
-        ea.shared_head(Due::now()).await.unwrap().unwrap(),
-        Some(later)
-    );
+    assert_eq!(ea.shared_head(Due::now()).await, At(later));
     println!(
         "a locked table failed the shared reading after {waited:?}; without it the next reading took {:?}",
         served.elapsed()
     );
     locker.batch_execute("ROLLBACK").await.unwrap();
     held.await.unwrap().unwrap();
-    assert!(ed.shared_head(Due::now()).await.unwrap().is_ok());
-    a.drop_schema().await;
-    b.drop_schema().await;
-    d.drop_schema().await;
+    assert!(matches!(ed.shared_head(Due::now()).await, At(_) | Empty));
 }
 
 /// A database `name` with the Eventuous tables in schema `eventuous` and
@@ -428,17 +417,12 @@ async fn tenant(name: &str, widths: &[usize]) -> Store {
     }
     let url = with_param(&pg_url().replace("dbname=test", ""), "dbname", name);
     let client = gap_healer_testkit::pg::connect_to(&url).await;
-    let store = Store::create(client, &url, "eventuous").await.unwrap();
+    let store = Store::create(client, &url, "eventuous")
+        .await
+        .unwrap()
+        .owning_database(&pg_url(), name);
     store.append_holes(widths).await;
     store
-}
-
-async fn drop_database(name: &str) {
-    connect()
-        .await
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,7 +492,6 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     }
     // A dropped one is no longer healed, and leaves /status.
     drop(tb);
-    drop_database(&b).await;
     let dropped = Instant::now();
     let gone = format!("tenants/{b}");
     assert!(
@@ -569,11 +552,6 @@ async fn a_store_set_heals_every_tenant_database_and_follows_new_and_dropped_one
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("its database is gone"), "{log}");
-    drop(ta);
-    drop(tc);
-    for db in [a, c] {
-        drop_database(&db).await;
-    }
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -638,8 +616,6 @@ async fn a_table_lock_on_one_store_backs_it_off_and_delays_neither_the_other_nor
         d.log()
     );
     drop(d);
-    a.drop_schema().await;
-    b.drop_schema().await;
 }
 
 /// DDL holding a table (ACCESS EXCLUSIVE: `ALTER TABLE`, `VACUUM FULL`)
@@ -682,7 +658,6 @@ async fn a_scan_or_probe_behind_ddl_fails_after_the_lock_timeout() {
         .scan(0, 100)
         .await
         .expect("reads again once the DDL is gone");
-    store.drop_schema().await;
 }
 
 /// A store set's database that stops being listed (here: it no longer
@@ -721,7 +696,7 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
     };
     let before = in_db(db.clone(), app.clone()).await;
     assert!(before >= 1, "the healer's sessions on {db}: {before}");
-    drop(t);
+    let _database = t.close_session();
     connect()
         .await
         .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false"))
@@ -739,10 +714,64 @@ async fn a_database_that_leaves_a_store_set_keeps_no_session_of_the_healer() {
         .batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))
         .await
         .unwrap();
-    drop_database(&db).await;
     std::fs::remove_file(file).ok();
     assert!(
         closed,
         "{left} session(s) of the healer still on {db} ({before} before)"
+    );
+}
+
+/// A store set lists its databases on one catalog engine it keeps: every
+/// discovery pass (each second here) reuses its pool and so its session
+/// on the catalog database (before, each pass opened an engine and a pool
+/// of its own, and logged in anew).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_set_lists_its_databases_on_one_kept_catalog_session() {
+    let prefix = format!("ghcat_{}", std::process::id());
+    let db = format!("{prefix}_a");
+    let t = tenant(&db, &[1]).await;
+    let app = format!("gh-catalog-{}", std::process::id());
+    let template = with_param(
+        &named(&pg_url(), &app).replace("dbname=test", ""),
+        "dbname",
+        "{database}",
+    );
+    let file = store_set_file("catalog", &prefix, template);
+    let d = run_config(&file.display().to_string());
+    assert!(
+        t.wait_until_healed(Duration::from_secs(10)).await,
+        "{}",
+        d.log()
+    );
+    // The healer's sessions on the catalog database: (pid, last query).
+    let on_catalog = || {
+        let app = app.clone();
+        async move {
+            connect()
+                .await
+                .query(
+                    "SELECT pid, extract(epoch FROM query_start)::float8 FROM pg_stat_activity \
+                     WHERE datname = 'postgres' AND application_name = $1",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get::<_, i32>(0), r.get::<_, Option<f64>>(1)))
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = on_catalog().await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let later = on_catalog().await;
+    drop(d);
+    drop(t);
+    std::fs::remove_file(file).ok();
+    assert_eq!(first.len(), 1, "the catalog's sessions: {first:?}");
+    assert_eq!(later.len(), 1, "the catalog's sessions: {later:?}");
+    assert_eq!(first[0].0, later[0].0, "one session for every pass");
+    assert!(
+        later[0].1 > first[0].1,
+        "the passes since listed on it: {first:?} then {later:?}"
     );
 }

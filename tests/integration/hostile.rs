@@ -117,7 +117,6 @@ async fn tombstone_stream_and_type_are_bound_as_parameters() {
         "{}",
         out.stdout
     );
-    store.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +167,6 @@ async fn checkpoint_ids_are_bound_and_exported_escaped() {
     let (code, _, log) = d.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(table_exists(&store, "messages").await);
-    store.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +189,6 @@ async fn leader_key_is_never_spliced_into_sql() {
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("became the leader"), "{log}");
     assert!(table_exists(&store, "messages").await);
-    store.drop_schema().await;
 }
 
 /// A password with every separator and quote the connection string syntaxes
@@ -460,7 +457,6 @@ async fn check_refuses_tables_of_the_wrong_shape_and_says_what_differs() {
                 .find(|l| l.starts_with("FAIL"))
                 .unwrap_or("")
         );
-        store.drop_schema().await;
     }
 }
 
@@ -478,7 +474,6 @@ async fn scan_refuses_tables_of_the_wrong_shape_and_says_what_differs() {
         if out.code != 3 || !out.all().contains(says) {
             wrong.push(format!("{tag}: exit {}:\n{}", out.code, out.all()));
         }
-        store.drop_schema().await;
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -1,58 +1,13 @@
 //! Leader election on PostgreSQL: one filler among many healers, and a
-//! bounded takeover when the leader dies.
+//! bounded takeover when the leader dies. The leader lock itself (one
+//! holder, released with its session, a follower's kept session) is the
+//! engine contract's (`contract::pg::leader_lock_*`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::LeaderLock;
 use gap_healer_testkit::bin::{timing, Daemon};
 use gap_healer_testkit::pg::{Ending, Store};
 use gap_healer_testkit::wait::time_until;
-
-fn engine(store: &Store) -> Arc<PostgresEngine> {
-    store.engine()
-}
-
-#[tokio::test]
-async fn the_lock_is_exclusive_and_released_with_its_session() {
-    let store = Store::new("lock").await;
-    let key = format!("gap-healer:{}", store.schema);
-    let (a, b) = (engine(&store), engine(&store));
-    let mut first = a.try_lead(&key).await.unwrap().expect("free lock taken");
-    assert!(
-        b.try_lead(&key).await.unwrap().is_none(),
-        "a second session cannot take it"
-    );
-    assert!(a.still_held(&mut first, &key).await.unwrap());
-    assert!(
-        b.try_lead(&format!("{key}-other")).await.unwrap().is_some(),
-        "other keys are independent"
-    );
-    drop(first);
-    let mut second = None;
-    for _ in 0..50 {
-        second = b.try_lead(&key).await.unwrap();
-        if second.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut second = second.expect("released when the holder's session closed");
-    // The server ends the leader's session: the holder must find out.
-    store
-        .client
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
-               AND ((classid::bigint << 32) | objid::bigint) = $1",
-            &[&gap_healer::engine::postgres::advisory_key(&key)],
-        )
-        .await
-        .unwrap();
-    let after_kill = b.still_held(&mut second, &key).await;
-    assert!(!matches!(after_kill, Ok(true)), "{after_kill:?}");
-    store.drop_schema().await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
@@ -111,52 +66,6 @@ async fn one_leader_fills_and_a_follower_takes_over_when_it_is_killed() {
     let (code, _, log) = follower.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("became the leader"), "{log}");
-    store.drop_schema().await;
-}
-
-/// A follower tries the lock every second on the session it kept from its
-/// last try, not on a new login each time; a kept session that died is
-/// replaced without an error; and the kept session is the one that leads
-/// once the holder goes.
-#[tokio::test]
-async fn a_follower_keeps_one_session_between_tries() {
-    let store = Store::new("follower").await;
-    let key = format!("gap-healer:{}", store.schema);
-    let (a, b) = (engine(&store), engine(&store));
-    let held = a.try_lead(&key).await.unwrap().expect("free lock taken");
-    let mut idle = None;
-    assert!(b.try_lead_reusing(&key, &mut idle).await.unwrap().is_none());
-    let pid = idle.as_ref().expect("the session is kept").backend_pid();
-    for _ in 0..5 {
-        assert!(b.try_lead_reusing(&key, &mut idle).await.unwrap().is_none());
-        assert_eq!(idle.as_ref().map(|s| s.backend_pid()), Some(pid));
-    }
-    store
-        .client
-        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        b.try_lead_reusing(&key, &mut idle).await.unwrap().is_none(),
-        "a dead kept session is replaced, not reported"
-    );
-    let replaced = idle.as_ref().expect("a new session is kept").backend_pid();
-    assert_ne!(replaced, pid);
-    drop(held);
-    let mut leading = None;
-    for _ in 0..50 {
-        leading = b.try_lead_reusing(&key, &mut idle).await.unwrap();
-        if leading.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut leading = leading.expect("the follower takes the freed lock");
-    assert_eq!(leading.backend_pid(), replaced, "on the kept session");
-    assert!(idle.is_none());
-    assert!(b.still_held(&mut leading, &key).await.unwrap());
-    store.drop_schema().await;
 }
 
 /// A dry run fills nothing, so it must not lead: before, a `run --dry-run`
@@ -193,7 +102,6 @@ async fn a_dry_run_never_takes_the_leader_lock_from_a_healer_that_fills() {
         "{}",
         dry.log()
     );
-    store.drop_schema().await;
 }
 
 /// What a healer's role needs on `store` (`gap-healer sql`'s grants).
@@ -291,12 +199,4 @@ async fn a_healer_that_cannot_scan_gives_the_lock_to_one_that_can() {
         a.log()
     );
     drop((a, b));
-    let url = store.url();
-    store.drop_schema().await;
-    let c = gap_healer_testkit::pg::connect_to(&url).await;
-    for role in [role_a, role_b] {
-        c.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
-            .await
-            .unwrap();
-    }
 }

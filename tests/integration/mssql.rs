@@ -7,28 +7,38 @@
 //! TrustServerCertificate=true' cargo test --test integration -- --ignored mssql::`
 //! (or with a Docker engine and no variable).
 //!
-//! Each test makes its own database; positions below are computed, never
+//! What both engines must show (the lock cases, the head, scan and probe
+//! answers, the leader lock and fence, a held position in a wide hole) is
+//! the engine contract's, written once in `contract` and run here as
+//! `contract::mssql::*`; this module keeps what only SQL Server has (RCSI,
+//! fill modes and the procedure, pooled session state, lock escalation,
+//! identity reseeds, its binary runs).
+//!
+//! Each test makes its own database, dropped by the kit's guard when the
+//! test ends, also when it fails; positions below are computed, never
 //! assumed, except where a test builds the store from empty.
 
 use std::time::{Duration, Instant};
 
 use gap_healer::engine::mssql::{FillMode, MssqlEngine, MssqlLeaderSession};
 use gap_healer::engine::{
-    Check, DbErrorKind, Engine, Fence, FillOutcome, LeaderLock, LeaderSession, Probe,
+    Check, DbErrorKind, Engine, Fence, FillOutcome, LeaderLock, WatermarkTable,
 };
 use gap_healer::gaps::PosRange;
 use tiberius::Uuid;
 use tokio_util::sync::CancellationToken;
 
 use gap_healer_testkit::bin::{self, Process};
+use gap_healer_testkit::engine::FillRange;
+
+use crate::contract::{
+    self,
+    mssql::{MssqlStore, DIRECT_GRANTS},
+};
 use gap_healer_testkit::mssql::{
     self as ms, healer, skipped_on_babelfish, subscribe, Handled, TestDb, EVENT_TYPE,
-    TOMBSTONE_STREAM, TOMBSTONE_TYPE,
+    TOMBSTONE_TYPE,
 };
-
-/// Why a test of a login with exactly the direct-mode rights cannot run on Babelfish.
-const NO_GRANT_ALTER: &str =
-    "GRANT ALTER on a table is not supported, so a login with exactly the direct-mode rights cannot be made";
 
 const NEEDS: &str = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker";
 
@@ -49,179 +59,6 @@ async fn store_with_streams() -> TestDb {
 // The seed's four lock cases (RCSI off here; `rcsi_on_and_off` repeats them
 // with it on).
 
-async fn case_append_open(db: &TestDb, engine: &MssqlEngine) {
-    let open = db.begin_append("A", 1).await;
-    let p = open.positions[0];
-    let after = db.append("B", 1).await[0];
-    assert!(after > p);
-
-    // The scan skips the held key: the open append's position is a hole.
-    let page = engine.scan(p - 1, 100).await.unwrap();
-    assert_eq!(page.holes, vec![single(p)], "{page:?}");
-    assert_eq!(page.high, after);
-    // The probe sees it in flight, not committed.
-    let probe = engine.probe(&[single(p)]).await.unwrap();
-    let seen_in_flight = if skipped_on_babelfish(
-        "the NOLOCK probe of an open append",
-        "no dirty reads: NOLOCK never shows an open append's row (the fill's key wait below still decides)",
-    )
-    .await
-    {
-        vec![]
-    } else {
-        vec![p]
-    };
-    assert_eq!(
-        probe,
-        Probe {
-            committed: vec![],
-            in_flight: seen_in_flight
-        }
-    );
-
-    let ident = db.ident_current().await;
-    let started = Instant::now();
-    let outcome = engine
-        .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
-        .await
-        .unwrap();
-    let waited = started.elapsed();
-    assert_eq!(outcome, FillOutcome::Held);
-    assert!(
-        waited >= Duration::from_millis(1900),
-        "the fill waited {waited:?}, not the lock timeout"
-    );
-    assert!(
-        waited < Duration::from_secs(10),
-        "the fill waited {waited:?}"
-    );
-    assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
-
-    open.commit().await;
-    let m = db.message_at(p).await.expect("the append's event");
-    assert_eq!(
-        (m.stream.as_str(), m.message_type.as_str()),
-        ("A", EVENT_TYPE)
-    );
-    db.assert_tombstone_stream_contiguous().await;
-}
-
-async fn case_append_rolled_back(db: &TestDb, engine: &MssqlEngine) {
-    let p = db.rolled_back_append("A", 1).await[0];
-    db.append("B", 1).await;
-    let ident = db.ident_current().await;
-    let outcome = engine
-        .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
-        .await
-        .unwrap();
-    assert_eq!(outcome, FillOutcome::Filled { rows: 1 });
-    assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
-    let m = db.message_at(p).await.expect("a tombstone");
-    assert_eq!(
-        (m.stream.as_str(), m.message_type.as_str()),
-        (TOMBSTONE_STREAM, TOMBSTONE_TYPE)
-    );
-    // Filling it again: the tombstone is committed now.
-    assert_eq!(
-        engine
-            .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
-            .await
-            .unwrap(),
-        FillOutcome::Committed
-    );
-    db.assert_tombstone_stream_contiguous().await;
-}
-
-async fn case_append_committed(db: &TestDb, engine: &MssqlEngine) {
-    let p = db.append("A", 1).await[0];
-    db.append("B", 1).await;
-    let ident = db.ident_current().await;
-    assert_eq!(
-        engine
-            .fill(single(p), Duration::from_secs(2), &Fence::Unfenced)
-            .await
-            .unwrap(),
-        FillOutcome::Committed
-    );
-    // A range that contains the committed position fails whole.
-    let wide = PosRange::new(p - 1, p).unwrap();
-    assert_eq!(
-        engine
-            .fill(wide, Duration::from_secs(2), &Fence::Unfenced)
-            .await
-            .unwrap(),
-        FillOutcome::Committed
-    );
-    let m = db.message_at(p).await.expect("the event");
-    assert_eq!(
-        (m.stream.as_str(), m.message_type.as_str()),
-        ("A", EVENT_TYPE),
-        "the event stays"
-    );
-    assert_eq!(db.ident_current().await, ident);
-    db.assert_tombstone_stream_contiguous().await;
-}
-
-async fn case_append_commits_while_fill_waits(db: &TestDb, engine: &MssqlEngine) {
-    let open = db.begin_append("A", 1).await;
-    let p = open.positions[0];
-    db.append("B", 1).await;
-    let ident = db.ident_current().await;
-    let started = Instant::now();
-    let (outcome, ()) = tokio::join!(
-        engine.fill(single(p), Duration::from_secs(10), &Fence::Unfenced),
-        async {
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            open.commit().await;
-        }
-    );
-    assert_eq!(outcome.unwrap(), FillOutcome::Committed);
-    assert!(
-        started.elapsed() < Duration::from_secs(9),
-        "the fill did not end when the append committed"
-    );
-    let m = db.message_at(p).await.expect("the event");
-    assert_eq!(
-        (m.stream.as_str(), m.message_type.as_str()),
-        ("A", EVENT_TYPE),
-        "the event stays"
-    );
-    assert_eq!(db.ident_current().await, ident);
-    db.assert_tombstone_stream_contiguous().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn lock_case_append_open_fill_waits_then_held() {
-    let db = store_with_streams().await;
-    case_append_open(&db, &db.engine()).await;
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn lock_case_append_rolled_back_filled_and_ident_current_unchanged() {
-    let db = store_with_streams().await;
-    case_append_rolled_back(&db, &db.engine()).await;
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn lock_case_append_committed_event_stays() {
-    let db = store_with_streams().await;
-    case_append_committed(&db, &db.engine()).await;
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn lock_case_append_commits_while_fill_waits_event_stays() {
-    let db = store_with_streams().await;
-    case_append_commits_while_fill_waits(&db, &db.engine()).await;
-    db.drop().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
 async fn rcsi_on_and_off() {
@@ -234,7 +71,7 @@ async fn rcsi_on_and_off() {
         return;
     }
     for rcsi in [false, true] {
-        let db = store_with_streams().await;
+        let db = MssqlStore(store_with_streams().await);
         db.set_read_committed_snapshot(rcsi).await;
         let engine = db.engine();
         let findings = engine.preflight().await.unwrap();
@@ -246,10 +83,10 @@ async fn rcsi_on_and_off() {
             f.detail.starts_with(if rcsi { "on:" } else { "off:" }),
             "{f:?}"
         );
-        case_append_open(&db, &engine).await;
-        case_append_rolled_back(&db, &engine).await;
-        case_append_committed(&db, &engine).await;
-        case_append_commits_while_fill_waits(&db, &engine).await;
+        contract::append_open(&db, &engine).await;
+        contract::append_rolled_back(&db, &engine).await;
+        contract::append_committed(&db, &engine).await;
+        contract::append_commits_while_fill_waits(&db, &engine).await;
         // The head skips an open append's rows, with RCSI on or off.
         let head = engine.head().await.unwrap().unwrap();
         let open = db.begin_append("A", 3).await;
@@ -259,7 +96,6 @@ async fn rcsi_on_and_off() {
             "RCSI {rcsi}: head counted an open append"
         );
         open.rollback().await;
-        db.drop().await;
     }
 }
 
@@ -410,7 +246,6 @@ async fn seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time() 
     drop(daemon);
     assert_eq!(db.ident_current().await, b, "IDENT_CURRENT moved");
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
@@ -476,7 +311,6 @@ async fn identity_jump_of_10000_filled_in_one_heal_cycle() {
     )
     .await;
     assert_eq!(code, 0, "scan exits 0 when there are no holes\n{out}");
-    db.drop().await;
 }
 
 /// The JSON line of `scan --format json` in a process's output.
@@ -544,7 +378,6 @@ async fn reseeded_store_starts_at_its_first_row() {
         serde_json::json!({"start": 0, "end": first[0] - 1, "width": first[0]}),
         "{out}"
     );
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
@@ -667,7 +500,6 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
     assert_eq!(db.message_at(r).await.unwrap().message_type, TOMBSTONE_TYPE);
     clean(engine.session_state().await.unwrap());
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
@@ -769,7 +601,6 @@ async fn scattered_holes_share_one_fill_transaction() {
         FillOutcome::Filled { rows: 3 }
     );
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 /// Locks one statement took in each index of Messages, from
@@ -816,7 +647,6 @@ async fn one_fill_of_4000_stays_below_lock_escalation_in_every_index() {
     )
     .await
     {
-        db.drop().await;
         return;
     }
     // A large tombstone stream (200,000 earlier tombstones with random ids,
@@ -865,7 +695,6 @@ async fn one_fill_of_4000_stays_below_lock_escalation_in_every_index() {
         );
     }
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -938,17 +767,10 @@ async fn ident_current_unchanged_by_every_fill() {
     assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
     assert!(engine.scan(-1, 10_000).await.unwrap().holes.is_empty());
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
 // Both privilege modes, with logins that have exactly the documented rights.
-
-const DIRECT_GRANTS: [&str; 3] = [
-    "GRANT SELECT, INSERT, ALTER ON OBJECT::eventuous.Messages TO {user};",
-    "GRANT SELECT, INSERT, UPDATE ON OBJECT::eventuous.Streams TO {user};",
-    "GRANT SELECT ON OBJECT::eventuous.Checkpoints TO {user};",
-];
 
 const PROCEDURE_GRANTS: [&str; 4] = [
     "GRANT EXECUTE ON OBJECT::eventuous.gap_healer_fill TO {user};",
@@ -999,7 +821,6 @@ async fn direct_mode_with_exactly_the_documented_rights() {
     assert_eq!(db.tombstone_version().await, None);
     fill_as(&db, &engine).await;
     assert!(engine.checkpoints().await.unwrap().is_empty());
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1038,7 +859,6 @@ async fn procedure_mode_with_exactly_the_documented_rights() {
         err.is_some(),
         "the procedure-mode login could SET IDENTITY_INSERT itself"
     );
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1076,75 +896,10 @@ async fn login_without_fill_rights_fails_check_and_fills_nothing() {
     );
     assert!(db.message_at(p).await.is_none(), "nothing was written");
     assert_eq!(db.tombstone_version().await, None);
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
 // Reads.
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn scan_pages_and_probe_never_wait_on_open_appends() {
-    let db = TestDb::create().await;
-    let engine = db.engine();
-    assert_eq!(engine.head().await.unwrap(), None, "empty store");
-    let empty = engine.scan(-1, 10).await.unwrap();
-    assert_eq!((empty.holes.len(), empty.high, empty.rows), (0, -1, 0));
-
-    let a = db.append("A", 3).await; // 0, 1, 2
-    let hole = db.rolled_back_append("A", 2).await; // 3, 4
-    let b = db.append("B", 2).await; // 5, 6
-    let open = db.begin_append("A", 2).await; // 7, 8: in flight
-    let c = db.append("C", 1).await; // 9
-    assert_eq!(
-        (a[0], hole[0], b[0], open.positions[0], c[0]),
-        (0, 3, 5, 7, 9)
-    );
-
-    // Page by page: 3 rows, then 3, then the rest.
-    let p1 = engine.scan(-1, 3).await.unwrap();
-    assert_eq!((p1.holes.clone(), p1.high, p1.rows), (vec![], 2, 3));
-    // Committed above 2: 5, 6, 9. The open append's 7 and 8 are skipped, not
-    // waited on, so they sit inside a hole.
-    let p2 = engine.scan(p1.high, 3).await.unwrap();
-    let holes = vec![PosRange::new(3, 4).unwrap(), PosRange::new(7, 8).unwrap()];
-    assert_eq!((p2.holes.clone(), p2.high, p2.rows), (holes.clone(), 9, 3));
-    let p3 = engine.scan(p2.high, 3).await.unwrap();
-    assert_eq!((p3.holes.len(), p3.high, p3.rows), (0, 9, 0), "caught up");
-    let whole = engine.scan(-1, 100).await.unwrap();
-    assert_eq!(whole.holes, holes);
-    assert_eq!((whole.high, whole.rows), (9, 6));
-    assert_eq!(engine.head().await.unwrap(), Some(9));
-
-    let probe = engine
-        .probe(&[PosRange::new(0, 4).unwrap(), PosRange::new(6, 8).unwrap()])
-        .await
-        .unwrap();
-    // On Babelfish an open append is invisible to NOLOCK too.
-    let in_flight = if skipped_on_babelfish(
-        "scan_pages_and_probe_never_wait_on_open_appends: positions in flight",
-        "no dirty reads: NOLOCK never shows an open append's rows",
-    )
-    .await
-    {
-        vec![]
-    } else {
-        vec![7, 8]
-    };
-    assert_eq!(probe.committed, vec![0, 1, 2, 6]);
-    assert_eq!(probe.in_flight, in_flight);
-
-    // Many ranges in one call (chunks and padding).
-    let ranges: Vec<PosRange> = (0..1500).map(|i| single(i % 10)).collect();
-    let probe = engine.probe(&ranges).await.unwrap();
-    assert_eq!(probe.committed, vec![0, 1, 2, 5, 6, 9]);
-    assert_eq!(probe.in_flight, in_flight);
-
-    open.rollback().await;
-    let probe = engine.probe(&[PosRange::new(7, 8).unwrap()]).await.unwrap();
-    assert_eq!(probe, Probe::default());
-    db.drop().await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
@@ -1174,7 +929,6 @@ async fn checkpoints_present_or_absent() {
         .find(|f| f.check == Check::Checkpoints)
         .unwrap();
     assert!(f.ok && f.detail.contains("absent"), "{f:?}");
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
@@ -1197,202 +951,6 @@ async fn lead_within(engine: &MssqlEngine, key: &str, limit: Duration) -> MssqlL
     }
 }
 
-/// Sessions that hold an application lock in this database, as the server's
-/// lock manager sees them: (session id, owner type, mode).
-async fn app_lock_holders(db: &TestDb) -> Vec<(i64, String, String)> {
-    let mut c = db.client().await;
-    ms::rows(
-        &mut c,
-        "SELECT request_session_id, request_owner_type, request_mode FROM sys.dm_tran_locks \
-         WHERE resource_type = N'APPLICATION' AND resource_database_id = DB_ID() AND request_status = N'GRANT'",
-        &[],
-    )
-    .await
-    .iter()
-    .map(|r| {
-        (
-            r.get::<i32, _>(0).map_or(-1, i64::from),
-            r.get::<&str, _>(1).unwrap_or_default().to_string(),
-            r.get::<&str, _>(2).unwrap_or_default().to_string(),
-        )
-    })
-    .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn leader_lock_one_holder_released_on_drop_and_on_kill() {
-    let db = TestDb::create().await;
-    let first = db.engine();
-    let second = db.engine();
-
-    // The first engine takes it; the second, and a second session of the
-    // first engine, get None without waiting.
-    let mut leader = first
-        .try_lead(LEADER_KEY)
-        .await
-        .unwrap()
-        .expect("free lock");
-    let started = Instant::now();
-    assert!(second.try_lead(LEADER_KEY).await.unwrap().is_none());
-    assert!(first.try_lead(LEADER_KEY).await.unwrap().is_none());
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "try_lead waited for the lock"
-    );
-    assert!(first.still_held(&mut leader, LEADER_KEY).await.unwrap());
-    assert!(first.still_held(&mut leader, LEADER_KEY).await.unwrap());
-
-    // The server sees two exclusive, session-owned application locks (the
-    // leader lock and the leader fence), on the session the engine reported,
-    // which is not a pooled connection.
-    let spid = leader.session_id();
-    assert!(spid > 0);
-    assert!(
-        leader.fence().starts_with("gap-healer fence "),
-        "{leader:?}"
-    );
-    if !skipped_on_babelfish(
-        "leader_lock_one_holder_...: the two locks as sys.dm_tran_locks lists them",
-        "no sys.dm_tran_locks (the rest of the test still runs)",
-    )
-    .await
-    {
-        assert_eq!(
-            app_lock_holders(&db).await,
-            vec![(spid, "SESSION".to_string(), "X".to_string()); 2]
-        );
-    }
-    assert_ne!(first.session_state().await.unwrap().session_id, spid);
-
-    // Names are separate locks, compared binary (case-sensitive).
-    assert!(!first
-        .still_held(&mut leader, "gap-healer:other")
-        .await
-        .unwrap());
-    let other = second
-        .try_lead("GAP-HEALER:EVENTUOUS")
-        .await
-        .unwrap()
-        .expect("another name is another lock");
-    drop(other);
-
-    // Dropping the session closes its connection and frees the lock.
-    drop(leader);
-    let mut follower = lead_within(&second, LEADER_KEY, Duration::from_secs(10)).await;
-    assert!(second.still_held(&mut follower, LEADER_KEY).await.unwrap());
-    assert!(first.try_lead(LEADER_KEY).await.unwrap().is_none());
-
-    // KILL of the leader's session: its next check fails or says not held,
-    // and every check after that fails; the lock is free again.
-    let spid = follower.session_id();
-    let mut master = db.master().await;
-    ms::exec(&mut master, &format!("KILL {spid};")).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match second.still_held(&mut follower, LEADER_KEY).await {
-            Ok(true) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Ok(true) => panic!("still held 10 s after KILL {spid}"),
-            Ok(false) | Err(_) => break,
-        }
-    }
-    let again = second.still_held(&mut follower, LEADER_KEY).await;
-    assert!(!matches!(again, Ok(true)), "{again:?}");
-    drop(follower);
-    let taken = lead_within(&first, LEADER_KEY, Duration::from_secs(10)).await;
-    assert_ne!(taken.session_id(), 0);
-    drop(taken);
-    db.drop().await;
-}
-
-/// A follower tries on the session it kept, not on a new login each time; a
-/// kept session that was killed is replaced without an error; the kept
-/// session is the one that leads once the holder goes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn leader_lock_follower_keeps_one_session() {
-    if skipped_on_babelfish(
-        "leader_lock_follower_keeps_one_session",
-        "a follower must not keep its session: each refused try leaks an error-stack entry and the fifth \
-         crashes Babelfish 4.2 (PANIC: ERRORDATA_STACK_SIZE exceeded), so the engine opens a new one",
-    )
-    .await
-    {
-        return;
-    }
-    let db = TestDb::create().await;
-    let (first, second) = (db.engine(), db.engine());
-    let held = first
-        .try_lead(LEADER_KEY)
-        .await
-        .unwrap()
-        .expect("free lock");
-    let mut idle = None;
-    assert!(second
-        .try_lead_reusing(LEADER_KEY, &mut idle)
-        .await
-        .unwrap()
-        .is_none());
-    let spid = idle.as_ref().expect("the session is kept").session_id();
-    for _ in 0..5 {
-        assert!(second
-            .try_lead_reusing(LEADER_KEY, &mut idle)
-            .await
-            .unwrap()
-            .is_none());
-        assert_eq!(idle.as_ref().map(|s| s.session_id()), Some(spid));
-    }
-    let mut master = db.master().await;
-    ms::exec(&mut master, &format!("KILL {spid};")).await;
-    assert!(
-        second
-            .try_lead_reusing(LEADER_KEY, &mut idle)
-            .await
-            .unwrap()
-            .is_none(),
-        "a killed kept session is replaced, not reported"
-    );
-    let replaced = idle.as_ref().expect("a new session is kept").session_id();
-    drop(held);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut leading = loop {
-        if let Some(s) = second
-            .try_lead_reusing(LEADER_KEY, &mut idle)
-            .await
-            .unwrap()
-        {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the freed lock was not taken");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(leading.session_id(), replaced, "on the kept session");
-    assert!(second.still_held(&mut leading, LEADER_KEY).await.unwrap());
-    drop(leading);
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn leader_lock_needs_no_rights_beyond_connecting() {
-    let mut db = TestDb::create().await;
-    // A database user with no grant at all.
-    let cs = db.login_with(&[]).await;
-    let bare = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
-    let mut session = bare
-        .try_lead(LEADER_KEY)
-        .await
-        .unwrap()
-        .expect("a user without grants takes the lock");
-    assert!(bare.still_held(&mut session, LEADER_KEY).await.unwrap());
-    // The admin's engine sees it taken: the same lock, whatever the login.
-    assert!(db.engine().try_lead(LEADER_KEY).await.unwrap().is_none());
-    drop(session);
-    db.drop().await;
-}
-
 // ---------------------------------------------------------------------------
 // The leader fence: a fill through the pool cannot outlive the leader's lock
 // session.
@@ -1402,100 +960,6 @@ async fn hole(db: &TestDb) -> i64 {
     let p = db.rolled_back_append("A", 1).await[0];
     db.append("B", 1).await;
     p
-}
-
-/// `KILL`s the leader's lock session; another engine takes the lock then
-/// (the server has released it); the old leader's fill through its pool is
-/// Busy and writes nothing, the new leader's fill works.
-async fn fill_after_kill_is_busy(db: &TestDb, old: &MssqlEngine, new: &MssqlEngine) {
-    let mut leader = old.try_lead(LEADER_KEY).await.unwrap().expect("free lock");
-    assert!(old.still_held(&mut leader, LEADER_KEY).await.unwrap());
-    // The old leader's fills are fenced by the token its lock session won.
-    let old_fence = Fence::Leader(leader.fence_token());
-    // While the lock session lives, the fence lets fills through.
-    let p = hole(db).await;
-    assert_eq!(
-        old.fill(single(p), Duration::from_secs(2), &old_fence)
-            .await
-            .unwrap(),
-        FillOutcome::Filled { rows: 1 }
-    );
-
-    let q = hole(db).await;
-    let version = db.tombstone_version().await;
-    let ident = db.ident_current().await;
-    let mut master = db.master().await;
-    ms::exec(&mut master, &format!("KILL {};", leader.session_id())).await;
-    // Another healer takes the lock as soon as the server has released it.
-    let taken = lead_within(new, LEADER_KEY, Duration::from_secs(10)).await;
-    // The old leader has not noticed (no check ran), and still fills through
-    // its pool: refused by the fence, nothing written.
-    assert_eq!(
-        old.fill(single(q), Duration::from_secs(2), &old_fence)
-            .await
-            .unwrap(),
-        FillOutcome::Busy
-    );
-    assert!(db.message_at(q).await.is_none(), "the fenced fill wrote");
-    assert_eq!(db.tombstone_version().await, version);
-    assert_eq!(db.ident_current().await, ident);
-    // The pooled connection it used is clean.
-    let s = old.session_state().await.unwrap();
-    assert!(
-        s.identity_insert_free && s.open_transactions == 0 && s.lock_timeout_ms == -1,
-        "{s:?}"
-    );
-    // Its check fails or says not held.
-    assert!(!matches!(
-        old.still_held(&mut leader, LEADER_KEY).await,
-        Ok(true)
-    ));
-    // The new leader fills.
-    assert_eq!(
-        new.fill(
-            single(q),
-            Duration::from_secs(2),
-            &Fence::Leader(taken.fence_token())
-        )
-        .await
-        .unwrap(),
-        FillOutcome::Filled { rows: 1 }
-    );
-    // The old leader's fills stay refused until it leads again.
-    let r = hole(db).await;
-    assert_eq!(
-        old.fill(single(r), Duration::from_secs(2), &old_fence)
-            .await
-            .unwrap(),
-        FillOutcome::Busy
-    );
-    assert!(db.message_at(r).await.is_none());
-    drop(leader);
-    drop(taken);
-    db.assert_tombstone_stream_contiguous().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn leader_fence_direct_mode_fill_after_the_lock_session_was_killed_is_busy() {
-    let mut db = store_with_streams().await;
-    // Exactly the direct-mode rights: the fence needs no more. (On
-    // Babelfish the admin's: such a login cannot be made there.)
-    let cs = if skipped_on_babelfish(
-        "leader_fence_direct_mode_...: the login with exactly the direct-mode rights",
-        NO_GRANT_ALTER,
-    )
-    .await
-    {
-        db.connection_string()
-    } else {
-        db.login_with(&DIRECT_GRANTS).await
-    };
-    let old = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
-    let new = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
-    assert_eq!(old.fill_mode().await.unwrap(), FillMode::Direct);
-    fill_after_kill_is_busy(&db, &old, &new).await;
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1510,8 +974,7 @@ async fn leader_fence_procedure_mode_fill_after_the_lock_session_was_killed_is_b
     let old = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
     let new = MssqlEngine::new(&db.settings_for(&cs)).unwrap();
     assert_eq!(old.fill_mode().await.unwrap(), FillMode::Procedure);
-    fill_after_kill_is_busy(&db, &old, &new).await;
-    db.drop().await;
+    contract::fill_after_kill_is_busy(&MssqlStore(db), &old, &new).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1579,7 +1042,6 @@ async fn leader_fence_absent_without_election() {
     assert!(db.message_at(p).await.is_none());
     drop(held);
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 // ---------------------------------------------------------------------------
@@ -1682,7 +1144,6 @@ async fn procedure_is_fixed_to_its_tombstone_stream_and_type() {
         None,
         "no __tombstones__ stream"
     );
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1737,7 +1198,6 @@ async fn an_older_parameterised_procedure_is_not_used() {
         FillOutcome::Filled { rows: 1 }
     );
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 /// Keeps the ignore reason in one place for readers; the attribute needs a
@@ -1821,7 +1281,6 @@ async fn watermark_published_checked_and_never_lowered() {
         Some(head + 1)
     );
     assert_eq!(engine.read_watermark("other").await.unwrap(), Some(7));
-    db.drop().await;
 }
 
 /// Whether every position from the first row to the head holds a row.
@@ -1922,9 +1381,7 @@ async fn a_store_set_heals_every_database_its_pattern_finds() {
     );
     assert_eq!(daemon.exited(), None, "{}", daemon.output());
     drop(daemon);
-    for db in [a, b, c] {
-        db.drop().await;
-    }
+    drop((a, b, c));
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -1965,88 +1422,6 @@ fn healer_options(gap_timeout: Duration) -> gap_healer::healer::Options {
         give_up_after: None,
         publish_watermark: false,
     }
-}
-
-/// As `pg::ten_thousand_wide_hole_with_one_held_position`: a 10,000-wide
-/// hole (two identity jumps) with an append held open in its middle. The
-/// healer fills everything around the held position and nothing of it; the
-/// held append then commits intact.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn ten_thousand_wide_hole_with_one_held_position() {
-    let db = store_with_streams().await;
-    let first = db.append("A", 1).await[0];
-    db.jump_identity(4_999).await;
-    let open = db.begin_append("slow", 1).await;
-    let held = open.positions[0];
-    assert_eq!(held, first + 5_000);
-    // Not `DBCC CHECKIDENT` while the append is open: on Babelfish it waits
-    // for an exclusive lock on the table, behind the open append.
-    burn_identity(&db, 5_000).await;
-    let last = db.append("B", 1).await[0];
-    assert_eq!(last - first - 1, 10_000);
-    let ident = db.ident_current().await;
-
-    let mut h = gap_healer_testkit::engine::healer(
-        std::sync::Arc::new(db.engine()),
-        healer_options(Duration::ZERO),
-    );
-    let report =
-        gap_healer_testkit::engine::fill_wide_hole_around_one_held(&mut h, first, last).await;
-    assert_eq!(report.tombstones, 9_999);
-    let messages = db.messages().await;
-    let at: std::collections::HashMap<i64, &ms::Message> =
-        messages.iter().map(|m| (m.position, m)).collect();
-    for p in first + 1..last {
-        match at.get(&p) {
-            Some(m) if p != held => assert_eq!(m.message_type, TOMBSTONE_TYPE, "{p}"),
-            None if p == held => {}
-            other => panic!("position {p}: {other:?} (held {held})"),
-        }
-    }
-    assert_eq!(
-        h.tracker().ranges(),
-        vec![single(held)],
-        "the held position stays tracked"
-    );
-    open.commit().await;
-    let m = db.message_at(held).await.expect("the held append's event");
-    assert_eq!(
-        (m.stream.as_str(), m.message_type.as_str()),
-        ("slow", EVENT_TYPE),
-        "the held append commits intact"
-    );
-    h.scan_step().await.unwrap();
-    assert!(h.tracker().is_empty(), "the re-check sees the commit");
-    assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
-    db.assert_tombstone_stream_contiguous().await;
-    // Its pooled sessions end with it, so the database can be dropped.
-    drop(h);
-    db.drop().await;
-}
-
-/// Takes `n` identity values with inserts that roll back (one set-based
-/// statement): the next append lands `n` positions later.
-async fn burn_identity(db: &TestDb, n: i64) {
-    let mut c = db.client().await;
-    ms::exec(
-        &mut c,
-        &format!(
-            "SET NOCOUNT ON;
-             DECLARE @s INT = (SELECT StreamId FROM eventuous.Streams WHERE StreamName = N'B');
-             BEGIN TRANSACTION;
-             WITH d AS (SELECT v FROM (VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)) AS t(v)),
-             n AS (
-                 SELECT a.v + 10 * b.v + 100 * c.v + 1000 * e.v + 10000 * f.v AS i
-                 FROM d AS a CROSS JOIN d AS b CROSS JOIN d AS c CROSS JOIN d AS e CROSS JOIN d AS f
-             )
-             INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
-             SELECT NEWID(), N'TestEvent', @s, 1000000 + n.i, N'{{}}', SYSUTCDATETIME()
-             FROM n WHERE n.i < {n};
-             ROLLBACK TRANSACTION;"
-        ),
-    )
-    .await;
 }
 
 /// Appends `n` committed rows of a stream `bulk` above the head in one
@@ -2156,7 +1531,6 @@ async fn idle_poll_at_100k_and_1m_rows() {
     let at_1m = idle_poll(&db, &engine, 1_000_000).await;
     println!("idle poll, {at_100k}\nidle poll, {at_1m}");
     drop(engine);
-    db.drop().await;
 }
 
 /// 200,000 one-position holes (committed rows at every other position,
@@ -2219,7 +1593,6 @@ async fn two_hundred_thousand_scattered_holes_healed_once() {
     );
     assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
     db.assert_tombstone_stream_contiguous().await;
-    db.drop().await;
 }
 
 /// An insert that waits with its position drawn and no key yet, on both
@@ -2305,7 +1678,6 @@ async fn an_insert_waiting_before_its_key_keeps_its_position() {
     db.assert_tombstone_stream_contiguous().await;
     drop(h);
     drop(c);
-    db.drop().await;
 }
 
 /// A watermark row describes one table: a healer of another table (here a
@@ -2334,8 +1706,8 @@ async fn a_watermark_row_of_another_table_is_neither_read_nor_raised() {
     mine.publish_watermark("default", 10).await.unwrap();
     assert_eq!(mine.read_watermark("default").await.unwrap(), Some(10));
     let mut other_settings = db.settings();
-    other_settings.schema = "other_store".into();
-    other_settings.watermark_table = Some(table.into());
+    other_settings.schema = gap_healer::engine::Ident::parse("other_store").unwrap();
+    other_settings.watermark_table = Some(gap_healer::engine::QualifiedName::parse(table).unwrap());
     let other = gap_healer_testkit::engine::mssql(&other_settings).unwrap();
     let read = other.read_watermark("default").await.unwrap_err().message;
     assert!(
@@ -2354,7 +1726,6 @@ async fn a_watermark_row_of_another_table_is_neither_read_nor_raised() {
         "never raised"
     );
     drop((mine, other, client));
-    db.drop().await;
 }
 
 /// Issue 18 item 9 on SQL Server: a table lock that blocks writers (an
@@ -2407,5 +1778,4 @@ async fn a_table_lock_is_table_locked_not_a_held_key() {
     );
     db.assert_tombstone_stream_contiguous().await;
     drop(locker);
-    db.drop().await;
 }

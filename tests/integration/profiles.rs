@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gap_healer_testkit::bin::{cli, timing, Daemon};
 use gap_healer_testkit::ledger::{Ledger, TOMBSTONE_CATEGORY};
-use gap_healer_testkit::pg::{connect, pg_url, schema_name, Ending};
+use gap_healer_testkit::pg::{connect, pg_url, schema_name, Ending, Guard};
 use gap_healer_testkit::wait::until as wait_for;
 
 fn run_args(ledger: &Ledger, more: &[&str]) -> Vec<String> {
@@ -109,7 +109,6 @@ async fn ledger_core_holes_get_versioned_tombstones_and_a_slow_append_keeps_its_
     let (_, status) = d.get("/status").await;
     assert!(status.contains("\"default\""), "{status}");
     d.terminate();
-    ledger.drop_schema().await;
 }
 
 /// Positions of `category`'s committed rows.
@@ -181,7 +180,6 @@ async fn two_healers_of_one_ledger_never_reuse_a_tombstone_version() {
     }
     one.terminate();
     two.terminate();
-    ledger.drop_schema().await;
 }
 
 /// The tombstone stream's version is allocated under a lock: a second fill
@@ -246,7 +244,6 @@ async fn a_second_fill_waits_for_the_first_before_reading_the_version() {
     );
     held.rollback().await;
     assert_eq!(ledger.tombstones().await, vec![(5, 1)]);
-    ledger.drop_schema().await;
 }
 
 /// A custom journal table, its tombstone row described in the file.
@@ -281,6 +278,7 @@ fn journal_config(dir: &std::path::Path, schema: &str, columns: &str) -> std::pa
 async fn a_custom_table_described_in_toml_is_checked_and_healed() {
     let client = connect().await;
     let schema = schema_name("custom");
+    let _schema = Guard::schema(&pg_url(), &schema);
     client
         .batch_execute(&JOURNAL.replace("__schema__", &schema))
         .await
@@ -419,10 +417,6 @@ async fn a_custom_table_described_in_toml_is_checked_and_healed() {
     );
     assert_eq!(out.code, 2, "{}", out.all());
     assert!(out.stderr.contains("table"), "{}", out.stderr);
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -460,9 +454,4 @@ async fn check_says_where_a_ledger_core_scan_starts_and_the_scan_starts_there() 
         .unwrap_or_else(|| panic!("{}", scan.all()));
     let report: serde_json::Value = serde_json::from_str(report).unwrap();
     assert_eq!(report["from"], 4, "head 5, lookback 2: {report}");
-    ledger
-        .client
-        .batch_execute(&format!("DROP SCHEMA {} CASCADE", ledger.schema))
-        .await
-        .unwrap();
 }

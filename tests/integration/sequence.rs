@@ -72,7 +72,6 @@ async fn positions_the_identity_has_not_handed_out_are_never_filled() {
         (4..=99).collect::<Vec<i64>>()
     );
     assert_eq!(store.append("C", 1, Ending::Commit).await, vec![101]);
-    store.drop_schema().await;
 }
 
 /// A sequence that hands positions out other than one at a time to this
@@ -125,7 +124,6 @@ async fn a_cached_stepped_or_shared_sequence_is_refused() {
         "{}",
         check.stdout
     );
-    store.drop_schema().await;
 }
 
 /// The same copy-in while a daemon runs (after its start's check passed):
@@ -159,5 +157,4 @@ async fn a_running_daemon_never_fills_above_the_identity() {
     );
     assert_eq!(store.append("B", 1, Ending::Commit).await, vec![3]);
     drop(daemon);
-    store.drop_schema().await;
 }

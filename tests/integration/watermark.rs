@@ -177,7 +177,6 @@ async fn a_reader_bounded_by_the_watermark_never_skips_a_late_commit() {
         d.log()
     );
     d.terminate();
-    Arc::try_unwrap(store).ok().unwrap().drop_schema().await;
 }
 
 #[tokio::test]
@@ -220,7 +219,6 @@ async fn check_names_a_missing_or_unwritable_watermark_table() {
         "{}",
         out.all()
     );
-    store.drop_schema().await;
 }
 
 /// A watermark table that is missing stops no healing: before, every scan
@@ -263,7 +261,6 @@ async fn a_watermark_that_cannot_be_published_stops_no_healing() {
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert!(status["stores"][0]["watermark_error"].is_null(), "{status}");
     drop(daemon);
-    store.drop_schema().await;
 }
 
 /// Two single-store daemons, both stores named `default`, publish to one
@@ -322,8 +319,6 @@ async fn a_watermark_row_is_never_shared_by_two_stores() {
         "{}",
         out.stdout
     );
-    b.drop_schema().await;
-    a.drop_schema().await;
 }
 
 /// `scan` and `heal --once` honour `--start-from` with a watermark table
@@ -379,7 +374,6 @@ async fn one_shot_commands_honour_start_from_beside_a_watermark_table() {
         Some(5),
         "a run from above the watermark publishes nothing"
     );
-    store.drop_schema().await;
 }
 
 /// Issue 20 item 3: the watermark set-up works as printed. Before, `sql
@@ -394,6 +388,7 @@ async fn one_shot_commands_honour_start_from_beside_a_watermark_table() {
 async fn the_printed_watermark_setup_runs_as_printed_into_a_new_schema() {
     let store = Store::new("wm_setup").await;
     let wm_schema = format!("{}_wm", store.schema);
+    let _wm_schema = gap_healer_testkit::pg::Guard::schema(&store.url(), &wm_schema);
     let table = format!("{wm_schema}.watermarks");
     let role = format!("{}_healer", store.schema);
     let login = store.create_login(&role).await;
@@ -423,10 +418,4 @@ async fn the_printed_watermark_setup_runs_as_printed_into_a_new_schema() {
         .expect("the printed set-up runs as printed");
     let after = store.cli_at(&login, &check);
     assert_eq!(after.code, 0, "{}", after.all());
-    store
-        .client
-        .batch_execute(&format!("DROP SCHEMA {wm_schema} CASCADE"))
-        .await
-        .unwrap();
-    store.drop_with_login(&role).await;
 }

@@ -31,7 +31,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 use super::errors::{driver_error, login_error};
-use crate::engine::keywords::{last, split_ado, AdoError};
+use crate::engine::ado_connection_string::{last, split_ado, AdoError};
 use crate::engine::DbError;
 use crate::secret::{shown_host, ConnectionString};
 

@@ -210,7 +210,7 @@ impl MssqlEngine {
             _ => {}
         }
         let (state, direct_alter) = self.procedure_facts().await?;
-        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        let procedure = format!("{}.[gap_healer_fill]", self.settings.schema.tsql());
         let mode = choose_mode(&state, direct_alter, &procedure)?;
         let code = match mode {
             FillMode::Procedure => MODE_PROCEDURE,
@@ -218,15 +218,15 @@ impl MssqlEngine {
         };
         if self.mode.swap(code, Ordering::AcqRel) != code {
             if let Some(problem) = state.problem(
-                &format!("[{}].[gap_healer_fill]", self.settings.schema),
+                &format!("{}.[gap_healer_fill]", self.settings.schema.tsql()),
                 &self.settings.tombstone_stream,
                 &self.settings.tombstone_type,
             ) {
-                tracing::warn!(schema = %self.settings.schema, "{problem}");
+                tracing::warn!(schema = self.settings.schema.as_str(), "{problem}");
             }
             tracing::info!(
                 mode = mode.as_str(),
-                schema = %self.settings.schema,
+                schema = self.settings.schema.as_str(),
                 "SQL Server fills run in {} mode",
                 mode.as_str()
             );
@@ -365,7 +365,7 @@ impl MssqlEngine {
         // succeeds even when SQL Server cannot run it as that owner, which
         // only a call shows (error 15517).
         let state = self.procedure_state().await?;
-        let procedure = format!("[{}].[gap_healer_fill]", self.settings.schema);
+        let procedure = format!("{}.[gap_healer_fill]", self.settings.schema.tsql());
         if !state.usable() {
             let why = state
                 .problem(
@@ -386,7 +386,7 @@ impl MssqlEngine {
             });
         }
         tracing::info!(
-            schema = %self.settings.schema,
+            schema = self.settings.schema.as_str(),
             tombstone_stream = %self.settings.tombstone_stream,
             tombstone_type = %self.settings.tombstone_type,
             "installed the gap_healer_fill procedure and ran it once"
@@ -548,6 +548,24 @@ impl MssqlEngine {
                 return Err(err);
             }
         };
+        self.note_answer(&what, fence, &answer);
+        let outcome = self.outcome(ranges, mode, &answer);
+        tracing::debug!(
+            range = %what,
+            mode = mode.as_str(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            outcome = ?outcome,
+            "fill"
+        );
+        outcome
+    }
+
+    /// What a fill's answer says beyond its outcome: a procedure created
+    /// again for other tombstones (the mode is chosen again), or a fence
+    /// that found the leader's lock session gone.
+    fn note_answer(&self, what: &Ranges<'_>, fence: &Fence, answer: &FillRow) {
+        let stream = self.settings.tombstone_stream.as_str();
+        let kind = self.settings.tombstone_type.as_str();
         if (
             answer.stream_name.as_deref(),
             answer.message_type.as_deref(),
@@ -576,16 +594,6 @@ impl MssqlEngine {
                 );
             }
         }
-
-        let outcome = self.outcome(ranges, mode, &answer);
-        tracing::debug!(
-            range = %what,
-            mode = mode.as_str(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            outcome = ?outcome,
-            "fill"
-        );
-        outcome
     }
 
     fn outcome(
@@ -754,7 +762,7 @@ mod tests {
     /// Babelfish: a lock timeout ends the batch, and its line says where.
     #[test]
     fn a_lock_timeout_that_ends_the_batch_is_placed_by_its_line() {
-        let text = Sql::new("eventuous", "s", "t")
+        let text = Sql::new(&crate::engine::Ident::parse("eventuous").unwrap(), "s", "t")
             .unwrap()
             .direct_fill(2000, 5000, None);
         let stages = StageLines::of(&text);

@@ -58,10 +58,10 @@ pub(crate) use self::conn::Manager;
 use self::errors::driver_error;
 use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
-use crate::engine::pool::Pool;
+use crate::engine::pool::{self, Pool};
 use crate::engine::{
-    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
-    ScanPage, StoreSettings,
+    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Ident, Probe,
+    ScanPage, StoreSettings, Unsupported, WatermarkTable,
 };
 use crate::gaps::PosRange;
 
@@ -134,6 +134,21 @@ impl Server {
     }
 }
 
+/// What the SQL Server stores of one database (one connection string,
+/// connect timeout and pool size) share: the pool. Held weakly: it goes
+/// with its last store. (Each store keeps a leader lock session of its own.)
+#[derive(Default)]
+pub struct Sharing {
+    pools: pool::Shared<Pool<Manager>>,
+}
+
+impl Sharing {
+    /// Distinct pools alive now.
+    pub fn pools(&self) -> usize {
+        self.pools.len()
+    }
+}
+
 /// The SQL Server engine.
 pub struct MssqlEngine {
     settings: StoreSettings,
@@ -170,19 +185,19 @@ impl MssqlEngine {
         settings: &StoreSettings,
         max_connections: u32,
     ) -> DbResult<MssqlEngine> {
-        Self::build(settings, max_connections, &super::Pools::default())
+        Self::build(settings, max_connections, &Sharing::default())
     }
 
     /// [`MssqlEngine::new`], sharing its pool with the other stores of
-    /// `pools` that connect with the same connection string.
-    pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<MssqlEngine> {
-        Self::build(settings, DEFAULT_MAX_CONNECTIONS, pools)
+    /// `shared` that connect with the same connection string.
+    pub fn sharing(settings: &StoreSettings, shared: &Sharing) -> DbResult<MssqlEngine> {
+        Self::build(settings, DEFAULT_MAX_CONNECTIONS, shared)
     }
 
     fn build(
         settings: &StoreSettings,
         max_connections: u32,
-        pools: &super::Pools,
+        shared: &Sharing,
     ) -> DbResult<MssqlEngine> {
         let secret = &settings.connection_string;
         let config = conn::config_from_ado(secret.expose()).map_err(|e| {
@@ -196,7 +211,7 @@ impl MssqlEngine {
             &settings.tombstone_type,
         )?;
         let key = format!("{max_connections}\n{}", settings.sharing_key());
-        let pool = Pool::shared(&pools.mssql, &key, || {
+        let pool = Pool::shared(&shared.pools, &key, || {
             Pool::new(
                 format!("SQL Server at {}", conn::shown_addr(&config.get_addr())),
                 Manager::new(config.clone(), settings.connection_string.clone()),
@@ -392,12 +407,16 @@ fn probe_params(chunk: &[PosRange], padded: usize) -> Vec<i64> {
 }
 
 impl Engine for MssqlEngine {
+    /// Each store scans for its own head.
+    type Heads = Unsupported;
+    type Watermark = Self;
+
     fn kind(&self) -> EngineKind {
         EngineKind::Mssql
     }
 
     fn schema(&self) -> &str {
-        &self.settings.schema
+        self.settings.schema.as_str()
     }
 
     fn max_fill_rows(&self) -> u64 {
@@ -422,7 +441,7 @@ impl Engine for MssqlEngine {
             DbError::permanent(format!(
                 "cannot read the identity seed of [{}].[Messages]: the table is missing, has no identity, \
                  or the login may not see it",
-                self.settings.schema
+                self.settings.schema.as_str()
             ))
         })
     }
@@ -507,7 +526,9 @@ impl Engine for MssqlEngine {
         Ok(format!(
             "created {}.gap_healer_fill (WITH EXECUTE AS OWNER), which writes tombstones of type {:?} into stream {:?} and no other: \
              grant EXECUTE on it and SELECT on the tables to the healer's login (see `gap-healer sql --engine mssql`)",
-            self.settings.schema, self.settings.tombstone_type, self.settings.tombstone_stream
+            self.settings.schema.as_str(),
+            self.settings.tombstone_type,
+            self.settings.tombstone_stream
         ))
     }
 
@@ -524,6 +545,17 @@ impl Engine for MssqlEngine {
         }
     }
 
+    fn shared_heads(&self) -> Option<&Unsupported> {
+        None
+    }
+
+    fn watermark_table(&self) -> Option<&Self> {
+        self.settings.watermark_table.is_some().then_some(self)
+    }
+}
+
+/// One row per store in `watermark_table` (`watermark.rs`).
+impl WatermarkTable for MssqlEngine {
     async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
         self.read_watermark_row(store).await
     }
@@ -592,13 +624,13 @@ pub fn check_connection_string(
 /// validated plain identifier; the stream and type may be any text (they are
 /// escaped), but SQL Server's columns hold at most 850 and 128 UTF-16 code
 /// units of them, which the config layer and [`MssqlEngine::new`] enforce.
-pub fn setup_sql_for(schema: &str, tombstone_stream: &str, tombstone_type: &str) -> String {
+pub fn setup_sql_for(schema: &Ident, tombstone_stream: &str, tombstone_type: &str) -> String {
     sql::setup_script(schema, tombstone_stream, tombstone_type)
 }
 
 /// [`setup_sql_for`] with the default tombstone stream and type
 /// (`__tombstones__`, `$tombstone`).
-pub fn setup_sql(schema: &str) -> String {
+pub fn setup_sql(schema: &Ident) -> String {
     setup_sql_for(
         schema,
         crate::engine::DEFAULT_TOMBSTONE_STREAM,
@@ -768,9 +800,9 @@ mod tests {
             assert!(!err.message.contains("Hunter2"), "{cs} -> {}", err.message);
             assert!(!format!("{err:?}").contains("Hunter2"));
         }
-        let mut s = settings("Server=db;User Id=app;Password=x");
-        s.schema = "x]; DROP TABLE y; --".into();
-        assert!(MssqlEngine::new(&s).is_err());
+        // A schema that would end the brackets is not even a name the
+        // settings can hold.
+        assert!(Ident::parse("x]; DROP TABLE y; --").is_err());
     }
 
     #[tokio::test]
@@ -839,9 +871,13 @@ mod tests {
         http.abort();
     }
 
+    fn eventuous() -> Ident {
+        Ident::parse("eventuous").unwrap()
+    }
+
     #[test]
     fn setup_sql_is_the_procedure_then_the_grants() {
-        let script = setup_sql("eventuous");
+        let script = setup_sql(&eventuous());
         let procedure = script
             .find("CREATE OR ALTER PROCEDURE [eventuous].[gap_healer_fill]")
             .unwrap();
@@ -854,7 +890,7 @@ mod tests {
         // The defaults, baked in.
         assert_eq!(
             script,
-            setup_sql_for("eventuous", "__tombstones__", "$tombstone")
+            setup_sql_for(&eventuous(), "__tombstones__", "$tombstone")
         );
         assert!(script.contains("DECLARE @stream_name NVARCHAR(850) = N'__tombstones__';"));
         assert!(script.contains("DECLARE @message_type NVARCHAR(128) = N'$tombstone';"));
@@ -862,14 +898,14 @@ mod tests {
 
     #[test]
     fn setup_sql_for_escapes_a_quote_in_the_stream_name() {
-        let script = setup_sql_for("eventuous", "O'Brien's \"tombstones\"", "gap'filler");
+        let script = setup_sql_for(&eventuous(), "O'Brien's \"tombstones\"", "gap'filler");
         assert!(
             script.contains("DECLARE @stream_name NVARCHAR(850) = N'O''Brien''s \"tombstones\"';"),
             "{script}"
         );
         assert!(script.contains("DECLARE @message_type NVARCHAR(128) = N'gap''filler';"));
         // A name that tries to end the literal stays inside it.
-        let hostile = setup_sql_for("eventuous", "x'; DROP TABLE eventuous.Messages; --", "t");
+        let hostile = setup_sql_for(&eventuous(), "x'; DROP TABLE eventuous.Messages; --", "t");
         assert!(hostile.contains(
             "DECLARE @stream_name NVARCHAR(850) = N'x''; DROP TABLE eventuous.Messages; --';"
         ));

@@ -7,7 +7,7 @@ use tiberius::Row;
 
 use super::sql::quote_ident;
 use super::{run, MssqlEngine};
-use crate::engine::{Check, DbResult, Finding};
+use crate::engine::{Check, DbResult, Finding, Ident};
 
 /// The login's rights, as HAS_PERMS_BY_NAME answers them (NULL = no).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -404,22 +404,69 @@ pub(crate) fn database_options(f: &Facts) -> Vec<Finding> {
     out
 }
 
+/// The names `check` shows and grants on, quoted for T-SQL.
+struct Names {
+    schema: String,
+    user: String,
+    messages: String,
+    streams: String,
+    checkpoints: String,
+    procedure: String,
+}
+
+impl Names {
+    fn of(schema: &Ident, f: &Facts) -> Names {
+        let s = schema.tsql();
+        Names {
+            user: quote_ident(if f.user.is_empty() {
+                "gap_healer"
+            } else {
+                &f.user
+            }),
+            messages: format!("{s}.[Messages]"),
+            streams: format!("{s}.[Streams]"),
+            checkpoints: format!("{s}.[Checkpoints]"),
+            procedure: format!("{s}.[gap_healer_fill]"),
+            schema: s,
+        }
+    }
+}
+
 /// Every finding of `gap-healer check` for SQL Server.
 pub(crate) fn findings(
-    schema: &str,
+    schema: &Ident,
     f: &Facts,
     columns: &[Column],
     state: &ProcedureState,
     want: Tombstones<'_>,
 ) -> Vec<Finding> {
-    let s = quote_ident(schema);
-    let user = quote_ident(if f.user.is_empty() {
-        "gap_healer"
-    } else {
-        &f.user
-    });
+    let names = Names::of(schema, f);
+    let s = &names.schema;
     let mut out = Vec::new();
+    connection(f, &mut out);
+    if !f.schema_exists {
+        out.push(Finding::fail(
+            Check::Schema,
+            format!(
+                "schema {s} not found in database {} (or the login may not see it)",
+                f.database
+            ),
+        ));
+        return out;
+    }
+    out.push(Finding::pass(Check::Schema, format!("{s} exists")));
 
+    messages_table(&names, f, columns, &mut out);
+    streams_table(&names, f, columns, &mut out);
+    checkpoints_table(&names, f, columns, &mut out);
+    out.extend(database_options(f));
+    identity_cache(f, &mut out);
+    fill_rights(&names, f, state, want, &mut out);
+    out
+}
+
+/// The server, database and login.
+fn connection(f: &Facts, out: &mut Vec<Finding>) {
     let platform = match f.engine_edition {
         Some(5) => " (Azure SQL Database)",
         Some(8) => " (Azure SQL Managed Instance)",
@@ -439,21 +486,11 @@ pub(crate) fn findings(
             f.database, f.login, f.user
         ),
     ));
+}
 
-    if !f.schema_exists {
-        out.push(Finding::fail(
-            Check::Schema,
-            format!(
-                "schema {s} not found in database {} (or the login may not see it)",
-                f.database
-            ),
-        ));
-        return out;
-    }
-    out.push(Finding::pass(Check::Schema, format!("{s} exists")));
-
-    // Messages: the shape the scan, the probe and the fill rely on.
-    let messages = format!("{s}.[Messages]");
+/// Messages: the shape the scan, the probe and the fill rely on.
+fn messages_table(n: &Names, f: &Facts, columns: &[Column], out: &mut Vec<Finding>) {
+    let messages = &n.messages;
     if !f.messages_exists {
         out.push(Finding::fail(
             Check::MessagesTable,
@@ -502,8 +539,11 @@ pub(crate) fn findings(
             ));
         }
     }
+}
 
-    let streams = format!("{s}.[Streams]");
+/// Streams: the tombstone stream's row.
+fn streams_table(n: &Names, f: &Facts, columns: &[Column], out: &mut Vec<Finding>) {
+    let streams = &n.streams;
     if !f.streams_exists {
         out.push(Finding::fail(
             Check::StreamsTable,
@@ -526,8 +566,11 @@ pub(crate) fn findings(
             ));
         }
     }
+}
 
-    let checkpoints = format!("{s}.[Checkpoints]");
+/// Checkpoints: optional, read by `--start-from checkpoints`.
+fn checkpoints_table(n: &Names, f: &Facts, columns: &[Column], out: &mut Vec<Finding>) {
+    let (checkpoints, user) = (&n.checkpoints, &n.user);
     if !f.checkpoints_exists {
         out.push(Finding::pass(
             Check::Checkpoints,
@@ -555,9 +598,10 @@ pub(crate) fn findings(
             ));
         }
     }
+}
 
-    out.extend(database_options(f));
-
+/// What the identity cache can skip.
+fn identity_cache(f: &Facts, out: &mut Vec<Finding>) {
     out.push(Finding::pass(
         Check::IdentityCache,
         match f.identity_cache {
@@ -569,7 +613,17 @@ pub(crate) fn findings(
             None => "unknown (no IDENTITY_CACHE option before SQL Server 2017: the cache is always on)".to_string(),
         },
     ));
+}
 
+/// The read rights, and the fill mode the login can use (procedure or direct), or what each mode lacks.
+fn fill_rights(
+    n: &Names,
+    f: &Facts,
+    state: &ProcedureState,
+    want: Tombstones<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let (messages, procedure, user) = (&n.messages, &n.procedure, &n.user);
     let r = &f.rights;
     if !r.messages_select {
         out.push(Finding::fail(
@@ -583,33 +637,10 @@ pub(crate) fn findings(
         ));
     }
 
-    let procedure = format!("{s}.[gap_healer_fill]");
-    let direct_missing: Vec<String> = [
-        grant(
-            &[
-                ("SELECT", r.messages_select),
-                ("INSERT", r.messages_insert),
-                ("ALTER", r.messages_alter),
-            ],
-            &messages,
-            &user,
-        ),
-        grant(
-            &[
-                ("SELECT", r.streams_select),
-                ("INSERT", r.streams_insert),
-                ("UPDATE", r.streams_update),
-            ],
-            &streams,
-            &user,
-        ),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let direct_missing = direct_grants_missing(n, r);
     let direct_ok = direct_missing.is_empty();
 
-    if let Some(problem) = state.problem(&procedure, want.stream, want.kind) {
+    if let Some(problem) = state.problem(procedure, want.stream, want.kind) {
         out.push(Finding::fail(Check::FillProcedure, problem));
     }
     if state.usable() {
@@ -641,23 +672,7 @@ pub(crate) fn findings(
             format!("direct mode: ALTER, INSERT, SELECT on Messages; SELECT, INSERT, UPDATE on Streams ({why})"),
         ));
     } else {
-        let procedure_missing = match state {
-            ProcedureState::Absent => {
-                "the procedure: run `gap-healer install` (or the script of `gap-healer sql \
-                 --engine mssql`), then GRANT EXECUTE on it"
-                    .to_string()
-            }
-            ProcedureState::NoExecute => format!("GRANT EXECUTE ON OBJECT::{procedure} TO {user};"),
-            ProcedureState::Unsupported(why) => {
-                format!("a server that can run it (direct mode only on {why}).")
-            }
-            ProcedureState::CannotImpersonate { database, .. } => format!(
-                "an owner SQL Server can impersonate (error 15517): {}",
-                impersonation_fix(database, &procedure)
-            ),
-            _ => "the procedure created again for this configuration (see \"fill procedure\")"
-                .to_string(),
-        };
+        let procedure_missing = procedure_missing(state, procedure, user);
         out.push(Finding::fail(
             Check::FillMode,
             format!(
@@ -667,7 +682,55 @@ pub(crate) fn findings(
             ),
         ));
     }
-    out
+}
+
+/// The grants direct mode lacks, as statements.
+fn direct_grants_missing(n: &Names, r: &Rights) -> Vec<String> {
+    let (messages, streams, user) = (&n.messages, &n.streams, &n.user);
+    [
+        grant(
+            &[
+                ("SELECT", r.messages_select),
+                ("INSERT", r.messages_insert),
+                ("ALTER", r.messages_alter),
+            ],
+            messages,
+            user,
+        ),
+        grant(
+            &[
+                ("SELECT", r.streams_select),
+                ("INSERT", r.streams_insert),
+                ("UPDATE", r.streams_update),
+            ],
+            streams,
+            user,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// What procedure mode needs that it lacks, in words.
+fn procedure_missing(state: &ProcedureState, procedure: &str, user: &str) -> String {
+    match state {
+        ProcedureState::Absent => {
+            "the procedure: run `gap-healer install` (or the script of `gap-healer sql \
+             --engine mssql`), then GRANT EXECUTE on it"
+                .to_string()
+        }
+        ProcedureState::NoExecute => format!("GRANT EXECUTE ON OBJECT::{procedure} TO {user};"),
+        ProcedureState::Unsupported(why) => {
+            format!("a server that can run it (direct mode only on {why}).")
+        }
+        ProcedureState::CannotImpersonate { database, .. } => format!(
+            "an owner SQL Server can impersonate (error 15517): {}",
+            impersonation_fix(database, procedure)
+        ),
+        _ => "the procedure created again for this configuration (see \"fill procedure\")"
+            .to_string(),
+    }
 }
 
 impl MssqlEngine {
@@ -712,7 +775,7 @@ impl MssqlEngine {
             .await
             .unwrap_or_else(|e| ProcedureState::Unanswered(e.message));
         Ok(findings(
-            schema,
+            &self.settings.schema,
             &facts,
             &columns,
             &procedure,
@@ -727,6 +790,10 @@ impl MssqlEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn eventuous() -> Ident {
+        Ident::parse("eventuous").unwrap()
+    }
 
     fn col(table: &str, name: &str, ty: &str, identity: bool) -> Column {
         Column {
@@ -798,7 +865,7 @@ mod tests {
 
     /// The findings for a store without the procedure.
     fn check(f: &Facts, columns: &[Column]) -> Vec<Finding> {
-        findings("eventuous", f, columns, &ProcedureState::Absent, WANT)
+        findings(&eventuous(), f, columns, &ProcedureState::Absent, WANT)
     }
 
     fn expected() -> Vec<String> {
@@ -855,14 +922,14 @@ mod tests {
             ..Rights::default()
         };
         let usable = ProcedureState::Usable;
-        let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
+        let out = findings(&eventuous(), &f, &eventuous_columns(), &usable, WANT);
         assert!(out.iter().all(|f| f.ok), "{out:#?}");
         let mode = find(&out, Check::FillMode);
         assert!(mode.detail.starts_with("procedure mode"), "{mode:?}");
         assert!(mode.detail.contains("\"__tombstones__\""), "{mode:?}");
 
         f.procedure_current = Some(false);
-        let out = findings("eventuous", &f, &eventuous_columns(), &usable, WANT);
+        let out = findings(&eventuous(), &f, &eventuous_columns(), &usable, WANT);
         assert!(!find(&out, Check::FillProcedure).ok);
     }
 
@@ -971,7 +1038,7 @@ mod tests {
         let unanswered = ProcedureState::Unanswered("error 229".into());
         for state in [&other, &old, &unanswered] {
             // With direct-mode rights: direct mode, and the procedure flagged.
-            let out = findings("eventuous", &healthy(), &eventuous_columns(), state, WANT);
+            let out = findings(&eventuous(), &healthy(), &eventuous_columns(), state, WANT);
             let procedure = find(&out, Check::FillProcedure);
             assert!(!procedure.ok, "{state:?}");
             assert!(
@@ -993,7 +1060,7 @@ mod tests {
                 checkpoints_select: true,
                 ..Rights::default()
             };
-            let out = findings("eventuous", &f, &eventuous_columns(), state, WANT);
+            let out = findings(&eventuous(), &f, &eventuous_columns(), state, WANT);
             let mode = find(&out, Check::FillMode);
             assert!(!mode.ok, "{mode:?}");
             assert!(
@@ -1001,7 +1068,7 @@ mod tests {
                 "{mode:?}"
             );
         }
-        let out = findings("eventuous", &healthy(), &eventuous_columns(), &other, WANT);
+        let out = findings(&eventuous(), &healthy(), &eventuous_columns(), &other, WANT);
         assert!(find(&out, Check::FillProcedure)
             .detail
             .contains("\"orders-1\""));
@@ -1017,7 +1084,7 @@ mod tests {
             message: "Cannot execute as the database principal because the principal \"dbo\" does not exist".into(),
         };
         assert!(!state.usable());
-        let out = findings("eventuous", &healthy(), &eventuous_columns(), &state, WANT);
+        let out = findings(&eventuous(), &healthy(), &eventuous_columns(), &state, WANT);
         let procedure = find(&out, Check::FillProcedure);
         assert!(!procedure.ok);
         for part in [
@@ -1035,7 +1102,7 @@ mod tests {
 
         let mut f = healthy();
         f.rights.messages_alter = false;
-        let out = findings("eventuous", &f, &eventuous_columns(), &state, WANT);
+        let out = findings(&eventuous(), &f, &eventuous_columns(), &state, WANT);
         let mode = find(&out, Check::FillMode);
         assert!(!mode.ok);
         assert!(
@@ -1076,7 +1143,7 @@ mod tests {
         );
 
         let out = findings(
-            "eventuous",
+            &eventuous(),
             &f,
             &eventuous_columns(),
             &ProcedureState::NoExecute,

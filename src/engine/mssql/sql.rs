@@ -14,7 +14,7 @@
 //! so that a login with only EXECUTE on it cannot make it write into any
 //! other stream.
 
-use crate::engine::{DbError, DbResult};
+use crate::engine::{DbError, DbResult, Ident};
 
 /// Placeholder for the bracketed schema in the SQL files.
 pub(crate) const SCHEMA_PLACEHOLDER: &str = "__schema__";
@@ -105,18 +105,9 @@ pub(crate) fn quote_ident(name: &str) -> String {
     format!("[{}]", name.replace(']', "]]"))
 }
 
-/// Whether `name` is the plain identifier the config layer promises
-/// (`[A-Za-z_][A-Za-z0-9_]{0,127}`).
-pub(crate) fn is_plain_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 128
-}
-
-/// A SQL file with the schema put in.
-pub(crate) fn render(template: &str, schema: &str) -> String {
-    template.replace(SCHEMA_PLACEHOLDER, &quote_ident(schema))
+/// A SQL file with the schema put in, bracketed.
+pub(crate) fn render(template: &str, schema: &Ident) -> String {
+    template.replace(SCHEMA_PLACEHOLDER, &schema.tsql())
 }
 
 /// Every statement of the engine, rendered once for one schema (and, in the
@@ -140,12 +131,11 @@ pub(crate) struct Sql {
 }
 
 impl Sql {
-    pub(crate) fn new(schema: &str, tombstone_stream: &str, tombstone_type: &str) -> DbResult<Sql> {
-        if !is_plain_identifier(schema) {
-            return Err(DbError::permanent(format!(
-                "schema {schema:?} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters)"
-            )));
-        }
+    pub(crate) fn new(
+        schema: &Ident,
+        tombstone_stream: &str,
+        tombstone_type: &str,
+    ) -> DbResult<Sql> {
         check_name("tombstone stream", tombstone_stream, MAX_STREAM_UNITS)?;
         check_name("tombstone type", tombstone_type, MAX_TYPE_UNITS)?;
         Ok(Sql {
@@ -386,7 +376,7 @@ pub(crate) fn fill_procedure(tombstone_stream: &str, tombstone_type: &str) -> St
 /// What `gap-healer sql --engine mssql` prints: the fill procedure for one
 /// tombstone stream and type, and the grants for a placeholder user, as one
 /// sqlcmd/SSMS script.
-pub(crate) fn setup_script(schema: &str, tombstone_stream: &str, tombstone_type: &str) -> String {
+pub(crate) fn setup_script(schema: &Ident, tombstone_stream: &str, tombstone_type: &str) -> String {
     format!(
         "-- gap-healer {version}: SQL Server setup for schema {quoted}.\n\
          -- Run it in the event store's database (sqlcmd or SSMS) as a user who may\n\
@@ -400,7 +390,7 @@ pub(crate) fn setup_script(schema: &str, tombstone_stream: &str, tombstone_type:
          \n\
          {grants}",
         version = env!("CARGO_PKG_VERSION"),
-        quoted = quote_ident(schema),
+        quoted = schema.tsql(),
         procedure = render(&fill_procedure(tombstone_stream, tombstone_type), schema),
         grants = render(GRANTS, schema),
     )
@@ -443,8 +433,14 @@ mod tests {
     const STREAM: &str = "__tombstones__";
     const TYPE: &str = "$tombstone";
 
+    fn name(text: &str) -> Ident {
+        Ident::parse(text).unwrap()
+    }
+
+    /// The statements for `schema`, refused as the configuration refuses it.
     fn sql(schema: &str) -> DbResult<Sql> {
-        Sql::new(schema, STREAM, TYPE)
+        let schema = Ident::parse(schema).map_err(DbError::permanent)?;
+        Sql::new(&schema, STREAM, TYPE)
     }
 
     /// Evaluates what [`nvarchar_literal`] produces: `N'..'` literals
@@ -566,7 +562,7 @@ mod tests {
             .fill_procedure
             .contains("CREATE OR ALTER PROCEDURE [eventuous].[gap_healer_fill]"));
         assert!(sql.preflight.contains("N'[eventuous].[Messages]'"));
-        let script = setup_script("Store_2", STREAM, TYPE);
+        let script = setup_script(&name("Store_2"), STREAM, TYPE);
         assert!(script
             .contains("GRANT EXECUTE ON OBJECT::[Store_2].[gap_healer_fill] TO __healer_role__"));
         assert!(!script.contains(SCHEMA_PLACEHOLDER));
@@ -611,7 +607,7 @@ mod tests {
         // The tombstone stream, type, positions, timeouts and the fence are
         // parameters of the direct batch and the procedure call: those texts
         // do not depend on them at all.
-        let sql = Sql::new("eventuous", "it's $(x)", "o'type").unwrap();
+        let sql = Sql::new(&name("eventuous"), "it's $(x)", "o'type").unwrap();
         for marker in ["@P1", "@P2", "@P3", "@P4", "@P5", "@P6"] {
             assert!(sql.fill.contains(marker), "fill.sql binds {marker}");
         }
@@ -623,8 +619,11 @@ mod tests {
             );
         }
         assert!(!sql.fill_call.contains("@P5"));
-        assert_eq!(sql.fill, Sql::new("eventuous", STREAM, TYPE).unwrap().fill);
-        assert_eq!(sql.fill_call, render(FILL_CALL, "eventuous"));
+        assert_eq!(
+            sql.fill,
+            Sql::new(&name("eventuous"), STREAM, TYPE).unwrap().fill
+        );
+        assert_eq!(sql.fill_call, render(FILL_CALL, &name("eventuous")));
         for text in [&sql.fill, &sql.fill_call] {
             assert!(!text.contains("__tombstones__") && !text.contains("$tombstone"));
             assert!(!text.contains("it''s") && !text.contains("o''type"));
@@ -682,20 +681,20 @@ mod tests {
 
     #[test]
     fn tombstone_names_must_fit_their_columns() {
-        assert!(Sql::new("eventuous", &"s".repeat(850), &"t".repeat(128)).is_ok());
+        assert!(Sql::new(&name("eventuous"), &"s".repeat(850), &"t".repeat(128)).is_ok());
         // Counted in UTF-16 units, as NVARCHAR counts: the emoji is two.
         let astral = format!("{}😀", "s".repeat(849));
-        let err = Sql::new("eventuous", &astral, TYPE).unwrap_err();
+        let err = Sql::new(&name("eventuous"), &astral, TYPE).unwrap_err();
         assert!(err.message.contains("tombstone stream"), "{}", err.message);
-        assert!(Sql::new("eventuous", &"s".repeat(851), TYPE).is_err());
-        assert!(Sql::new("eventuous", STREAM, &"t".repeat(129)).is_err());
-        assert!(Sql::new("eventuous", "", TYPE).is_err());
-        assert!(Sql::new("eventuous", STREAM, "").is_err());
+        assert!(Sql::new(&name("eventuous"), &"s".repeat(851), TYPE).is_err());
+        assert!(Sql::new(&name("eventuous"), STREAM, &"t".repeat(129)).is_err());
+        assert!(Sql::new(&name("eventuous"), "", TYPE).is_err());
+        assert!(Sql::new(&name("eventuous"), STREAM, "").is_err());
     }
 
     #[test]
     fn setup_script_bakes_in_a_quoted_stream_name() {
-        let script = setup_script("eventuous", "Bob's tombstones", "it's a $(type)");
+        let script = setup_script(&name("eventuous"), "Bob's tombstones", "it's a $(type)");
         assert!(
             script.contains("    DECLARE @stream_name NVARCHAR(850) = N'Bob''s tombstones';\n"),
             "{script}"
@@ -814,7 +813,7 @@ mod tests {
             );
         }
         assert_eq!(FILL_CALL.matches(" = @P").count(), parameters.len());
-        let rendered = Sql::new("eventuous", STREAM, TYPE).unwrap();
+        let rendered = Sql::new(&name("eventuous"), STREAM, TYPE).unwrap();
         assert_eq!(
             rendered.procedure_parameters,
             vec![

@@ -9,7 +9,7 @@
 
 use super::{get, get_integer, MssqlEngine};
 use crate::engine::check::watermark_verdict;
-use crate::engine::{Check, DbError, DbResult, Finding};
+use crate::engine::{Check, DbError, DbResult, Finding, QualifiedName};
 
 use super::sql::{
     WATERMARK_CHECK as CHECK, WATERMARK_PUBLISH as PUBLISH, WATERMARK_READ as READ,
@@ -29,15 +29,13 @@ const COLUMNS: [&[&str]; 4] = [
     &["healed_table nvarchar", "healed_table varchar"],
 ];
 
-/// The table's DDL and grants for `gap-healer sql`; `table` is a validated
-/// `schema.table`.
-pub fn watermark_sql(table: &str) -> String {
-    let schema = table.split('.').next().unwrap_or(table);
+/// The table's DDL and grants for `gap-healer sql`.
+pub fn watermark_sql(table: &QualifiedName) -> String {
     format!(
         "\nGO\n\n{}",
         TABLE
-            .replace("__watermark_schema__", schema)
-            .replace("__watermark__", table)
+            .replace("__watermark_schema__", table.schema.tsql_bare())
+            .replace("__watermark__", &table.tsql_bare())
     )
 }
 
@@ -46,15 +44,15 @@ impl MssqlEngine {
         let table = self
             .settings
             .watermark_table
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| DbError::permanent("no watermark_table is configured"))?;
-        Ok(sql.replace("__watermark__", table))
+        Ok(sql.replace("__watermark__", &table.tsql_bare()))
     }
 
     /// The healed table as the watermark row names it (without the
     /// database, which the statements put in front).
     fn healed_table(&self) -> String {
-        format!("{}.Messages", self.settings.schema)
+        format!("{}.Messages", self.settings.schema.as_str())
     }
 
     pub(super) async fn read_watermark_row(&self, store: &str) -> DbResult<Option<i64>> {
@@ -90,13 +88,18 @@ impl MssqlEngine {
     }
 
     fn owned_by_this_table(&self, store: &str, owner: Option<&str>, mine: &str) -> DbResult<()> {
-        let table = self.settings.watermark_table.as_deref().unwrap_or_default();
-        crate::engine::check::watermark_owner(table, store, owner, mine)
+        let table = self
+            .settings
+            .watermark_table
+            .as_ref()
+            .map(QualifiedName::name);
+        crate::engine::check::watermark_owner(&table.unwrap_or_default(), store, owner, mine)
     }
 
     /// The watermark finding of `check`; `None` without a watermark table.
     pub(super) async fn watermark_finding(&self) -> Option<Finding> {
-        let table = self.settings.watermark_table.as_deref()?;
+        let table = self.settings.watermark_table.as_ref()?.name();
+        let table = table.as_str();
         let sets = match self.read(CHECK, &[&table]).await {
             Ok(sets) => sets,
             Err(e) => return Some(Finding::fail(Check::Watermark, e.message)),
@@ -111,7 +114,8 @@ impl MssqlEngine {
         };
         let flag = |c: &str| get::<bool>(facts, c).ok().flatten().unwrap_or(false);
         let login = get::<&str>(facts, "login").ok().flatten();
-        let fix = crate::engine::check::watermark_fix("mssql", &self.settings.schema, table, login);
+        let schema = self.settings.schema.as_str();
+        let fix = crate::engine::check::watermark_fix("mssql", schema, table, login);
         let columns: Vec<String> = columns
             .iter()
             .filter_map(|r| {
@@ -139,7 +143,8 @@ mod tests {
 
     #[test]
     fn the_sql_names_the_table_and_its_schema() {
-        let sql = watermark_sql("gap_healer.watermarks");
+        let name = |s: &str| crate::engine::Ident::parse(s).unwrap();
+        let sql = watermark_sql(&QualifiedName::new(name("gap_healer"), name("watermarks")));
         assert!(sql.contains("IF OBJECT_ID(N'gap_healer.watermarks', N'U') IS NULL"));
         assert!(sql.contains("EXEC (N'CREATE SCHEMA gap_healer');"));
         assert!(sql.contains(

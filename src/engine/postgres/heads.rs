@@ -36,7 +36,7 @@ use super::conn::Manager;
 use super::errors::db_error;
 use super::sql::{without_comments, SHARED_HEADS};
 use crate::engine::pool::Pool;
-use crate::engine::{DbError, DbResult};
+use crate::engine::{DbError, HeadReading};
 use crate::secret::ConnectionString;
 
 /// How long a reading waits for a table lock (DDL on one store's table)
@@ -175,22 +175,23 @@ impl Membership {
     }
 
     /// The store's head from a reading that began no earlier than
-    /// `not_before`, taking one when there is none; `None` when the store
-    /// is not in readings yet (its own scan has not succeeded).
-    pub(crate) async fn head(&self, not_before: Instant) -> Option<DbResult<Option<i64>>> {
+    /// `not_before`, taking one when there is none;
+    /// [`HeadReading::NotShared`] when the store is not in readings (its
+    /// own scan has not succeeded).
+    pub(crate) async fn head(&self, not_before: Instant) -> HeadReading {
         if !self.heads.members().get(&self.id).is_some_and(|m| m.scans) {
-            return None;
+            return HeadReading::NotShared;
         }
         let mut last = self.heads.last.lock().await;
         if let Some(found) = last.as_ref().and_then(|r| self.from(r, not_before)) {
-            return Some(found);
+            return found;
         }
         let began = Instant::now();
         let heads = self.heads.read().await;
         let reading = Reading { began, heads };
         let found = self.from(&reading, not_before);
         *last = Some(reading);
-        found
+        found.unwrap_or(HeadReading::NotShared)
     }
 
     /// How many readings the store's pool has sent (for tests and
@@ -199,13 +200,18 @@ impl Membership {
         self.heads.readings.load(Ordering::Relaxed)
     }
 
-    fn from(&self, reading: &Reading, not_before: Instant) -> Option<DbResult<Option<i64>>> {
+    /// What `reading` says of the store; `None` when it cannot answer
+    /// (it began before `not_before`, or without the store).
+    fn from(&self, reading: &Reading, not_before: Instant) -> Option<HeadReading> {
         if reading.began < not_before {
             return None;
         }
         match &reading.heads {
-            Ok(heads) => heads.get(&self.id).map(|h| Ok(*h)),
-            Err(e) => Some(Err(e.clone())),
+            Ok(heads) => heads.get(&self.id).map(|head| match head {
+                None => HeadReading::Empty,
+                Some(at) => HeadReading::At(*at),
+            }),
+            Err(e) => Some(HeadReading::Failed(e.clone())),
         }
     }
 }

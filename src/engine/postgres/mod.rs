@@ -25,7 +25,7 @@
 //! [`Engine::fill_ranges`] (tombstone rows and the tombstone stream's row)
 //! and splices nothing into SQL but the validated schema.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio_postgres::types::Type;
@@ -52,28 +52,62 @@ pub use self::watermark::watermark_sql;
 pub(crate) use self::conn::Manager;
 use self::conn::Target;
 use self::errors::{db_error, get};
-pub(crate) use self::heads::Heads;
-use super::pool::{Pool, MAX_POOLED_SESSIONS};
+use self::heads::Heads;
+use super::pool::{self, Pool, MAX_POOLED_SESSIONS};
 use super::profile::Profile;
+use super::shared_lock::SharedLock;
 use super::{
-    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Probe,
-    ScanPage, StoreSettings,
+    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, HeadReading,
+    Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
 };
+use super::{Ident, QualifiedName};
 use crate::gaps::PosRange;
 
 /// Ranges per probe query.
 const PROBE_BATCH: usize = 1_000;
 
+/// What the PostgreSQL stores of one database (one connection string and
+/// connect timeout) share: the pool, the head readings, the leader lock
+/// session. Held weakly: each goes with its last store.
+#[derive(Default)]
+pub struct Sharing {
+    pools: pool::Shared<Pool<Manager>>,
+    heads: pool::Shared<Heads>,
+    locks: pool::Shared<SharedLock<PostgresEngine>>,
+}
+
+impl Sharing {
+    /// Distinct pools alive now.
+    pub fn pools(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// The lock session the elections of `store`'s database share, on
+    /// `engine` (the first of its stores to ask).
+    pub fn leader_lock(
+        &self,
+        engine: &Arc<PostgresEngine>,
+        store: &StoreSettings,
+    ) -> Arc<SharedLock<PostgresEngine>> {
+        self.locks.get(
+            &store.sharing_key(),
+            || SharedLock::new(engine.clone()),
+            |_| {},
+        )
+    }
+}
+
 pub struct PostgresEngine {
-    pool: std::sync::Arc<Pool<Manager>>,
+    pool: Arc<Pool<Manager>>,
     /// The parsed connection string, for the leader lock's dedicated session.
     target: Target,
     sql: sql::Queries,
-    schema: String,
+    /// Lower case, as the catalog names it.
+    schema: Ident,
     tombstone_stream: String,
     tombstone_type: String,
-    /// `schema.table` of the published watermark, when configured.
-    watermark_table: Option<String>,
+    /// The published watermark's table, when configured.
+    watermark_table: Option<QualifiedName>,
     /// Which table, and what a tombstone row holds.
     profile: Profile,
     /// Names of the unique keys on exactly the position: a 23505 on one
@@ -98,15 +132,15 @@ impl PostgresEngine {
     /// Parses the connection string and prepares a pool. Connects lazily, so a
     /// daemon started while the database is down comes up and retries.
     pub fn new(settings: &StoreSettings) -> DbResult<Self> {
-        Self::sharing(settings, &super::Pools::default())
+        Self::sharing(settings, &Sharing::default())
     }
 
-    /// [`PostgresEngine::new`], sharing its pool with the other stores of
-    /// `pools` that connect with the same connection string.
-    pub fn sharing(settings: &StoreSettings, pools: &super::Pools) -> DbResult<Self> {
+    /// [`PostgresEngine::new`], sharing its pool and head readings with the
+    /// other stores of `shared` that connect with the same connection string.
+    pub fn sharing(settings: &StoreSettings, shared: &Sharing) -> DbResult<Self> {
         let target = Target::new(&settings.connection_string, settings.connect_timeout)?;
         let key = settings.sharing_key();
-        let pool = Pool::shared(&pools.postgres, &key, || {
+        let pool = Pool::shared(&shared.pools, &key, || {
             Pool::new(
                 format!("PostgreSQL at {}", target.servers()),
                 Manager(target.clone()),
@@ -114,9 +148,9 @@ impl PostgresEngine {
                 settings.connect_timeout,
             )
         });
-        let schema = settings.schema.to_ascii_lowercase();
-        let heads = pools
-            .postgres_heads
+        let schema = settings.schema.to_lowercase();
+        let heads = shared
+            .heads
             .get(
                 &key,
                 || Heads::new(pool.clone(), settings.connection_string.clone()),
@@ -138,7 +172,7 @@ impl PostgresEngine {
     }
 
     /// Head readings the stores of its pool have sent together
-    /// ([`Engine::shared_head`]), for tests and diagnostics.
+    /// ([`SharedHeads::shared_head`]), for tests and diagnostics.
     pub fn shared_readings(&self) -> u64 {
         self.heads.readings()
     }
@@ -161,27 +195,24 @@ impl PostgresEngine {
 
     /// The healed table's qualified name, as the catalog functions take it.
     fn table_name(&self) -> String {
-        match &self.profile {
-            Profile::Eventuous => format!("{}.messages", self.schema),
-            Profile::Table(t) => t.qualified(&self.schema),
-        }
+        self.profile.qualified(&self.schema).name()
     }
 
-    fn position_column(&self) -> &str {
-        match &self.profile {
-            Profile::Eventuous => "global_position",
-            Profile::Table(t) => &t.position,
-        }
+    fn position_column(&self) -> String {
+        self.profile.position().as_str().to_string()
     }
 }
 
 impl Engine for PostgresEngine {
+    type Heads = Self;
+    type Watermark = Self;
+
     fn kind(&self) -> EngineKind {
         EngineKind::Postgres
     }
 
     fn schema(&self) -> &str {
-        &self.schema
+        self.schema.as_str()
     }
 
     fn max_fill_rows(&self) -> u64 {
@@ -224,7 +255,7 @@ impl Engine for PostgresEngine {
             return Ok(Vec::new());
         }
         let conn = self.pool.checkout().await?;
-        let table = format!("{}.checkpoints", self.schema);
+        let table = format!("{}.checkpoints", self.schema.as_str());
         let found = conn
             .query_one(sql::TABLE_EXISTS, &[&table])
             .await
@@ -280,8 +311,8 @@ impl Engine for PostgresEngine {
         Ok(page)
     }
 
-    async fn shared_head(&self, not_before: tokio::time::Instant) -> Option<DbResult<Option<i64>>> {
-        self.heads.head(not_before).await
+    fn shared_heads(&self) -> Option<&Self> {
+        Some(self)
     }
 
     async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {
@@ -344,6 +375,20 @@ impl Engine for PostgresEngine {
         Ok(findings)
     }
 
+    fn watermark_table(&self) -> Option<&Self> {
+        self.watermark_table.is_some().then_some(self)
+    }
+}
+
+/// Every store of a pool reads its head in one statement (`heads.rs`).
+impl SharedHeads for PostgresEngine {
+    async fn shared_head(&self, not_before: tokio::time::Instant) -> HeadReading {
+        self.heads.head(not_before).await
+    }
+}
+
+/// One row per store in `watermark_table` (`watermark.rs`).
+impl WatermarkTable for PostgresEngine {
     async fn read_watermark(&self, store: &str) -> DbResult<Option<i64>> {
         self.read_watermark_row(store).await
     }
@@ -363,7 +408,7 @@ mod tests {
     fn bad_connection_string_is_permanent_and_secret_free() {
         let settings = StoreSettings {
             connection_string: ConnectionString::new("host=db port=x password=topsecret"),
-            schema: "eventuous".into(),
+            schema: Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(1),
@@ -388,7 +433,7 @@ mod tests {
             connection_string: ConnectionString::new(format!(
                 "host=127.0.0.1 port={port} user=app password=Zq7Secret dbname=es"
             )),
-            schema: "eventuous".into(),
+            schema: Ident::parse("eventuous").unwrap(),
             tombstone_stream: "__tombstones__".into(),
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(2),

@@ -3,10 +3,10 @@
 //! hold, turned into the libpq key/value form the rest of the engine reads.
 //!
 //! Keys are case- and space-insensitive; values may be quoted as ADO.NET
-//! quotes them ([`crate::engine::keywords::split_ado`]). Errors name keys,
+//! quotes them ([`crate::engine::ado_connection_string::split_ado`]). Errors name keys,
 //! never values.
 
-use crate::engine::keywords::{split_ado, split_ado_marked, AdoError};
+use crate::engine::ado_connection_string::{split_ado, split_ado_marked, AdoError};
 
 /// The forms a PostgreSQL connection string may take, for error messages.
 pub const ACCEPTED_FORMS: &str =

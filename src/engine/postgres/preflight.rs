@@ -8,7 +8,7 @@ use tokio_postgres::Row;
 use super::errors::{describe, get};
 use super::tls::TlsMode;
 use super::PostgresEngine;
-use crate::engine::{Check, DbResult, Finding};
+use crate::engine::{Check, DbResult, Finding, Ident};
 
 /// Columns the fill writes or Eventuous needs, by table.
 const MESSAGES_COLUMNS: [&str; 7] = [
@@ -152,7 +152,7 @@ impl PostgresEngine {
     pub(crate) async fn preflight_facts(&self) -> DbResult<Facts> {
         let conn = self.pool.checkout().await?;
         let row = conn
-            .query_one(super::sql::PREFLIGHT, &[&self.schema])
+            .query_one(super::sql::PREFLIGHT, &[&self.schema.as_str()])
             .await
             .map_err(|e| self.error(&e, "preflight"))?;
         let mut facts = Facts::from_row(&row)?;
@@ -313,14 +313,14 @@ pub(crate) fn sequence(seq: &Sequence, head: Option<i64>, login: &str) -> Findin
 
 /// What the configuration says, beside the facts.
 pub(crate) struct Expected<'a> {
-    pub schema: &'a str,
+    pub schema: &'a Ident,
     pub tombstone_stream: &'a str,
     pub tls: &'a TlsMode,
 }
 
 /// The verdicts, in the order `check` prints them. Pure.
 pub(crate) fn findings(f: &Facts, want: &Expected<'_>) -> Vec<Finding> {
-    let schema = want.schema;
+    let schema = want.schema.pg();
     let mut out = session(&f.session, want.tls, schema);
     if !f.session.schema_exists {
         return out;
@@ -663,7 +663,7 @@ mod tests {
         findings(
             f,
             &Expected {
-                schema: "eventuous",
+                schema: &Ident::parse("eventuous").unwrap(),
                 tombstone_stream: "__tombstones__",
                 tls: &TlsMode::Off,
             },
@@ -863,7 +863,7 @@ mod tests {
         let out = findings(
             &f,
             &Expected {
-                schema: "eventuous",
+                schema: &Ident::parse("eventuous").unwrap(),
                 tombstone_stream: "t",
                 tls: &tls,
             },

@@ -3,6 +3,7 @@
 //! identifiers; every value is a bind parameter). The table profiles' fill
 //! and version statements are written here from the profile's columns.
 
+use crate::engine::ident::Ident;
 use crate::engine::profile::{ColumnValue, Profile, TableShape};
 
 /// The engine's statements for one schema.
@@ -30,6 +31,9 @@ pub(crate) struct TableQueries {
     pub fill: String,
     /// The highest version of the tombstone stream (`$1`: the literals).
     pub version: Option<String>,
+    /// Converts the literals (`$1`) to the table's row type, as the fill
+    /// will: `check`'s test of them.
+    pub literals: String,
 }
 
 /// Statements that name no table of the store.
@@ -66,12 +70,12 @@ pub(crate) fn without_comments(sql: &str) -> String {
 
 /// One of `sql/postgres/*.sql` as a store keeps and sends it: rendered
 /// ([`render`]) and without its comment lines.
-pub(crate) fn statement(sql: &str, schema: &str, profile: &Profile) -> String {
+pub(crate) fn statement(sql: &str, schema: &Ident, profile: &Profile) -> String {
     without_comments(&render(sql, schema, profile))
 }
 
 impl Queries {
-    pub(crate) fn new(schema: &str, profile: &Profile) -> Self {
+    pub(crate) fn new(schema: &Ident, profile: &Profile) -> Self {
         let s = |sql: &str| statement(sql, schema, profile);
         Queries {
             scan: s(include_str!("../../../sql/postgres/scan.sql")),
@@ -109,36 +113,31 @@ impl Queries {
 }
 
 /// One of `sql/postgres/*.sql` with the store's schema, table and position
-/// column spliced in (validated identifiers), as the engine runs it.
-pub fn render(sql: &str, schema: &str, profile: &Profile) -> String {
+/// column spliced in, as the engine runs it. Eventuous's names are bare, as
+/// its statements have always named them; a table profile's are quoted (lower
+/// case already: the same name unquoted would fold to), so that a column
+/// named like a keyword works.
+pub fn render(sql: &str, schema: &Ident, profile: &Profile) -> String {
+    let table = profile.qualified(schema);
     let (table, position) = match profile {
-        Profile::Eventuous => (format!("{schema}.messages"), "global_position".to_string()),
-        Profile::Table(t) => (
-            format!("{}.{}", quoted(schema), quoted(&t.table)),
-            quoted(&t.position),
-        ),
+        Profile::Eventuous => (table.pg(), profile.position().pg().to_string()),
+        Profile::Table(_) => (table.pg_quoted(), profile.position().pg_quoted()),
     };
     sql.replace("__table__", &table)
         .replace("__position__", &position)
-        .replace("__schema__", schema)
-}
-
-/// A validated identifier, double-quoted (lower case already: the same name
-/// unquoted would fold to), so that a column named like a keyword works.
-pub(crate) fn quoted(identifier: &str) -> String {
-    format!("\"{identifier}\"")
+        .replace("__schema__", schema.pg())
 }
 
 impl TableQueries {
-    fn new(schema: &str, t: &TableShape) -> Self {
-        let table = format!("{}.{}", quoted(schema), quoted(&t.table));
+    fn new(schema: &Ident, t: &TableShape) -> Self {
+        let table = t.qualified(schema).pg_quoted();
         let literals = format!("JSONB_POPULATE_RECORD(NULL::{table}, $3::text::jsonb)");
-        let mut names = vec![quoted(&t.position)];
+        let mut names = vec![t.position.pg_quoted()];
         let mut values = vec!["g.p".to_string()];
         for c in &t.columns {
-            names.push(quoted(&c.name));
+            names.push(c.name.pg_quoted());
             values.push(match &c.value {
-                ColumnValue::Literal(_) => format!("lit.{}", quoted(&c.name)),
+                ColumnValue::Literal(_) => format!("lit.{}", c.name.pg_quoted()),
                 ColumnValue::Uuid => "GEN_RANDOM_UUID()".into(),
                 ColumnValue::Now => "NOW()".into(),
                 ColumnValue::NextVersion { .. } => {
@@ -159,7 +158,7 @@ impl TableQueries {
         let version = t.version().map(|(column, stream)| {
             let matches: Vec<String> = stream
                 .iter()
-                .map(|c| format!("t.{c} = lit.{c}", c = quoted(c)))
+                .map(|c| format!("t.{c} = lit.{c}", c = c.pg_quoted()))
                 .collect();
             format!(
                 "SELECT COALESCE(MAX(t.{column}), 0)::bigint AS version\n\
@@ -167,15 +166,22 @@ impl TableQueries {
                  CROSS JOIN JSONB_POPULATE_RECORD(NULL::{table}, $1::text::jsonb) AS lit\n\
                  WHERE {}",
                 matches.join(" AND "),
-                column = quoted(column),
+                column = column.pg_quoted(),
             )
         });
-        TableQueries { fill, version }
+        let literals =
+            format!("SELECT 1 FROM JSONB_POPULATE_RECORD(NULL::{table}, $1::text::jsonb) AS lit");
+        TableQueries {
+            fill,
+            version,
+            literals,
+        }
     }
 }
 
 /// What `gap-healer sql --engine postgres` prints.
-pub fn setup_sql(schema: &str, profile: &Profile) -> String {
+pub fn setup_sql(schema: &Ident, profile: &Profile) -> String {
+    let schema = schema.pg();
     match profile {
         Profile::Eventuous => GRANTS.replace("__schema__", schema),
         Profile::Table(t) => format!(
@@ -184,7 +190,7 @@ pub fn setup_sql(schema: &str, profile: &Profile) -> String {
              GRANT USAGE ON SCHEMA {schema} TO {role};\n\
              GRANT SELECT, INSERT ON {schema}.{table} TO {role};\n",
             role = crate::engine::HEALER_ROLE,
-            table = t.table,
+            table = t.table.pg(),
             kind = t.kind,
         ),
     }
@@ -194,11 +200,15 @@ pub fn setup_sql(schema: &str, profile: &Profile) -> String {
 mod tests {
     use super::*;
 
+    fn store_1() -> Ident {
+        Ident::parse("store_1").unwrap()
+    }
+
     #[test]
     fn comments_are_left_out_and_lines_kept() {
         let sql = "-- what it does\nSELECT a, -- inline\n\n    b\n  -- more\nFROM t;\n";
         assert_eq!(without_comments(sql), "SELECT a, -- inline\n    b\nFROM t;");
-        let q = Queries::new("store_1", &Profile::Eventuous);
+        let q = Queries::new(&store_1(), &Profile::Eventuous);
         assert!(q
             .all()
             .iter()
@@ -207,7 +217,7 @@ mod tests {
 
     #[test]
     fn sql_uses_the_schema_and_no_placeholder_survives() {
-        let q = Queries::new("store_1", &Profile::Eventuous);
+        let q = Queries::new(&store_1(), &Profile::Eventuous);
         for sql in q.all() {
             assert!(!sql.contains("__schema__"), "{sql}");
             assert!(sql.contains("store_1."), "{sql}");
@@ -227,7 +237,7 @@ mod tests {
         ] {
             assert!(!sql.contains("__schema__"), "{sql}");
         }
-        assert!(setup_sql("store_1", &Profile::Eventuous)
+        assert!(setup_sql(&store_1(), &Profile::Eventuous)
             .contains("GRANT SELECT, INSERT ON store_1.messages TO __healer_role__;"));
     }
 }

@@ -22,9 +22,10 @@ use super::errors::{describe, get, Stage};
 use super::fill::{at, bounds, set_lock_timeout, Failed, STREAM_LOCK_TIMEOUT};
 use super::leader::advisory_key;
 use super::preflight::{quote_role, session, Session};
-use super::sql::{quoted, PREFLIGHT_TABLE};
+use super::sql::PREFLIGHT_TABLE;
 use super::tls::TlsMode;
 use super::PostgresEngine;
+use crate::engine::ident::Ident;
 use crate::engine::profile::{ColumnValue, TableShape};
 use crate::engine::{Check, DbError, DbResult, Fence, FillOutcome, Finding};
 use crate::gaps::PosRange;
@@ -51,7 +52,7 @@ impl PostgresEngine {
         let tx = client.transaction().await.map_err(at(Stage::Begin))?;
         set_lock_timeout(&tx, STREAM_LOCK_TIMEOUT, Stage::Begin).await?;
         if q.version.is_some() {
-            let key = tombstone_lock(&self.schema, &shape.table);
+            let key = tombstone_lock(self.schema.as_str(), shape.table.as_str());
             tx.execute("SELECT PG_ADVISORY_XACT_LOCK($1::bigint)", &[&key])
                 .await
                 .map_err(at(Stage::Stream))?;
@@ -90,7 +91,11 @@ impl PostgresEngine {
         let row = conn
             .query_one(
                 PREFLIGHT_TABLE,
-                &[&self.schema, &shape.table, &shape.position],
+                &[
+                    &self.schema.as_str(),
+                    &shape.table.as_str(),
+                    &shape.position.as_str(),
+                ],
             )
             .await
             .map_err(|e| self.error(&e, "preflight"))?;
@@ -98,12 +103,11 @@ impl PostgresEngine {
         if facts.table_exists && facts.schema_usage == Some(true) {
             // The literals, converted by the database as the fill will.
             let literals = shape.literals().to_string();
-            let table = format!("{}.{}", quoted(&self.schema), quoted(&shape.table));
-            let probe = format!(
-                "SELECT 1 FROM JSONB_POPULATE_RECORD(NULL::{table}, $1::text::jsonb) AS lit"
-            );
+            let Some(q) = &self.sql.table else {
+                return Err(DbError::permanent("table profile without its statements"));
+            };
             facts.literals = Some(
-                conn.query_one(&probe, &[&literals])
+                conn.query_one(&q.literals, &[&literals])
                     .await
                     .map(|_| ())
                     .map_err(|e| self.target.cs.scrub(&describe(&e))),
@@ -208,14 +212,15 @@ const INTEGER_TYPES: [&str; 4] = ["bigint", "integer", "smallint", "numeric"];
 pub(crate) fn table_findings(
     f: &TableFacts,
     shape: &TableShape,
-    schema: &str,
+    schema: &Ident,
     tls: &TlsMode,
 ) -> Vec<Finding> {
+    let table = shape.qualified(schema).pg();
+    let schema = schema.pg();
     let mut out = session(&f.session, tls, schema);
     if !f.session.schema_exists {
         return out;
     }
-    let table = format!("{schema}.{}", shape.table);
     if !f.table_exists {
         out.push(Finding::fail(
             Check::Table,
@@ -245,7 +250,7 @@ pub(crate) fn table_findings(
 /// and a unique key on exactly it (the fill waits on it and the database
 /// decides).
 fn position(f: &TableFacts, shape: &TableShape, table: &str) -> Finding {
-    let name = &shape.position;
+    let name = shape.position.as_str();
     let Some(col) = f.column(name) else {
         return Finding::fail(
             Check::GlobalPosition,
@@ -296,21 +301,21 @@ fn position(f: &TableFacts, shape: &TableShape, table: &str) -> Finding {
 fn columns(f: &TableFacts, shape: &TableShape) -> Finding {
     let mut problems = Vec::new();
     for c in &shape.columns {
-        match f.column(&c.name) {
-            None => problems.push(format!("{}: no such column", c.name)),
+        let name = c.name.as_str();
+        match f.column(name) {
+            None => problems.push(format!("{name}: no such column")),
             Some(col) if col.generated => {
-                problems.push(format!("{}: a generated column cannot be written", c.name))
+                problems.push(format!("{name}: a generated column cannot be written"))
             }
             Some(col) if col.identity => problems.push(format!(
-                "{}: an identity column other than the position",
-                c.name
+                "{name}: an identity column other than the position",
             )),
             Some(col) => {
                 if let ColumnValue::NextVersion { .. } = c.value {
                     if !INTEGER_TYPES.contains(&col.data_type.as_str()) {
                         problems.push(format!(
-                            "{}: next_version needs an integer column, found {}",
-                            c.name, col.data_type
+                            "{name}: next_version needs an integer column, found {}",
+                            col.data_type
                         ));
                     }
                 }
@@ -324,8 +329,8 @@ fn columns(f: &TableFacts, shape: &TableShape) -> Finding {
             col.not_null
                 && !col.has_default
                 && !col.generated
-                && col.name != shape.position
-                && !shape.columns.iter().any(|c| c.name == col.name)
+                && col.name != shape.position.as_str()
+                && !shape.columns.iter().any(|c| c.name.as_str() == col.name)
         })
         .map(|col| col.name.as_str())
         .collect();
@@ -389,11 +394,17 @@ fn rights(f: &TableFacts, schema: &str, table: &str) -> Finding {
 /// apart), and where it stands now.
 fn version_key(f: &TableFacts, shape: &TableShape) -> Option<Finding> {
     let (column, stream) = shape.version()?;
+    let column = column.as_str();
     let backed = f.unique.iter().find(|(_, cols)| {
         cols.iter().any(|c| c == column)
-            && stream.iter().all(|s| cols.contains(s))
+            && stream.iter().all(|s| cols.iter().any(|c| c == s.as_str()))
             && cols.len() == stream.len() + 1
     });
+    let stream_key = stream
+        .iter()
+        .map(Ident::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
     let now = match &f.stream_version {
         Some(Ok(0)) => "no tombstones yet".to_string(),
         Some(Ok(v)) => format!("at version {v}"),
@@ -403,13 +414,12 @@ fn version_key(f: &TableFacts, shape: &TableShape) -> Option<Finding> {
     Some(match backed {
         Some((name, _)) => Finding::pass(
             Check::TombstoneStream,
-            format!("{now}; unique key {name} backs ({}, {column})", stream.join(", ")),
+            format!("{now}; unique key {name} backs ({stream_key}, {column})"),
         ),
         None => Finding::fail(
             Check::TombstoneStream,
             format!(
-                "{now}; no unique key on ({}, {column}): healers serialise on their own lock, but nothing stops another writer from reusing a version",
-                stream.join(", ")
+                "{now}; no unique key on ({stream_key}, {column}): healers serialise on their own lock, but nothing stops another writer from reusing a version",
             ),
         ),
     })
@@ -432,7 +442,13 @@ mod tests {
     }
 
     fn ledger() -> TableShape {
-        TableShape::ledger_core("events", "position", "$gap", NIL_UUID, "$tombstone")
+        TableShape::ledger_core(
+            Ident::parse("events").unwrap(),
+            Ident::parse("position").unwrap(),
+            "$gap",
+            NIL_UUID,
+            "$tombstone",
+        )
     }
 
     /// seed 003's table as the catalog shows it.
@@ -478,7 +494,12 @@ mod tests {
     }
 
     fn verdicts(f: &TableFacts) -> Vec<Finding> {
-        table_findings(f, &ledger(), "ledger", &TlsMode::Off)
+        table_findings(
+            f,
+            &ledger(),
+            &Ident::parse("ledger").unwrap(),
+            &TlsMode::Off,
+        )
     }
 
     #[test]

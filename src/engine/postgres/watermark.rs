@@ -9,7 +9,7 @@
 use super::errors::get;
 use super::PostgresEngine;
 use crate::engine::check::watermark_verdict;
-use crate::engine::{Check, DbResult, Finding};
+use crate::engine::{Check, DbResult, Finding, QualifiedName};
 
 const READ: &str = include_str!("../../../sql/postgres/watermark_read.sql");
 const PUBLISH: &str = include_str!("../../../sql/postgres/watermark_publish.sql");
@@ -24,22 +24,20 @@ const COLUMNS: [&str; 4] = [
     "healed_table text",
 ];
 
-/// The table's DDL and grants for `gap-healer sql`; `table` is a validated
-/// `schema.table`.
-pub fn watermark_sql(table: &str) -> String {
-    let schema = table.split('.').next().unwrap_or(table);
+/// The table's DDL and grants for `gap-healer sql`.
+pub fn watermark_sql(table: &QualifiedName) -> String {
     TABLE
-        .replace("__watermark_schema__", schema)
-        .replace("__watermark__", table)
+        .replace("__watermark_schema__", table.schema.pg())
+        .replace("__watermark__", &table.pg())
 }
 
 impl PostgresEngine {
     fn watermark_statement(&self, sql: &str) -> DbResult<String> {
         let table = self
             .watermark_table
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| crate::engine::DbError::permanent("no watermark_table is configured"))?;
-        Ok(sql.replace("__watermark__", table))
+        Ok(sql.replace("__watermark__", &table.pg()))
     }
 
     /// The healed table as the watermark row names it (without the
@@ -78,13 +76,14 @@ impl PostgresEngine {
     }
 
     fn owned_by_this_table(&self, store: &str, owner: Option<&str>, mine: &str) -> DbResult<()> {
-        let table = self.watermark_table.as_deref().unwrap_or_default();
-        crate::engine::check::watermark_owner(table, store, owner, mine)
+        let table = self.watermark_table.as_ref().map(QualifiedName::name);
+        crate::engine::check::watermark_owner(&table.unwrap_or_default(), store, owner, mine)
     }
 
     /// The watermark finding of `check`; `None` without a watermark table.
     pub(super) async fn watermark_finding(&self) -> Option<Finding> {
-        let table = self.watermark_table.as_deref()?;
+        let table = self.watermark_table.as_ref()?.name();
+        let table = table.as_str();
         let conn = match self.pool.checkout().await {
             Ok(conn) => conn,
             Err(e) => return Some(Finding::fail(Check::Watermark, e.message)),
@@ -97,8 +96,12 @@ impl PostgresEngine {
             }
         };
         let login = get::<String>(&row, "login").ok();
-        let fix =
-            crate::engine::check::watermark_fix("postgres", &self.schema, table, login.as_deref());
+        let fix = crate::engine::check::watermark_fix(
+            "postgres",
+            self.schema.as_str(),
+            table,
+            login.as_deref(),
+        );
         let facts = (
             get::<bool>(&row, "table_exists"),
             get::<Vec<String>>(&row, "columns"),
@@ -169,7 +172,8 @@ mod tests {
 
     #[test]
     fn the_sql_names_the_table_and_its_schema() {
-        let sql = watermark_sql("gap_healer.watermarks");
+        let name = |s: &str| crate::engine::Ident::parse(s).unwrap();
+        let sql = watermark_sql(&QualifiedName::new(name("gap_healer"), name("watermarks")));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS gap_healer.watermarks ("));
         assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS gap_healer;"));
         assert!(sql.contains("GRANT USAGE ON SCHEMA gap_healer TO __healer_role__;"));

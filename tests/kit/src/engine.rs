@@ -1,12 +1,16 @@
 //! The one place where the kit builds engines and in-process healers from
-//! gap-healer's API, so a change of that API is made here once.
+//! gap-healer's API, so a change of that API is made here once; and
+//! [`FillRange`], the one-range fill only tests use.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gap_healer::engine::mssql::MssqlEngine;
 use gap_healer::engine::postgres::PostgresEngine;
-use gap_healer::engine::{DbResult, Engine, StoreSettings};
+use gap_healer::engine::{
+    DbResult, Engine, Fence, FillOutcome, Ident, Openable, Pools, StoreSettings,
+};
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::{FillReport, Healer, Options};
 use gap_healer::leader::Leader;
@@ -19,7 +23,7 @@ use crate::eventuous::{TOMBSTONE_STREAM, TOMBSTONE_TYPE};
 pub fn settings(connection_string: &str, schema: &str, connect_timeout: Duration) -> StoreSettings {
     StoreSettings {
         connection_string: ConnectionString::new(connection_string),
-        schema: schema.into(),
+        schema: Ident::parse(schema).expect("a test schema is a plain identifier"),
         tombstone_stream: TOMBSTONE_STREAM.into(),
         tombstone_type: TOMBSTONE_TYPE.into(),
         connect_timeout,
@@ -30,22 +34,35 @@ pub fn settings(connection_string: &str, schema: &str, connect_timeout: Duration
 
 /// The PostgreSQL engine, as the daemon builds it.
 pub fn postgres(settings: &StoreSettings) -> DbResult<Arc<PostgresEngine>> {
-    Ok(Arc::new(PostgresEngine::new(settings)?))
+    postgres_sharing(settings, &Pools::default())
 }
 
-/// The PostgreSQL engine as the daemon builds it for a fleet: sharing
-/// `pools` (and its head readings) with the stores of one database.
-pub fn postgres_sharing(
-    settings: &StoreSettings,
-    pools: &gap_healer::engine::Pools,
-) -> DbResult<Arc<PostgresEngine>> {
-    Ok(Arc::new(PostgresEngine::sharing(settings, pools)?))
+/// The PostgreSQL engine as the daemon's factory opens it for a fleet:
+/// sharing `pools` (and its head readings) with the stores of one database.
+pub fn postgres_sharing(settings: &StoreSettings, pools: &Pools) -> DbResult<Arc<PostgresEngine>> {
+    Ok(Arc::new(PostgresEngine::engine_for(settings, pools)?))
 }
 
 /// The SQL Server engine, as the daemon builds it.
 pub fn mssql(settings: &StoreSettings) -> DbResult<MssqlEngine> {
     MssqlEngine::new(settings)
 }
+
+/// [`Engine::fill_ranges`] for one range: what the tests of a single
+/// fill call, kept out of the engine's contract since the healer never
+/// needs it.
+pub trait FillRange: Engine {
+    fn fill(
+        &self,
+        range: PosRange,
+        lock_timeout: Duration,
+        fence: &Fence,
+    ) -> impl Future<Output = DbResult<FillOutcome>> + Send {
+        async move { self.fill_ranges(&[range], lock_timeout, fence).await }
+    }
+}
+
+impl<E: Engine> FillRange for E {}
 
 /// A healer in this process that always leads, with the health thresholds
 /// the daemon derives from the same options (poll interval, lock timeout).

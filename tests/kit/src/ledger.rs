@@ -6,7 +6,7 @@
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use crate::pg::{connect_to, pg_url, schema_name, Ending};
+use crate::pg::{connect_to, pg_url, schema_name, Ending, Guard};
 
 const FIXTURE: &str = include_str!("../../fixtures/ledger_core_postgres.sql");
 
@@ -16,11 +16,15 @@ pub const APPEND_LOCK_KEY: i64 = 3003;
 /// The tombstone stream ledger-core's profile writes by default.
 pub const TOMBSTONE_CATEGORY: &str = "$gap";
 
-/// One test's ledger: a schema with the `events` table and a session.
+/// One test's ledger: a schema with the `events` table and a session; one
+/// made by [`Ledger::new`] holds the guard that drops its schema when it
+/// goes, also when the test fails.
 pub struct Ledger {
     pub schema: String,
     pub client: Client,
     url: String,
+    /// Last, so the ledger's own session is dropped before the cleanup runs.
+    guard: Option<Guard>,
 }
 
 /// An append whose transaction is open: its positions are taken, not
@@ -46,10 +50,16 @@ impl OpenLedgerAppend {
 impl Ledger {
     /// A fresh schema `gh_<tag>_<random>` with seed 003's table.
     pub async fn new(tag: &str) -> Ledger {
-        Ledger::create(&pg_url(), &schema_name(tag)).await
+        let (url, schema) = (pg_url(), schema_name(tag));
+        let guard = Guard::schema(&url, &schema);
+        Ledger {
+            guard: Some(guard),
+            ..Ledger::create(&url, &schema).await
+        }
     }
 
-    /// `schema` with seed 003's table on the server `url` names.
+    /// `schema` with seed 003's table on the server `url` names, left there
+    /// when the value goes (the chaos run's cluster is removed whole).
     pub async fn create(url: &str, schema: &str) -> Ledger {
         let client = connect_to(url).await;
         client
@@ -60,6 +70,7 @@ impl Ledger {
             schema: schema.into(),
             client,
             url: url.into(),
+            guard: None,
         }
     }
 
@@ -71,12 +82,13 @@ impl Ledger {
     /// as the daemon builds it.
     pub fn engine(&self) -> std::sync::Arc<gap_healer::engine::postgres::PostgresEngine> {
         use gap_healer::engine::profile::{Profile, TableShape, NIL_UUID};
+        use gap_healer::engine::Ident;
         let mut settings =
             crate::engine::settings(&self.url, &self.schema, std::time::Duration::from_secs(5));
         settings.tombstone_stream = TOMBSTONE_CATEGORY.into();
         settings.profile = Profile::Table(TableShape::ledger_core(
-            "events",
-            "position",
+            Ident::parse("events").unwrap(),
+            Ident::parse("position").unwrap(),
             TOMBSTONE_CATEGORY,
             NIL_UUID,
             &settings.tombstone_type,
@@ -209,10 +221,15 @@ impl Ledger {
             .collect()
     }
 
-    pub async fn drop_schema(self) {
+    /// Drops the schema now, on the caller's runtime, instead of when the
+    /// ledger goes.
+    pub async fn drop_schema(mut self) {
         self.client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
             .await
             .expect("drop schema");
+        if let Some(guard) = self.guard.take() {
+            guard.drop_now().await;
+        }
     }
 }

@@ -7,6 +7,10 @@
 //!   and throwaway clusters of a test's own ([`pg::Throwaway`]);
 //! - [`mssql`]: SQL Server (`GAP_HEALER_TEST_MSSQL` or a testcontainers
 //!   server), one database per test ([`mssql::TestDb`]);
+//!
+//! Every schema, database and login a test makes through the kit is taken
+//! away by a guard when its value goes out of scope, also when the test fails
+//! or panics ([`pg::Guard`], [`mssql::TestDb`]): a test need not drop them.
 //! - [`eventuous`]: appends the way Eventuous writes them, on both engines;
 //! - [`ledger`]: seed 003's ledger-core table and its appends;
 //! - [`subscriber`]: Eventuous 0.17's all-stream subscription rules;
@@ -22,6 +26,7 @@
 //! `allow(dead_code)` for the parts a binary does not use.
 
 pub mod bin;
+mod cleanup;
 pub mod engine;
 pub mod eventuous;
 pub mod ledger;

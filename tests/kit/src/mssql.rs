@@ -216,11 +216,16 @@ pub struct Message {
     pub message_type: String,
 }
 
-/// A database of its own for one test, with the Eventuous schema.
+/// A database of its own for one test, with the Eventuous schema. It is a
+/// guard: when it goes out of scope, also when the test fails or panics, the
+/// database and the logins made for it are dropped (on a thread of its own:
+/// see [`crate::cleanup`]); [`TestDb::drop`] does it on the caller's runtime.
 pub struct TestDb {
     pub name: String,
     admin: &'static str,
     logins: Vec<String>,
+    /// Whether the drop is still to be done.
+    armed: bool,
 }
 
 /// DDL of concurrent tests runs one at a time: Babelfish (PostgreSQL's
@@ -282,23 +287,28 @@ impl TestDb {
     /// must match its own databases only).
     pub async fn create_named(name: &str) -> TestDb {
         let admin = require_server();
-        let _ddl = ddl().lock().await;
-        let name = name.to_string();
-        let mut master = connect(admin)
-            .await
-            .unwrap_or_else(|e| panic!("SQL Server at {ENV}: {e}"));
-        exec(&mut master, &format!("CREATE DATABASE [{name}];")).await;
+        // The guard first, so a creation that fails half way is dropped
+        // too; the DDL lock in an inner scope, so it is released before the
+        // guard's drop takes it.
         let db = TestDb {
-            name,
+            name: name.to_string(),
             admin,
             logins: Vec::new(),
+            armed: true,
         };
-        let mut client = db.client().await;
-        exec(&mut client, FIXTURE).await;
-        for batch in PROCEDURES.split("\nGO\n").filter(|b| b.contains("CREATE")) {
-            exec(&mut client, batch).await;
+        {
+            let _ddl = ddl().lock().await;
+            let mut master = connect(admin)
+                .await
+                .unwrap_or_else(|e| panic!("SQL Server at {ENV}: {e}"));
+            exec(&mut master, &format!("CREATE DATABASE [{}];", db.name)).await;
+            let mut client = db.client().await;
+            exec(&mut client, FIXTURE).await;
+            for batch in PROCEDURES.split("\nGO\n").filter(|b| b.contains("CREATE")) {
+                exec(&mut client, batch).await;
+            }
+            db.apply_database_options(&mut master).await;
         }
-        db.apply_database_options(&mut master).await;
         db
     }
 
@@ -367,7 +377,8 @@ impl TestDb {
     /// [`TestDb::engine`] publishing the watermark in `table`.
     pub fn engine_with_watermark(&self, table: &str) -> MssqlEngine {
         let mut settings = self.settings();
-        settings.watermark_table = Some(table.to_string());
+        let table = gap_healer::engine::QualifiedName::parse(table).expect("schema.table");
+        settings.watermark_table = Some(table);
         crate::engine::mssql(&settings).expect("engine")
     }
 
@@ -562,35 +573,55 @@ impl TestDb {
         )
     }
 
-    /// Drops the database and the logins made for it.
-    pub async fn drop(self) {
-        let _ddl = ddl().lock().await;
-        let mut m = self.master().await;
-        // Babelfish has no ALTER DATABASE ... SET SINGLE_USER.
-        let babelfish = is_babelfish().await;
-        let single_user = if babelfish {
-            ""
+    /// Drops the database and the logins made for it now, on the caller's
+    /// runtime, instead of when the value goes.
+    pub async fn drop(mut self) {
+        self.armed = false;
+        drop_database(self.admin, &self.name, &self.logins).await;
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (admin, name, logins) = (self.admin, self.name.clone(), self.logins.clone());
+        let what = format!("SQL Server database {name} and logins {logins:?}");
+        crate::cleanup::run_to_end(&what, move || async move {
+            drop_database(admin, &name, &logins).await;
+            Ok(())
+        });
+    }
+}
+
+/// Drops the database `name` and the `logins` made for it, as the admin.
+async fn drop_database(admin: &str, name: &str, logins: &[String]) {
+    let _ddl = ddl().lock().await;
+    let mut m = connect(admin).await.expect("connect to master");
+    // Babelfish has no ALTER DATABASE ... SET SINGLE_USER.
+    let babelfish = is_babelfish().await;
+    let single_user = if babelfish {
+        ""
+    } else {
+        "ALTER DATABASE [{0}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE;"
+    };
+    let drop =
+        format!("IF DB_ID(N'{{0}}') IS NOT NULL BEGIN {single_user} DROP DATABASE [{{0}}]; END;")
+            .replace("{0}", name);
+    let statements = std::iter::once(drop).chain(
+        logins
+            .iter()
+            .map(|login| format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];")),
+    );
+    for sql in statements {
+        if babelfish {
+            // Sessions of engines that just went out of scope close a
+            // moment later, and Babelfish refuses to drop a database (or
+            // a login) in use: retried, then left behind with a note.
+            retry_on_babelfish(&mut m, &sql).await;
         } else {
-            "ALTER DATABASE [{0}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE;"
-        };
-        let drop = format!(
-            "IF DB_ID(N'{{0}}') IS NOT NULL BEGIN {single_user} DROP DATABASE [{{0}}]; END;"
-        )
-        .replace("{0}", &self.name);
-        let statements = std::iter::once(drop).chain(
-            self.logins
-                .iter()
-                .map(|login| format!("IF SUSER_ID(N'{login}') IS NOT NULL DROP LOGIN [{login}];")),
-        );
-        for sql in statements {
-            if babelfish {
-                // Sessions of engines that just went out of scope close a
-                // moment later, and Babelfish refuses to drop a database (or
-                // a login) in use: retried, then left behind with a note.
-                retry_on_babelfish(&mut m, &sql).await;
-            } else {
-                exec(&mut m, &sql).await;
-            }
+            exec(&mut m, &sql).await;
         }
     }
 }

@@ -187,11 +187,132 @@ pub async fn page(
 }
 
 /// One test's store: a schema with the Eventuous tables, a session to it, and
-/// the server's connection string (for new sessions and the healer).
+/// the server's connection string (for new sessions and the healer). A store
+/// the test made holds the [`Guard`] that drops its schema (and the login
+/// roles made for it) when the store goes out of scope; a store opened on a
+/// schema another value owns, or one on a throwaway cluster (removed whole
+/// with its [`Throwaway`]), holds none.
 pub struct Store {
     pub schema: String,
     pub client: Client,
     url: String,
+    /// Last, so the store's own session is dropped before the cleanup runs.
+    guard: Option<Guard>,
+}
+
+/// What a test made on a PostgreSQL server, taken away when the guard goes
+/// out of scope, also when the test fails or panics: a schema (`DROP SCHEMA
+/// ... CASCADE`) or a database (`DROP DATABASE ... WITH (FORCE)`), then the
+/// login roles made for it. Sessions that still hold a lock on the schema's
+/// tables (an append left open by a failed test) are ended first, so the
+/// drop never waits on the test's own sessions. [`Guard::drop_now`] does it
+/// on the caller's runtime and disarms the guard.
+pub struct Guard {
+    /// The server to connect to for the cleanup (for a database: one of its
+    /// other databases).
+    url: String,
+    made: Made,
+    roles: std::sync::Mutex<Vec<String>>,
+    armed: bool,
+}
+
+/// What a [`Guard`] takes away.
+#[derive(Clone, Debug)]
+enum Made {
+    Schema(String),
+    Database(String),
+}
+
+impl Guard {
+    /// Drops `schema` of the server `url` names when the guard goes.
+    pub fn schema(url: &str, schema: &str) -> Guard {
+        Guard::new(url, Made::Schema(schema.into()))
+    }
+
+    /// Drops the database `name` (connecting to `url`, a session of another
+    /// database of the server) when the guard goes.
+    pub fn database(url: &str, name: &str) -> Guard {
+        Guard::new(url, Made::Database(name.into()))
+    }
+
+    fn new(url: &str, made: Made) -> Guard {
+        Guard {
+            url: url.into(),
+            made,
+            roles: std::sync::Mutex::new(Vec::new()),
+            armed: true,
+        }
+    }
+
+    /// Drops the login role `role` (and what it was granted) too.
+    pub fn add_role(&self, role: &str) {
+        self.roles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(role.into());
+    }
+
+    /// Takes everything away now, on the caller's runtime, and disarms the
+    /// guard; panics when that fails.
+    pub async fn drop_now(mut self) {
+        self.armed = false;
+        let roles = self.roles.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        take_away(&self.url, &self.made, &roles)
+            .await
+            .unwrap_or_else(|e| panic!("drop {:?}: {e}", self.made));
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (url, made) = (self.url.clone(), self.made.clone());
+        let roles = self.roles.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let what = format!("{made:?} and roles {roles:?}");
+        crate::cleanup::run_to_end(&what, move || async move {
+            take_away(&url, &made, &roles)
+                .await
+                .map_err(|e| e.to_string())
+        });
+    }
+}
+
+/// Drops what `made` names, then `roles`, on a new session to `url`.
+async fn take_away(url: &str, made: &Made, roles: &[String]) -> Result<(), tokio_postgres::Error> {
+    let c = try_connect(url).await?;
+    match made {
+        Made::Schema(schema) => {
+            // Sessions holding a lock on the schema's tables (a failed
+            // test's open append) would make the drop wait for ever.
+            c.execute(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+                   JOIN pg_class t ON t.oid = l.relation JOIN pg_namespace n ON n.oid = t.relnamespace
+                 WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[schema],
+            )
+            .await?;
+            c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .await?;
+        }
+        Made::Database(name) => {
+            c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await?;
+        }
+    }
+    for role in roles {
+        let exists = c
+            .query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[role])
+            .await?
+            .is_some();
+        if exists {
+            c.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 /// How an append ends.
@@ -240,26 +361,44 @@ impl Store {
     }
 
     /// Creates `schema` with the Eventuous tables through `client`, a session
-    /// of the server `url` names.
+    /// of the server `url` names; the store's guard drops the schema (made
+    /// here or before) when it goes.
     pub async fn create(
         client: Client,
         url: &str,
         schema: &str,
     ) -> Result<Store, tokio_postgres::Error> {
+        let guard = Guard::schema(url, schema);
         create_schema(&client, schema).await?;
-        Ok(Store::open(client, url, schema))
+        Ok(Store {
+            guard: Some(guard),
+            ..Store::open(client, url, schema)
+        })
     }
 
-    /// A store whose schema exists already.
+    /// A store whose schema exists already, owned by another value: nothing
+    /// is dropped when this one goes.
     pub fn open(client: Client, url: &str, schema: &str) -> Store {
         Store {
             schema: schema.into(),
             client,
             url: url.into(),
+            guard: None,
         }
     }
 
-    /// Drops the schema, on a new session if this one was lost.
+    /// This store without its guard: the schema outlives the value (a
+    /// throwaway cluster's store, removed with the cluster, which a test
+    /// may open again after a restart).
+    pub fn kept(mut self) -> Store {
+        if let Some(mut guard) = self.guard.take() {
+            guard.armed = false;
+        }
+        self
+    }
+
+    /// Drops the schema now, on this session or, if it was lost, a new one
+    /// (the guard's drop then finds nothing left to drop).
     pub async fn try_drop_schema(&self) -> Result<(), tokio_postgres::Error> {
         let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
         if self.client.batch_execute(&sql).await.is_err() {
@@ -268,13 +407,24 @@ impl Store {
         Ok(())
     }
 
-    pub async fn drop_schema(self) {
-        self.try_drop_schema().await.expect("drop schema");
+    /// Drops the schema (and the login roles made for it) now, on the
+    /// caller's runtime, instead of when the store goes.
+    pub async fn drop_schema(mut self) {
+        match self.guard.take() {
+            Some(guard) => guard.drop_now().await,
+            None => take_away(&self.url, &Made::Schema(self.schema.clone()), &[])
+                .await
+                .expect("drop schema"),
+        }
     }
 
     /// Creates the login role `role`, with no right at all, and returns the
-    /// connection string that logs in as it (trust authentication).
+    /// connection string that logs in as it (trust authentication). The
+    /// store's guard drops the role with the schema.
     pub async fn create_login(&self, role: &str) -> String {
+        if let Some(guard) = &self.guard {
+            guard.add_role(role);
+        }
         self.client
             .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
             .await
@@ -282,15 +432,22 @@ impl Store {
         as_user(&self.url, role)
     }
 
-    /// Drops the schema, then the login role `role` and what it was granted.
-    pub async fn drop_with_login(self, role: &str) {
-        let url = self.url.clone();
-        self.drop_schema().await;
-        connect_to(&url)
-            .await
-            .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
-            .await
-            .expect("drop the login role");
+    /// Closes the store's session and hands over its guard: what the store
+    /// made stays until the guard goes (a test that must end its own
+    /// sessions on a database before changing it).
+    pub fn close_session(self) -> Option<Guard> {
+        self.guard
+    }
+
+    /// This store's guard drops the database `name` too (connecting to this
+    /// store's server), for a test that makes databases of its own.
+    pub fn owning_database(mut self, admin_url: &str, name: &str) -> Store {
+        let database = Guard::database(admin_url, name);
+        if let Some(mut schema) = self.guard.replace(database) {
+            // The schema goes with its database.
+            schema.armed = false;
+        }
+        self
     }
 
     /// The connection string the healer gets.

@@ -256,6 +256,7 @@ impl Throwaway {
         Store::create(self.admin(db).await, &self.admin_url(db), "store")
             .await
             .expect("create schema")
+            .kept()
     }
 
     /// The `store` schema of database `db`, once [`Throwaway::store`] made it.

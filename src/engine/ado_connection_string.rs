@@ -25,39 +25,83 @@ pub fn split_ado(raw: &str) -> Result<Vec<(String, String)>, AdoError> {
 /// "key" right after an unquoted password may be the rest of that password
 /// (`Password=ab;cd=ef`), so an error must not name it.
 pub fn split_ado_marked(raw: &str) -> Result<Vec<(String, String, bool)>, AdoError> {
-    let chars: Vec<char> = raw.chars().collect();
+    let mut reader = Reader {
+        chars: raw.chars().collect(),
+        at: 0,
+        pair: 0,
+    };
     let mut pairs = Vec::new();
-    let mut i = 0;
-    let mut n = 0;
-    loop {
-        // Skip separators and whitespace before a key.
-        while i < chars.len() && (chars[i] == ';' || chars[i].is_whitespace()) {
-            i += 1;
+    while reader.next_pair() {
+        let key = reader.key()?;
+        reader.skip_blanks();
+        let (value, quoted) = match reader.peek() {
+            Some(quote @ ('\'' | '"' | '{')) => (reader.quoted_value(quote)?, true),
+            _ => (reader.plain_value(), false),
+        };
+        pairs.push((key, value, quoted));
+    }
+    Ok(pairs)
+}
+
+/// A cursor over a connection string, one pair at a time; `pair` counts
+/// the pairs begun, for errors (which name positions, never values).
+struct Reader {
+    chars: Vec<char>,
+    at: usize,
+    pair: usize,
+}
+
+impl Reader {
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.at).copied()
+    }
+
+    /// Whether the character after the current one is `c` (a doubled quote
+    /// or `==`).
+    fn doubled(&self, c: char) -> bool {
+        self.chars.get(self.at + 1) == Some(&c)
+    }
+
+    /// Skips separators and whitespace; whether another pair begins.
+    fn next_pair(&mut self) -> bool {
+        while matches!(self.peek(), Some(c) if c == ';' || c.is_whitespace()) {
+            self.at += 1;
         }
-        if i >= chars.len() {
-            break;
+        let more = self.peek().is_some();
+        self.pair += usize::from(more);
+        more
+    }
+
+    /// Skips whitespace up to the next `;`.
+    fn skip_blanks(&mut self) {
+        while matches!(self.peek(), Some(c) if c != ';' && c.is_whitespace()) {
+            self.at += 1;
         }
-        n += 1;
-        // The key, up to a single `=` (`==` is a literal `=`).
+    }
+
+    /// The key, up to a single `=` (`==` is a literal `=`), lower-case with
+    /// inner whitespace collapsed.
+    fn key(&mut self) -> Result<String, AdoError> {
+        let n = self.pair;
         let mut key = String::new();
         loop {
-            match chars.get(i) {
+            match self.peek() {
                 None | Some(';') => {
                     return Err(AdoError(format!(
                         "pair {n} has no `=` (quote values that contain `;`)"
                     )))
                 }
-                Some('=') if chars.get(i + 1) == Some(&'=') => {
+                Some('=') if self.doubled('=') => {
                     key.push('=');
-                    i += 2;
+                    self.at += 2;
                 }
                 Some('=') => {
-                    i += 1;
+                    self.at += 1;
                     break;
                 }
-                Some(&c) => {
+                Some(c) => {
                     key.push(c);
-                    i += 1;
+                    self.at += 1;
                 }
             }
         }
@@ -69,61 +113,58 @@ pub fn split_ado_marked(raw: &str) -> Result<Vec<(String, String, bool)>, AdoErr
         if key.is_empty() {
             return Err(AdoError(format!("pair {n} has an empty key")));
         }
-        while i < chars.len() && chars[i] != ';' && chars[i].is_whitespace() {
-            i += 1;
-        }
-        let quoted = matches!(chars.get(i), Some('\'' | '"' | '{'));
-        let value = match chars.get(i) {
-            Some(&q @ ('\'' | '"' | '{')) => {
-                let close = if q == '{' { '}' } else { q };
-                i += 1;
-                let mut value = String::new();
-                loop {
-                    match chars.get(i) {
-                        None => {
-                            return Err(AdoError(format!(
-                                "the value of pair {n} has no closing {close}"
-                            )))
-                        }
-                        Some(&c) if c == close && chars.get(i + 1) == Some(&close) => {
-                            value.push(close);
-                            i += 2;
-                        }
-                        Some(&c) if c == close => {
-                            i += 1;
-                            break;
-                        }
-                        Some(&c) => {
-                            value.push(c);
-                            i += 1;
-                        }
-                    }
-                }
-                while i < chars.len() && chars[i] != ';' && chars[i].is_whitespace() {
-                    i += 1;
-                }
-                if i < chars.len() && chars[i] != ';' {
-                    return Err(AdoError(format!(
-                        "unexpected text after the quoted value of pair {n}"
-                    )));
-                }
-                value
-            }
-            _ => {
-                let start = i;
-                while i < chars.len() && chars[i] != ';' {
-                    i += 1;
-                }
-                chars[start..i]
-                    .iter()
-                    .collect::<String>()
-                    .trim()
-                    .to_string()
-            }
-        };
-        pairs.push((key, value, quoted));
+        Ok(key)
     }
-    Ok(pairs)
+
+    /// A value quoted with `'`, `"` or `{}` (the closing quote doubled
+    /// stands for itself); only whitespace may follow it before `;`.
+    fn quoted_value(&mut self, quote: char) -> Result<String, AdoError> {
+        let n = self.pair;
+        let close = if quote == '{' { '}' } else { quote };
+        self.at += 1;
+        let mut value = String::new();
+        loop {
+            match self.peek() {
+                None => {
+                    return Err(AdoError(format!(
+                        "the value of pair {n} has no closing {close}"
+                    )))
+                }
+                Some(c) if c == close && self.doubled(close) => {
+                    value.push(close);
+                    self.at += 2;
+                }
+                Some(c) if c == close => {
+                    self.at += 1;
+                    break;
+                }
+                Some(c) => {
+                    value.push(c);
+                    self.at += 1;
+                }
+            }
+        }
+        self.skip_blanks();
+        if self.peek().is_some_and(|c| c != ';') {
+            return Err(AdoError(format!(
+                "unexpected text after the quoted value of pair {n}"
+            )));
+        }
+        Ok(value)
+    }
+
+    /// An unquoted value: up to `;`, trimmed.
+    fn plain_value(&mut self) -> String {
+        let start = self.at;
+        while self.peek().is_some_and(|c| c != ';') {
+            self.at += 1;
+        }
+        self.chars[start..self.at]
+            .iter()
+            .collect::<String>()
+            .trim()
+            .to_string()
+    }
 }
 
 /// The value of the last of `keys` present (later duplicates win).

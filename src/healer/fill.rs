@@ -1,0 +1,337 @@
+//! The fill: a cycle planned by [`crate::cycle::plan`] from the due holes and a fresh probe, applied to the tracker in one step, then its statements run one by one, each refusal splitting or deferring what it refused.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::*;
+
+impl<E: Engine> Healer<E> {
+    /// Tries every hole that is due, unless in dry-run mode or not the
+    /// leader; each statement is logged at INFO ([`LogOnly`]).
+    pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
+        self.fill_due_after(stop, None, &mut LogOnly).await
+    }
+
+    /// [`Healer::fill_due`], telling `progress` after every statement.
+    pub async fn fill_due_with(
+        &mut self,
+        stop: &CancellationToken,
+        progress: &mut dyn Progress,
+    ) -> FillReport {
+        self.fill_due_after(stop, None, progress).await
+    }
+
+    /// [`Healer::fill_due`] right after a scan step: due holes that step
+    /// re-checked are not probed again.
+    pub(super) async fn fill_due_after(
+        &mut self,
+        stop: &CancellationToken,
+        rechecked: Option<Rechecked>,
+        progress: &mut dyn Progress,
+    ) -> FillReport {
+        let mut report = FillReport::default();
+        let now = Instant::now();
+        let due = self.tracker.due(now);
+        if due.is_empty() {
+            return report;
+        }
+        // Holes are tracked only once begun, all below `examined`.
+        let Some(Begun { examined: head, .. }) = self.begun else {
+            return report;
+        };
+        if self.opts.dry_run {
+            for hole in due {
+                info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
+                self.tracker.defer(
+                    hole.range,
+                    now + self.opts.gap_timeout.max(Duration::from_secs(60)),
+                );
+            }
+            return report;
+        }
+        if !self.leader.is_leader() {
+            return report;
+        }
+        // Fresh look at the due ranges: what committed since, and (SQL Server)
+        // which positions an open append holds right now; the ranges this
+        // turn's scan step just re-checked are fresh already.
+        let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
+        let rechecked = rechecked.unwrap_or_default();
+        let unchecked: Vec<PosRange> = ranges
+            .iter()
+            .copied()
+            .filter(|r| !rechecked.covers(*r))
+            .collect();
+        let mut probe = rechecked.probe;
+        if !unchecked.is_empty() {
+            match self.engine.probe(&unchecked).await {
+                Ok(p) => {
+                    probe.committed.extend(p.committed);
+                    probe.in_flight.extend(p.in_flight);
+                }
+                Err(e) => {
+                    self.db_error(Operation::Probe, &e);
+                    self.defer_after_error(&ranges);
+                    report.errors += 1;
+                    return report;
+                }
+            }
+        }
+        let limits = cycle::Limits {
+            max_rows: self.engine.max_fill_rows(),
+            max_ranges: self.engine.max_fill_ranges(),
+            range_cost: self.engine.fill_range_cost(),
+            gap_timeout: self.opts.gap_timeout,
+        };
+        let cycle = cycle::plan(&due, &probe.committed, &probe.in_flight, head, now, limits);
+        self.apply(&cycle, head);
+        let mut queue = cycle.statements;
+        queue.reverse();
+        while let Some(batch) = queue.pop() {
+            if stop.is_cancelled() {
+                break;
+            }
+            // Leadership as it stands now: the fill checks this very fence.
+            let Some(fence) = self.leader.fence() else {
+                break;
+            };
+            self.fill_batch(batch, &fence, &mut queue, &mut report, !progress.shown())
+                .await;
+            progress.filled(&report);
+        }
+        report
+    }
+
+    /// Applies a planned cycle to the tracker in one step: committed
+    /// positions and pieces at or above the head forgotten, trusted
+    /// sightings deferred as held with one more sighting counted.
+    pub(super) fn apply(&mut self, cycle: &cycle::Cycle, head: i64) {
+        self.tracker.remove_positions(&cycle.committed);
+        for seen in &cycle.held {
+            debug!(
+                position = seen.position,
+                sightings = seen.sightings + 1,
+                "an open append holds this position; not trying it"
+            );
+            self.defer_held(PosRange::single(seen.position));
+            self.tracker.add_sighting(seen.position);
+        }
+        for seen in &cycle.advised {
+            info!(
+                position = seen.position,
+                sightings = seen.sightings,
+                age_ms = seen.age.as_millis() as u64,
+                "a dirty read keeps showing an open append here; trying the position alone so its key decides"
+            );
+        }
+        for piece in &cycle.refused {
+            error!(range = %piece, head, "refusing to fill at or above the head");
+            self.tracker.remove(*piece);
+        }
+    }
+
+    /// One fill transaction, and what its outcome means for the tracker and
+    /// the rest of the queue.
+    pub(super) async fn fill_batch(
+        &mut self,
+        batch: plan::Batch,
+        fence: &Fence,
+        queue: &mut Vec<plan::Batch>,
+        report: &mut FillReport,
+        log_each: bool,
+    ) {
+        let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
+        let what = describe(&batch);
+        let started = std::time::Instant::now();
+        let outcome = self.engine.fill_ranges(&batch, lock_timeout, fence).await;
+        let ms = started.elapsed().as_millis() as u64;
+        report.statements += 1;
+        match outcome {
+            Ok(FillOutcome::Filled { rows }) => {
+                self.health.forget_fill_refusal();
+                if log_each {
+                    info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                } else {
+                    debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+                }
+                self.observer.filled(Outcome::Filled, rows);
+                report.tombstones += rows;
+                for range in &batch {
+                    self.tracker.remove(*range);
+                }
+            }
+            Ok(FillOutcome::Committed) => {
+                self.fill_around_committed(&batch, &what, ms, queue, report)
+                    .await
+            }
+            Ok(FillOutcome::Busy) => {
+                self.observer.filled(Outcome::Held, 0);
+                report.held += 1;
+                info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
+                let at = Instant::now() + self.opts.poll_interval;
+                // The same holds for the rest of this cycle's batches.
+                for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+                    self.tracker.defer(*range, at);
+                }
+            }
+            Ok(FillOutcome::TableLocked) => {
+                self.observer.filled(Outcome::TableLocked, 0);
+                report.held += 1;
+                warn!(
+                    range = %what,
+                    ms,
+                    outcome = "table_locked",
+                    "the table itself is locked (DDL, CREATE INDEX, LOCK TABLE): no fill of this store can run; backing off"
+                );
+                self.health.record_error(
+                    "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
+                );
+                // One backoff for the whole store: every range of the cycle.
+                self.defer_cycle_after_error(&batch, queue);
+            }
+            Ok(FillOutcome::WriterWaiting {
+                sessions,
+                first_session,
+            }) => self.wait_for_waiting_writer(
+                &batch,
+                &what,
+                ms,
+                (sessions, first_session),
+                queue,
+                report,
+            ),
+            Ok(FillOutcome::Held) => {
+                self.observer.filled(Outcome::Held, 0);
+                report.held += 1;
+                debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
+                self.requeue(plan::after_held(&batch), queue);
+            }
+            Err(e) => {
+                self.observer.filled(Outcome::Error, 0);
+                report.errors += 1;
+                self.db_error(Operation::Fill, &e);
+                if e.kind == crate::engine::DbErrorKind::Permanent {
+                    self.health.fill_refused(&prefixed("fill", &e));
+                }
+                warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
+                // Whatever broke (connection, rights) will break the rest too.
+                self.defer_cycle_after_error(&batch, queue);
+            }
+        }
+    }
+
+    /// A duplicate key: an append committed inside the batch. Probe it and
+    /// fill around the committed rows.
+    async fn fill_around_committed(
+        &mut self,
+        batch: &[PosRange],
+        what: &str,
+        ms: u64,
+        queue: &mut Vec<plan::Batch>,
+        report: &mut FillReport,
+    ) {
+        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
+        self.observer.filled(Outcome::Committed, 0);
+        report.committed += 1;
+        let found = match self.engine.probe(batch).await {
+            Ok(p) => p.committed,
+            Err(e) => {
+                self.db_error(Operation::Probe, &e);
+                self.defer_after_error(batch);
+                return;
+            }
+        };
+        info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
+        self.tracker.remove_positions(&found);
+        self.requeue(
+            plan::after_committed(
+                batch,
+                &found,
+                max_rows,
+                max_ranges,
+                self.engine.fill_range_cost(),
+            ),
+            queue,
+        );
+    }
+
+    /// Another writer of the table waits for a lock, perhaps with a
+    /// position of this batch drawn and no key yet: the cycle's holes wait
+    /// a poll.
+    fn wait_for_waiting_writer(
+        &mut self,
+        batch: &[PosRange],
+        what: &str,
+        ms: u64,
+        (sessions, first_session): (u32, Option<i64>),
+        queue: &mut Vec<plan::Batch>,
+        report: &mut FillReport,
+    ) {
+        self.observer.filled(Outcome::WriterWaiting, 0);
+        report.held += 1;
+        report.writer_waiting += 1;
+        info!(
+            range = %what,
+            ms,
+            sessions,
+            session = ?first_session,
+            outcome = "writer_waiting",
+            "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
+        );
+        // The check is table-wide: the rest of the cycle would meet it
+        // too. Such waits end with the transaction waited for, so the
+        // holes are tried again a poll later, without growing backoff.
+        let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
+        for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+            self.tracker.postpone(*range, at);
+        }
+    }
+
+    pub(super) fn requeue(&mut self, after: AfterRefusal, queue: &mut Vec<plan::Batch>) {
+        match after {
+            AfterRefusal::Retry(mut batches) => {
+                batches.reverse();
+                queue.extend(batches);
+            }
+            AfterRefusal::Defer(p) => {
+                info!(
+                    position = p.start,
+                    outcome = "held",
+                    "an open append holds this position; retrying later"
+                );
+                self.defer_held(p);
+            }
+        }
+    }
+
+    pub(super) fn defer_held(&mut self, range: PosRange) {
+        let retries = self.tracker.retries_at(range.start);
+        let cap = self.opts.lock_timeout.max(Duration::from_secs(2));
+        let delay = plan::retry_delay(retries, self.opts.poll_interval, cap);
+        self.tracker.defer(range, Instant::now() + delay);
+    }
+
+    /// `batch` and the rest of the cycle's `queue`, each with its error backoff.
+    pub(super) fn defer_cycle_after_error(
+        &mut self,
+        batch: &[PosRange],
+        queue: &mut Vec<plan::Batch>,
+    ) {
+        self.defer_after_error(batch);
+        for rest in std::mem::take(queue) {
+            self.defer_after_error(&rest);
+        }
+    }
+
+    pub(super) fn defer_after_error(&mut self, batch: &[PosRange]) {
+        for range in batch {
+            let retries = self.tracker.retries_at(range.start);
+            let base = self.opts.poll_interval.max(Duration::from_millis(500));
+            let delay = plan::retry_delay(retries, base, Duration::from_secs(30));
+            self.tracker.defer(*range, Instant::now() + delay);
+        }
+    }
+}

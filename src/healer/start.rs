@@ -1,0 +1,185 @@
+//! Where a healer begins: `start_from` resolved to the first position
+//! examined, never below the identity's seed, and the published watermark
+//! read back, so the proof behind it goes on from where it stood.
+
+use tracing::{info, warn};
+
+use super::*;
+
+/// What the store says about where a scan may start.
+#[derive(Clone, Copy)]
+struct Bounds {
+    /// The identity's seed: the lowest position it can hand out.
+    floor: i64,
+    /// The lowest position a default start scans from ([`start_floor`]).
+    first_floor: i64,
+    /// The highest committed position, `None` for an empty table.
+    head: Option<i64>,
+}
+
+impl Bounds {
+    /// The head, or the seed minus one for an empty table.
+    fn head_or_floor(&self) -> i64 {
+        self.head.unwrap_or(self.floor - 1)
+    }
+}
+
+impl<E: Engine> Healer<E> {
+    /// Resolves `start_from` against the store. Idempotent: once begun, the
+    /// start keeps the position examined and shows the head as it is now.
+    pub async fn begin(&mut self) -> DbResult<Start> {
+        match self.begun {
+            Some(begun) => {
+                let bounds = self.bounds().await?;
+                self.start_from(bounds).await?;
+                Ok(Start {
+                    after: begun.examined,
+                    head: bounds.head_or_floor(),
+                    empty: bounds.head.is_none(),
+                })
+            }
+            None => Ok(self.start().await?.start),
+        }
+    }
+
+    /// The first [`Healer::begin`]: the store's shape verified, the start
+    /// resolved (and, publishing a watermark, chained to it) and logged.
+    pub(super) async fn start(&mut self) -> DbResult<Begun> {
+        self.engine.verify_shape().await?;
+        if !self.opts.dry_run {
+            self.engine.prepare_fills().await;
+        }
+        let bounds = self.bounds().await?;
+        let mut after = self.start_from(bounds).await?;
+        if self.opts.publish_watermark {
+            after = self.chain_to_watermark(after, bounds.floor).await;
+        }
+        let start = Start {
+            after,
+            head: bounds.head_or_floor(),
+            empty: bounds.head.is_none(),
+        };
+        let begun = Begun {
+            start,
+            examined: after,
+        };
+        self.begun = Some(begun);
+        self.log_start(start, bounds);
+        Ok(begun)
+    }
+
+    async fn bounds(&self) -> DbResult<Bounds> {
+        let floor = self.engine.identity_floor().await?;
+        let head = self.engine.head().await?;
+        let first = self.engine.first_position().await?;
+        // A store reseeded before its first append (DBCC CHECKIDENT ...
+        // RESEED) starts above its identity's seed, which does not show the
+        // reseed: nothing below its first row was ever handed out, so by
+        // default the scan starts at that row, not up to `lookback` below it.
+        Ok(Bounds {
+            floor,
+            first_floor: start_floor(floor, first),
+            head,
+        })
+    }
+
+    /// The position `start_from` names, less one (the scan reads above it),
+    /// never below the seed.
+    async fn start_from(&self, bounds: Bounds) -> DbResult<i64> {
+        let Bounds {
+            floor, first_floor, ..
+        } = bounds;
+        let head_or_floor = bounds.head_or_floor();
+        let after = match self.opts.start_from {
+            StartFrom::Head => head_or_floor,
+            StartFrom::Position(p) => p - 1,
+            StartFrom::Checkpoints => {
+                let checkpoints = self.engine.checkpoints().await?;
+                let after = if checkpoints.is_empty() {
+                    head_or_floor.saturating_sub(self.opts.lookback as i64)
+                } else {
+                    // A checkpoint is the last position handled: the next one may be a hole.
+                    // A checkpoint without a position has handled nothing yet.
+                    checkpoints
+                        .iter()
+                        .map(|c| c.position.unwrap_or(first_floor - 1))
+                        .min()
+                        .unwrap_or(head_or_floor)
+                };
+                after.max(first_floor - 1)
+            }
+        };
+        Ok(after.max(floor - 1))
+    }
+
+    /// Every position up to the published watermark is proven filled (there
+    /// is no hole there to find); the proof goes on from it, or from the
+    /// identity's seed when none is published, whatever start_from says.
+    /// Not from the first row: an append still open (or about to roll back)
+    /// below it looks exactly like a reseed. A watermark that cannot be read
+    /// (its table missing, no right) stops no healing: the proof then starts
+    /// at the seed, which lies at or below anything published before, and
+    /// the upsert only ever raises the row.
+    async fn chain_to_watermark(&mut self, after: i64, floor: i64) -> i64 {
+        let read = match self.engine.watermark_table() {
+            Some(table) => table.read_watermark(self.health.store()).await,
+            None => Ok(None),
+        };
+        let proven = match read {
+            Ok(proven) => proven,
+            Err(e) => {
+                self.db_error(Operation::Watermark, &e);
+                self.health.watermark_failed(&prefixed("read", &e));
+                warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
+                None
+            }
+        };
+        self.published = proven;
+        let chain = proven.unwrap_or(floor - 1).max(floor - 1);
+        match self.opts.start_from {
+            // A position given is the user's word, for the daemon and
+            // the one-shot commands alike; from above the chain the
+            // proof is broken, so this run publishes nothing.
+            StartFrom::Position(_) if after > chain => {
+                warn!(
+                    from = after + 1,
+                    watermark = chain,
+                    "start_from lies above the published watermark: the positions between are not examined, so this run does not publish the watermark"
+                );
+                self.watermark_unproven = true;
+                after
+            }
+            StartFrom::Position(_) => after,
+            StartFrom::Checkpoints | StartFrom::Head => chain,
+        }
+    }
+
+    fn log_start(&self, start: Start, bounds: Bounds) {
+        let Bounds {
+            floor, first_floor, ..
+        } = bounds;
+        let (after, head_or_floor) = (start.after, start.head);
+        if first_floor > floor && after == first_floor - 1 {
+            info!(
+                seed = floor,
+                first_row = first_floor,
+                "the first row lies above the identity's seed (a reseeded store): positions below it \
+                 are not scanned; --start-from {floor} would fill them"
+            );
+        }
+        info!(
+            from = after + 1,
+            head = head_or_floor,
+            start_from = %self.opts.start_from,
+            "scan starts"
+        );
+        if start.above_head() {
+            warn!(
+                from = after + 1,
+                head = head_or_floor,
+                start_from = %self.opts.start_from,
+                "the scan starts above the head: positions {floor}..={after}, and every hole among them, are never examined (start_from = 0 or checkpoints examines them)"
+            );
+        }
+    }
+}
