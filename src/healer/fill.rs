@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::*;
+use crate::gaps::Hole;
 
 impl<E: Engine> Healer<E> {
     /// Tries every hole that is due, unless in dry-run mode or not the
@@ -43,21 +44,41 @@ impl<E: Engine> Healer<E> {
             return report;
         };
         if self.opts.dry_run {
-            for hole in due {
-                info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
-                self.tracker.defer(
-                    hole.range,
-                    now + self.opts.gap_timeout.max(Duration::from_secs(60)),
-                );
-            }
+            self.would_fill(due, now);
             return report;
         }
         if !self.leader.is_leader() {
             return report;
         }
-        // Fresh look at the due ranges: what committed since, and (SQL Server)
-        // which positions an open append holds right now; the ranges this
-        // turn's scan step just re-checked are fresh already.
+        let Some(probe) = self.fresh_probe(&due, rechecked, &mut report).await else {
+            return report;
+        };
+        self.fill_cycle(&due, &probe, head, now, stop, progress)
+            .await
+    }
+
+    /// Dry run: the due holes logged as what would be filled, and tried
+    /// again a `gap_timeout` (at least a minute) later.
+    fn would_fill(&mut self, due: Vec<Hole>, now: Instant) {
+        for hole in due {
+            info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
+            self.tracker.defer(
+                hole.range,
+                now + self.opts.gap_timeout.max(Duration::from_secs(60)),
+            );
+        }
+    }
+
+    /// A fresh look at the due ranges: what committed since, and (SQL
+    /// Server) which positions an open append holds right now; the ranges
+    /// this turn's scan step just re-checked are fresh already. `None` when
+    /// the probe failed (counted in `report`, the due ranges backed off).
+    async fn fresh_probe(
+        &mut self,
+        due: &[Hole],
+        rechecked: Option<Rechecked>,
+        report: &mut FillReport,
+    ) -> Option<Probe> {
         let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
         let rechecked = rechecked.unwrap_or_default();
         let unchecked: Vec<PosRange> = ranges
@@ -76,17 +97,34 @@ impl<E: Engine> Healer<E> {
                     self.db_error(Operation::Probe, &e);
                     self.defer_after_error(&ranges);
                     report.errors += 1;
-                    return report;
+                    return None;
                 }
             }
         }
+        Some(probe)
+    }
+
+    /// A begun healer's fill cycle below `head` (the position examined):
+    /// planned from the `due` holes and the fresh `probe`, applied to the
+    /// tracker, then its statements run while this healer leads and is not
+    /// told to stop.
+    async fn fill_cycle(
+        &mut self,
+        due: &[Hole],
+        probe: &Probe,
+        head: i64,
+        now: Instant,
+        stop: &CancellationToken,
+        progress: &mut dyn Progress,
+    ) -> FillReport {
+        let mut report = FillReport::default();
         let limits = cycle::Limits {
             max_rows: self.engine.max_fill_rows(),
             max_ranges: self.engine.max_fill_ranges(),
             range_cost: self.engine.fill_range_cost(),
             gap_timeout: self.opts.gap_timeout,
         };
-        let cycle = cycle::plan(&due, &probe.committed, &probe.in_flight, head, now, limits);
+        let cycle = cycle::plan(due, &probe.committed, &probe.in_flight, head, now, limits);
         self.apply(&cycle, head);
         let mut queue = cycle.statements;
         queue.reverse();
