@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use crate::engine::profile::{parse_columns, render_columns, Profile, ProfileKind, NIL_UUID};
+use crate::engine::profile::{parse_columns, render_columns, ProfileKind, NIL_UUID};
 use crate::engine::{EngineKind, Ident, QualifiedName};
 
 use super::{DaemonSettings, LogFormat, StartFrom, StoreConfig, ENV_PREFIX};
@@ -449,7 +449,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Default("eventuous"),
         scope: Scope::store(
             |v, s| ProfileKind::parse(v).map(|k| s.profile.kind = k),
-            |s| quote(s.store.profile.kind().name()),
+            |s| quote(s.store.profile.kind.name()),
         ),
     },
     Key {
@@ -461,7 +461,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Derived("messages for eventuous, events for ledger-core"),
         scope: Scope::store(
             |v, s| parse_identifier(v).map(|n| s.profile.table = Some(n.to_lowercase())),
-            |s| quote(s.store.profile.table().as_str()),
+            |s| quote(s.store.profile.table.as_str()),
         ),
     },
     Key {
@@ -475,7 +475,7 @@ pub const KEYS: &[Key] = &[
             |v, s| {
                 parse_identifier(v).map(|n| s.profile.position_column = Some(n.to_lowercase()))
             },
-            |s| quote(s.store.profile.position().as_str()),
+            |s| quote(s.store.profile.position.as_str()),
         ),
     },
     Key {
@@ -488,7 +488,7 @@ pub const KEYS: &[Key] = &[
         scope: Scope::store(
             |v, s| parse_columns(v, parse_identifier).map(|c| s.profile.columns = Some(c)),
             |s| match &s.store.profile {
-                Profile::Table(t) if t.kind == ProfileKind::Custom => render_columns(&t.columns),
+                t if t.kind == ProfileKind::Custom => render_columns(t.columns()),
                 _ => String::new(),
             },
         ),
@@ -502,7 +502,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Default(NIL_UUID),
         scope: Scope::store(
             |v, s| parse_uuid(v).map(|u| s.profile.tombstone_stream_id = u),
-            |s| match s.store.profile.kind() {
+            |s| match s.store.profile.kind {
                 ProfileKind::LedgerCore => quote(&s.profile.tombstone_stream_id),
                 _ => String::new(),
             },

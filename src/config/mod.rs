@@ -27,7 +27,7 @@ use figment::value::Value;
 use figment::{Figment, Metadata, Profile, Source};
 
 use crate::engine::profile::{
-    Profile as TableProfile, ProfileKind, TableShape, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
+    ProfileKind, TableShape, Tombstone, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
 };
 use crate::engine::{EngineKind, Ident, StoreSettings};
 use crate::secret::ConnectionString;
@@ -174,14 +174,11 @@ impl StoreConfig {
     /// the table (`gap-healer:<schema>`, or `gap-healer:<schema>.<table>`
     /// for a table profile). Shown by `config` also with the election off.
     pub fn leader_key(&self) -> String {
-        let schema = self.store.schema.as_str();
+        let scope = self.store.profile.leader_scope(&self.store.schema);
         self.election_keys
             .key
             .clone()
-            .unwrap_or_else(|| match &self.store.profile {
-                TableProfile::Eventuous => format!("gap-healer:{schema}"),
-                TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
-            })
+            .unwrap_or_else(|| format!("gap-healer:{scope}"))
     }
 
     /// Placeholders, each overwritten by its key's default, by a rule, or
@@ -196,7 +193,7 @@ impl StoreConfig {
                 tombstone_type: String::new(),
                 connect_timeout: Duration::ZERO,
                 watermark_table: None,
-                profile: TableProfile::Eventuous,
+                profile: TableShape::eventuous(),
             },
             gap_timeout: Duration::ZERO,
             poll_interval: Duration::ZERO,
@@ -218,7 +215,7 @@ impl StoreConfig {
     /// `value` quoted, or nothing for the custom profile (which does not
     /// read the tombstone names: its `columns` say it all).
     pub(crate) fn unless_custom(&self, value: &str) -> String {
-        match self.store.profile.kind() {
+        match self.store.profile.kind {
             ProfileKind::Custom => String::new(),
             _ => toml::Value::String(value.to_string()).to_string(),
         }
@@ -965,14 +962,14 @@ impl<'a> Validator<'a> {
         }
         let preset =
             |name: Option<&str>| Ident::parse(name.unwrap_or_default()).expect("a preset name");
-        store.store.profile = TableProfile::Table(TableShape::ledger_core(
+        store.store.profile = TableShape::ledger_core(
             keys.table.unwrap_or_else(|| preset(kind.default_table())),
             keys.position_column
                 .unwrap_or_else(|| preset(kind.default_position())),
             &store.store.tombstone_stream,
             &keys.tombstone_stream_id,
             &store.store.tombstone_type,
-        ));
+        );
     }
 
     /// A table described by `table`, `position_column` and `columns`, all required.
@@ -1024,12 +1021,12 @@ impl<'a> Validator<'a> {
             );
             return;
         }
-        store.store.profile = TableProfile::Table(TableShape {
+        store.store.profile = TableShape {
             kind,
             table,
             position,
-            columns,
-        });
+            tombstone: Tombstone::Columns(columns),
+        };
     }
 
     /// The connection string from `connection_string` or `connection_string_file`,
@@ -1837,19 +1834,21 @@ name = "plain"
         let ledger = &s.stores[0];
         assert_eq!(ledger.store.tombstone_stream, "$gap");
         assert_eq!(ledger.election.key(), Some("gap-healer:bank.events"));
-        let TableProfile::Table(shape) = &ledger.store.profile else {
+        let shape = &ledger.store.profile;
+        let Tombstone::Columns(_) = shape.tombstone else {
             panic!("ledger-core is a table profile");
         };
         assert_eq!(
             (shape.table.as_str(), shape.position.as_str()),
             ("events", "position")
         );
-        let TableProfile::Table(journal) = &s.stores[1].store.profile else {
+        let journal = &s.stores[1].store.profile;
+        let Tombstone::Columns(_) = journal.tombstone else {
             panic!("custom is a table profile");
         };
         assert_eq!(journal.table.as_str(), "journal");
         assert_eq!(journal.version().unwrap().0.as_str(), "n");
-        assert_eq!(s.stores[2].store.profile, TableProfile::Eventuous);
+        assert_eq!(s.stores[2].store.profile, TableShape::eventuous());
         assert_eq!(s.stores[2].election.key(), Some("gap-healer:eventuous"));
         // The printed configuration loads back to the same profiles.
         let again = dir.join("again.toml");
