@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::engine::profile::{
-    parse_columns, render_columns, Profile, ProfileKind, TombstoneColumn, NIL_UUID,
+    parse_columns, render_columns, ProfileKind, TombstoneColumn, NIL_UUID,
 };
 use crate::engine::{EngineKind, Ident, QualifiedName};
 
@@ -514,7 +514,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Default("eventuous"),
         scope: Scope::store(
             |v| ProfileKind::parse(v).map(Parsed::Profile),
-            |s| quote(s.store.profile.kind().name()),
+            |s| quote(s.store.profile.kind.name()),
         ),
     },
     Key {
@@ -526,7 +526,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Derived("messages for eventuous, events for ledger-core"),
         scope: Scope::store(
             |v| parse_identifier(v).map(|n| Parsed::Name(n.to_lowercase())),
-            |s| quote(s.store.profile.table().as_str()),
+            |s| quote(s.store.profile.table.as_str()),
         ),
     },
     Key {
@@ -538,7 +538,7 @@ pub const KEYS: &[Key] = &[
         unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
         scope: Scope::store(
             |v| parse_identifier(v).map(|n| Parsed::Name(n.to_lowercase())),
-            |s| quote(s.store.profile.position().as_str()),
+            |s| quote(s.store.profile.position.as_str()),
         ),
     },
     Key {
@@ -551,7 +551,7 @@ pub const KEYS: &[Key] = &[
         scope: Scope::store(
             |v| parse_columns(v, parse_identifier).map(Parsed::Columns),
             |s| match &s.store.profile {
-                Profile::Table(t) if t.kind == ProfileKind::Custom => render_columns(&t.columns),
+                t if t.kind == ProfileKind::Custom => render_columns(t.columns()),
                 _ => String::new(),
             },
         ),
@@ -567,7 +567,7 @@ pub const KEYS: &[Key] = &[
             |v| parse_uuid(v).map(Parsed::Text),
             // The ledger-core tombstone's own stream_id literal.
             |s| match &s.store.profile {
-                Profile::Table(t) if t.kind == ProfileKind::LedgerCore => {
+                t if t.kind == ProfileKind::LedgerCore => {
                     let id = t.literals().get("stream_id").cloned();
                     id.as_ref().and_then(|v| v.as_str()).map(quote).unwrap_or_default()
                 }

@@ -27,7 +27,7 @@ use figment::value::Value;
 use figment::{Figment, Metadata, Profile, Source};
 
 use crate::engine::profile::{
-    Profile as TableProfile, ProfileKind, TableShape, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
+    ProfileKind, TableShape, Tombstone, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
 };
 use crate::engine::{EngineKind, Ident, StoreSettings};
 use crate::secret::ConnectionString;
@@ -144,7 +144,7 @@ impl StoreConfig {
     /// `value` quoted, or nothing for the custom profile (which does not
     /// read the tombstone names: its `columns` say it all).
     pub(crate) fn unless_custom(&self, value: &str) -> String {
-        match self.store.profile.kind() {
+        match self.store.profile.kind {
             ProfileKind::Custom => String::new(),
             _ => toml::Value::String(value.to_string()).to_string(),
         }
@@ -691,7 +691,7 @@ fn daemon_settings(read: &Read) -> Result<DaemonSettings, &'static str> {
 /// What the rules that span several keys make of them.
 struct Resolved {
     connection_string: ConnectionString,
-    profile: TableProfile,
+    profile: TableShape,
     /// `tombstone_stream`, or the profile's own default when not given.
     tombstone_stream: String,
     leader_key: String,
@@ -976,11 +976,7 @@ impl<'a> Validator<'a> {
             Ok(key) => key,
             Err(_) => {
                 let schema: Ident = get(set, "schema")?;
-                let schema = schema.as_str();
-                match &profile {
-                    TableProfile::Eventuous => format!("gap-healer:{schema}"),
-                    TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
-                }
+                format!("gap-healer:{}", profile.leader_scope(&schema))
             }
         };
         Ok(Resolved {
@@ -994,7 +990,7 @@ impl<'a> Validator<'a> {
     /// The store's table profile from `profile`, `table`, `position_column`,
     /// `columns` and `tombstone_stream_id`: each key only where its profile
     /// reads it, and what a profile needs present.
-    fn profile(&mut self, set: &Read, engine: Option<EngineKind>) -> Option<TableProfile> {
+    fn profile(&mut self, set: &Read, engine: Option<EngineKind>) -> Option<TableShape> {
         let kind: ProfileKind = get(set, "profile").ok()?;
         if kind != ProfileKind::Eventuous
             && engine.is_some_and(|e| !crate::engine::heals_table_profiles(e))
@@ -1015,7 +1011,7 @@ impl<'a> Validator<'a> {
 
     /// Eventuous's own tables: `table` and `position_column` only as its
     /// names, no tombstone columns.
-    fn eventuous_profile(&mut self, set: &Read) -> Option<TableProfile> {
+    fn eventuous_profile(&mut self, set: &Read) -> Option<TableShape> {
         for (key, fixed) in [
             ("table", "messages"),
             ("position_column", "global_position"),
@@ -1030,11 +1026,11 @@ impl<'a> Validator<'a> {
                 refuse(self, set, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
             }
         }
-        Some(TableProfile::Eventuous)
+        Some(TableShape::eventuous())
     }
 
     /// Seed 003's `events` table: its fixed tombstone row, its default names.
-    fn ledger_core_profile(&mut self, set: &Read) -> Option<TableProfile> {
+    fn ledger_core_profile(&mut self, set: &Read) -> Option<TableShape> {
         let kind = ProfileKind::LedgerCore;
         if given(set, "columns") {
             refuse(self, set, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
@@ -1046,17 +1042,17 @@ impl<'a> Validator<'a> {
             get(set, "position_column").unwrap_or_else(|_| preset(kind.default_position()));
         let stream_id: String = get(set, "tombstone_stream_id").ok()?;
         let event_type: String = get(set, "tombstone_type").ok()?;
-        Some(TableProfile::Table(TableShape::ledger_core(
+        Some(TableShape::ledger_core(
             table,
             position,
             &tombstone_stream(set).ok()?,
             &stream_id,
             &event_type,
-        )))
+        ))
     }
 
     /// A table described by `table`, `position_column` and `columns`, all required.
-    fn custom_profile(&mut self, set: &Read) -> Option<TableProfile> {
+    fn custom_profile(&mut self, set: &Read) -> Option<TableShape> {
         for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
             if given(set, key) {
                 refuse(
@@ -1093,12 +1089,12 @@ impl<'a> Validator<'a> {
             );
             return None;
         }
-        Some(TableProfile::Table(TableShape {
+        Some(TableShape {
             kind: ProfileKind::Custom,
             table,
             position,
-            columns,
-        }))
+            tombstone: Tombstone::Columns(columns),
+        })
     }
 
     /// The connection string from `connection_string` or `connection_string_file`,
@@ -1907,19 +1903,21 @@ name = "plain"
         let ledger = &s.stores[0];
         assert_eq!(ledger.store.tombstone_stream, "$gap");
         assert_eq!(ledger.election.key(), Some("gap-healer:bank.events"));
-        let TableProfile::Table(shape) = &ledger.store.profile else {
+        let shape = &ledger.store.profile;
+        let Tombstone::Columns(_) = shape.tombstone else {
             panic!("ledger-core is a table profile");
         };
         assert_eq!(
             (shape.table.as_str(), shape.position.as_str()),
             ("events", "position")
         );
-        let TableProfile::Table(journal) = &s.stores[1].store.profile else {
+        let journal = &s.stores[1].store.profile;
+        let Tombstone::Columns(_) = journal.tombstone else {
             panic!("custom is a table profile");
         };
         assert_eq!(journal.table.as_str(), "journal");
         assert_eq!(journal.version().unwrap().0.as_str(), "n");
-        assert_eq!(s.stores[2].store.profile, TableProfile::Eventuous);
+        assert_eq!(s.stores[2].store.profile, TableShape::eventuous());
         assert_eq!(s.stores[2].election.key(), Some("gap-healer:eventuous"));
         // The printed configuration loads back to the same profiles.
         let again = dir.join("again.toml");

@@ -83,7 +83,7 @@ pub struct StoreSettings {
     /// published.
     pub watermark_table: Option<QualifiedName>,
     /// Which table is healed and what a tombstone row holds.
-    pub profile: profile::Profile,
+    pub profile: profile::TableShape,
 }
 
 impl StoreSettings {
@@ -574,7 +574,7 @@ pub(crate) mod tests_support {
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),
             watermark_table: None,
-            profile: super::profile::Profile::Eventuous,
+            profile: super::profile::TableShape::eventuous(),
         }
     }
 
