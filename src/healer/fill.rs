@@ -119,9 +119,7 @@ impl<E: Engine> Healer<E> {
     ) -> FillReport {
         let mut report = FillReport::default();
         let limits = cycle::Limits {
-            max_rows: self.engine.max_fill_rows(),
-            max_ranges: self.engine.max_fill_ranges(),
-            range_cost: self.engine.fill_range_cost(),
+            fill: self.engine.fill_limits(),
             gap_timeout: self.opts.gap_timeout,
         };
         let cycle = cycle::plan(due, &probe.committed, &probe.in_flight, head, now, limits);
@@ -331,7 +329,7 @@ impl<E: Engine> Healer<E> {
         queue: &mut Vec<plan::Batch>,
         report: &mut FillReport,
     ) {
-        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
+        let limits = self.engine.fill_limits();
         self.observer.filled(Outcome::Committed, 0);
         report.committed += 1;
         let found = match self.engine.probe(batch).await {
@@ -345,13 +343,7 @@ impl<E: Engine> Healer<E> {
         info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
         self.tracker.remove_positions(&found);
         self.requeue(
-            plan::after_committed(
-                batch,
-                &found,
-                max_rows,
-                max_ranges,
-                self.engine.fill_range_cost(),
-            ),
+            plan::after_committed(batch, &found, limits.rows, limits.ranges, limits.range_cost),
             queue,
         );
     }

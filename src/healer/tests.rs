@@ -2,7 +2,7 @@
 //! model of a store. This is a unit test of scheduling logic only: the
 //! database behaviour is proven against real PostgreSQL in tests/.
 use super::*;
-use crate::engine::{Checkpoint, EngineKind, Finding, HeadReading, Probe, ScanPage};
+use crate::engine::{Checkpoint, EngineKind, FillLimits, Finding, HeadReading, Probe, ScanPage};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -39,8 +39,12 @@ impl Engine for Fake {
     fn kind(&self) -> EngineKind {
         EngineKind::Postgres
     }
-    fn max_fill_rows(&self) -> u64 {
-        4_000
+    fn fill_limits(&self) -> FillLimits {
+        FillLimits {
+            rows: 4_000,
+            ranges: 1,
+            range_cost: 0,
+        }
     }
     async fn identity_floor(&self) -> DbResult<i64> {
         Ok(1)

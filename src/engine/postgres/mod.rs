@@ -57,8 +57,8 @@ use super::pool::{self, Pool, MAX_POOLED_SESSIONS};
 use super::profile::{TableShape, Tombstone};
 use super::shared_lock::SharedLock;
 use super::{
-    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, HeadReading,
-    Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
+    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
+    HeadReading, Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
 };
 use super::{Ident, QualifiedName};
 use crate::gaps::PosRange;
@@ -215,12 +215,13 @@ impl Engine for PostgresEngine {
         self.schema.as_str()
     }
 
-    fn max_fill_rows(&self) -> u64 {
-        fill::MAX_FILL_ROWS
-    }
-
-    fn max_fill_ranges(&self) -> usize {
-        fill::MAX_FILL_RANGES
+    fn fill_limits(&self) -> FillLimits {
+        FillLimits {
+            rows: fill::MAX_FILL_ROWS,
+            ranges: fill::MAX_FILL_RANGES,
+            // Nothing escalates: a range costs only its rows.
+            range_cost: 0,
+        }
     }
 
     async fn identity_floor(&self) -> DbResult<i64> {
