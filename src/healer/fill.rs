@@ -183,46 +183,33 @@ impl<E: Engine> Healer<E> {
         let what = describe(&batch);
         let started = std::time::Instant::now();
         let outcome = self.engine.fill_ranges(&batch, lock_timeout, fence).await;
-        let ms = started.elapsed().as_millis() as u64;
         report.statements += 1;
+        let a = Answered {
+            batch: &batch,
+            what: &what,
+            ms: started.elapsed().as_millis() as u64,
+            queue,
+            report,
+        };
         match outcome {
-            Ok(FillOutcome::Filled { rows }) => {
-                self.filled(&batch, &what, rows, ms, report, log_each)
-            }
-            Ok(FillOutcome::Committed) => {
-                self.fill_around_committed(&batch, &what, ms, queue, report)
-                    .await
-            }
-            Ok(FillOutcome::Busy) => self.retry_when_not_busy(&batch, &what, ms, queue, report),
-            Ok(FillOutcome::TableLocked) => {
-                self.back_off_from_locked_table(&batch, &what, ms, queue, report)
-            }
+            Ok(FillOutcome::Filled { rows }) => self.filled(a, rows, log_each),
+            Ok(FillOutcome::Committed) => self.fill_around_committed(a).await,
+            Ok(FillOutcome::Busy) => self.retry_when_not_busy(a),
+            Ok(FillOutcome::TableLocked) => self.back_off_from_locked_table(a),
             Ok(FillOutcome::WriterWaiting {
                 sessions,
                 first_session,
-            }) => self.wait_for_waiting_writer(
-                &batch,
-                &what,
-                ms,
-                (sessions, first_session),
-                queue,
-                report,
-            ),
-            Ok(FillOutcome::Held) => self.split_around_held(&batch, &what, ms, queue, report),
-            Err(e) => self.back_off_from_error(&batch, &what, ms, &e, queue, report),
+            }) => self.wait_for_waiting_writer(a, sessions, first_session),
+            Ok(FillOutcome::Held) => self.split_around_held(a),
+            Err(e) => self.back_off_from_error(a, &e),
         }
     }
 
     /// Tombstones went in for the whole batch: its ranges are healed.
-    fn filled(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        rows: u64,
-        ms: u64,
-        report: &mut FillReport,
-        log_each: bool,
-    ) {
+    fn filled(&mut self, a: Answered<'_>, rows: u64, log_each: bool) {
+        let Answered {
+            batch, what, ms, ..
+        } = a;
         self.health.forget_fill_refusal();
         if log_each {
             info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
@@ -230,7 +217,7 @@ impl<E: Engine> Healer<E> {
             debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
         }
         self.observer.filled(Outcome::Filled, rows);
-        report.tombstones += rows;
+        a.report.tombstones += rows;
         for range in batch {
             self.tracker.remove(*range);
         }
@@ -238,52 +225,38 @@ impl<E: Engine> Healer<E> {
 
     /// Another healer holds the tombstone stream (or this one no longer
     /// leads): the batch and the rest of the cycle wait a poll.
-    fn retry_when_not_busy(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
+    fn retry_when_not_busy(&mut self, a: Answered<'_>) {
+        let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::Held, 0);
-        report.held += 1;
+        a.report.held += 1;
         info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
         let at = Instant::now() + self.opts.poll_interval;
         // The same holds for the rest of this cycle's batches.
-        for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+        for range in a
+            .batch
+            .iter()
+            .chain(std::mem::take(a.queue).iter().flatten())
+        {
             self.tracker.defer(*range, at);
         }
     }
 
     /// An open transaction holds a position of the batch past the lock
     /// timeout: the batch is halved, or a single held position deferred.
-    fn split_around_held(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
+    fn split_around_held(&mut self, a: Answered<'_>) {
+        let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::Held, 0);
-        report.held += 1;
+        a.report.held += 1;
         debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
-        self.requeue(plan::after_held(batch), queue);
+        self.requeue(plan::after_held(a.batch), a.queue);
     }
 
     /// The table itself is locked (DDL, an index build): no fill of the
     /// store can run, so the whole cycle backs off.
-    fn back_off_from_locked_table(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
+    fn back_off_from_locked_table(&mut self, a: Answered<'_>) {
+        let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::TableLocked, 0);
-        report.held += 1;
+        a.report.held += 1;
         warn!(
             range = %what,
             ms,
@@ -294,44 +267,33 @@ impl<E: Engine> Healer<E> {
             "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
         );
         // One backoff for the whole store: every range of the cycle.
-        self.defer_cycle_after_error(batch, queue);
+        self.defer_cycle_after_error(a.batch, a.queue);
     }
 
     /// The fill failed: counted, reported (a permanent error as the store's
     /// fill refusal), and the whole cycle backs off.
-    fn back_off_from_error(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        e: &DbError,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
+    fn back_off_from_error(&mut self, a: Answered<'_>, e: &DbError) {
+        let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::Error, 0);
-        report.errors += 1;
+        a.report.errors += 1;
         self.db_error(Operation::Fill, e);
         if e.kind == crate::engine::DbErrorKind::Permanent {
             self.health.fill_refused(&prefixed("fill", e));
         }
         warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
         // Whatever broke (connection, rights) will break the rest too.
-        self.defer_cycle_after_error(batch, queue);
+        self.defer_cycle_after_error(a.batch, a.queue);
     }
 
     /// A duplicate key: an append committed inside the batch. Probe it and
     /// fill around the committed rows.
-    async fn fill_around_committed(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
+    async fn fill_around_committed(&mut self, a: Answered<'_>) {
+        let Answered {
+            batch, what, ms, ..
+        } = a;
         let limits = self.engine.fill_limits();
         self.observer.filled(Outcome::Committed, 0);
-        report.committed += 1;
+        a.report.committed += 1;
         let found = match self.engine.probe(batch).await {
             Ok(p) => p.committed,
             Err(e) => {
@@ -344,7 +306,7 @@ impl<E: Engine> Healer<E> {
         self.tracker.remove_positions(&found);
         self.requeue(
             plan::after_committed(batch, &found, limits.rows, limits.ranges, limits.range_cost),
-            queue,
+            a.queue,
         );
     }
 
@@ -353,16 +315,14 @@ impl<E: Engine> Healer<E> {
     /// a poll.
     fn wait_for_waiting_writer(
         &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        (sessions, first_session): (u32, Option<i64>),
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
+        a: Answered<'_>,
+        sessions: u32,
+        first_session: Option<i64>,
     ) {
+        let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::WriterWaiting, 0);
-        report.held += 1;
-        report.writer_waiting += 1;
+        a.report.held += 1;
+        a.report.writer_waiting += 1;
         info!(
             range = %what,
             ms,
@@ -375,7 +335,11 @@ impl<E: Engine> Healer<E> {
         // too. Such waits end with the transaction waited for, so the
         // holes are tried again a poll later, without growing backoff.
         let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
-        for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+        for range in a
+            .batch
+            .iter()
+            .chain(std::mem::take(a.queue).iter().flatten())
+        {
             self.tracker.postpone(*range, at);
         }
     }
@@ -424,4 +388,17 @@ impl<E: Engine> Healer<E> {
             self.tracker.defer(*range, Instant::now() + delay);
         }
     }
+}
+
+/// A fill statement that has answered, and the cycle it is part of: what
+/// the handling of each outcome reads and changes.
+struct Answered<'c> {
+    batch: &'c [PosRange],
+    /// The batch as the log names it.
+    what: &'c str,
+    /// How long the statement took.
+    ms: u64,
+    /// The cycle's batches still to run.
+    queue: &'c mut Vec<plan::Batch>,
+    report: &'c mut FillReport,
 }
