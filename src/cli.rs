@@ -1165,6 +1165,21 @@ fn print_heal_report(
     }
 }
 
+/// What `check`'s configuration line says of the healed table: a described
+/// table's profile, table and position column; nothing for Eventuous's own,
+/// the default the line has always left unsaid.
+fn configured_table(shape: &engine::profile::TableShape) -> String {
+    match shape.tombstone {
+        engine::profile::Tombstone::EventuousStream => String::new(),
+        engine::profile::Tombstone::Columns(_) => format!(
+            "profile {}, table {}.{}, ",
+            shape.kind,
+            shape.table.as_str(),
+            shape.position.as_str()
+        ),
+    }
+}
+
 async fn check<E: Engine>(
     engine: Arc<E>,
     settings: &Store,
@@ -1177,15 +1192,7 @@ async fn check<E: Engine>(
             "engine {}, schema {}, {}gap_timeout {}, lock_timeout {}, connection {}",
             settings.engine,
             settings.store.schema.as_str(),
-            match &settings.store.profile {
-                engine::profile::Profile::Eventuous => String::new(),
-                engine::profile::Profile::Table(t) => format!(
-                    "profile {}, table {}.{}, ",
-                    t.kind,
-                    t.table.as_str(),
-                    t.position.as_str()
-                ),
-            },
+            configured_table(&settings.store.profile),
             humantime::format_duration(settings.gap_timeout),
             humantime::format_duration(settings.lock_timeout),
             settings.store.connection_string.redacted()

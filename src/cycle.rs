@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::FillLimits;
 use crate::gaps::{Hole, PosRange};
 use crate::plan::{self, Batch};
 
@@ -20,10 +21,7 @@ use crate::plan::{self, Batch};
 /// which the age rule of dirty-read sightings is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    pub max_rows: u64,
-    pub max_ranges: usize,
-    /// What each range after the first costs a batch ([`plan::batches`]).
-    pub range_cost: u64,
+    pub fill: FillLimits,
     pub gap_timeout: Duration,
 }
 
@@ -97,7 +95,7 @@ pub fn plan(
             }
         }
         let (below, above): (Vec<PosRange>, Vec<PosRange>) =
-            plan::pieces(hole.range, &excluded, limits.max_rows)
+            plan::pieces(hole.range, &excluded, limits.fill.rows)
                 .into_iter()
                 .partition(|piece| piece.end < head);
         pieces.extend(below);
@@ -111,9 +109,9 @@ pub fn plan(
     let (shared, alone) = plan::split_known_held(pieces, &retried);
     cycle.statements = plan::batches(
         &shared,
-        limits.max_rows,
-        limits.max_ranges,
-        limits.range_cost,
+        limits.fill.rows,
+        limits.fill.ranges,
+        limits.fill.range_cost,
     );
     let advised = cycle.advised.iter().map(|s| PosRange::single(s.position));
     cycle
@@ -134,9 +132,11 @@ mod tests {
 
     fn limits() -> Limits {
         Limits {
-            max_rows: 4,
-            max_ranges: 3,
-            range_cost: 0,
+            fill: FillLimits {
+                rows: 4,
+                ranges: 3,
+                range_cost: 0,
+            },
             gap_timeout: GAP,
         }
     }

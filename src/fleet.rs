@@ -125,92 +125,148 @@ pub async fn run(
     board: Arc<Board>,
     stop: CancellationToken,
 ) -> (Ended, Option<String>) {
-    let mut running = Running {
-        pools: Pools::default(),
-        catalogs: HashMap::new(),
-        board,
-        stops: HashMap::new(),
-        tasks: JoinSet::new(),
-    };
-    // A set's discovery errors are counted from zero, and kept in the
-    // scrape like the stores' series.
-    for set in &settings.sets {
-        let c = telemetry::discovery_errors(&set.name);
-        c.absolute(0);
-        running.board.keep(c);
-    }
-    // Every static store's engine is made before any task runs, so a shared
-    // pool knows how many stores share it before it first connects.
-    for store in &settings.stores {
-        running.start(store, &stop);
-    }
-    // Readiness is the stores' once they are on the board (the static
-    // ones now, a set's at its first listing): before, an empty board is
-    // a daemon starting up, and /readyz says so (it said ready).
-    let mut opened = settings.sets.is_empty();
-    if opened {
-        running.board.open();
-    }
-    info!(
-        stores = settings.stores.len(),
-        store_sets = settings.sets.len(),
-        pools = running.pools.len(),
-        "healing {} store(s) and {} store set(s)",
-        settings.stores.len(),
-        settings.sets.len()
-    );
-    let mut gave_up = Vec::new();
-    let mut refused = None;
-    let mut next_discovery = tokio::time::Instant::now();
-    loop {
-        if running.tasks.is_empty() && settings.sets.is_empty() {
-            break;
-        }
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep_until(next_discovery), if !settings.sets.is_empty() => {
-                for set in &settings.sets {
-                    running.discover(settings, set, &stop).await;
-                }
-                if !opened {
-                    running.board.open();
-                    opened = true;
-                }
-                next_discovery = tokio::time::Instant::now() + settings.daemon.discover_interval;
-            }
-            Some(done) = running.tasks.join_next() => match done {
-                // Either stays on the board, failing, and is not restarted.
-                Ok((name, Ended::GaveUp { failing_for })) => {
-                    let next = what_goes_on(running.tasks.len(), settings.sets.len());
-                    error!(store = %name, "this store gave up; {next}");
-                    gave_up.push(failing_for);
-                }
-                Ok((name, ended @ Ended::StartAboveHead { .. })) => {
-                    let next = what_goes_on(running.tasks.len(), settings.sets.len());
-                    error!(store = %name, "this store refused its start_from; {next}");
-                    refused.get_or_insert((ended, name));
-                }
-                Ok((name, Ended::Stopped)) => {
-                    running.stops.remove(&name);
-                }
-                Err(e) => error!(error = %e, "a store's task failed"),
-            },
-        }
-    }
+    let mut running = Running::new(board);
+    let opened = running.begin(settings, &stop);
+    let ends = running.heal_until_done(settings, &stop, opened).await;
     let stopped = stop.is_cancelled();
     while running.tasks.join_next().await.is_some() {}
     if stopped || !settings.sets.is_empty() {
         return (Ended::Stopped, None);
     }
-    match (refused, gave_up.iter().max()) {
-        (Some((ended, name)), _) => (ended, Some(name)),
-        (None, Some(longest)) => (
-            Ended::GaveUp {
-                failing_for: *longest,
-            },
-            None,
-        ),
-        (None, None) => (Ended::Stopped, None),
+    ends.daemon_ended()
+}
+
+impl Running {
+    /// No store healed yet, reporting into `board`.
+    fn new(board: Arc<Board>) -> Self {
+        Running {
+            pools: Pools::default(),
+            catalogs: HashMap::new(),
+            board,
+            stops: HashMap::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Starts the static stores and counts the sets' discovery errors from
+    /// zero; true when the board is open already (no set to list first).
+    fn begin(&mut self, settings: &Settings, stop: &CancellationToken) -> bool {
+        // A set's discovery errors are counted from zero, and kept in the
+        // scrape like the stores' series.
+        for set in &settings.sets {
+            let c = telemetry::discovery_errors(&set.name);
+            c.absolute(0);
+            self.board.keep(c);
+        }
+        // Every static store's engine is made before any task runs, so a shared
+        // pool knows how many stores share it before it first connects.
+        for store in &settings.stores {
+            self.start(store, stop);
+        }
+        // Readiness is the stores' once they are on the board (the static
+        // ones now, a set's at its first listing): before, an empty board is
+        // a daemon starting up, and /readyz says so (it said ready).
+        let opened = settings.sets.is_empty();
+        if opened {
+            self.board.open();
+        }
+        info!(
+            stores = settings.stores.len(),
+            store_sets = settings.sets.len(),
+            pools = self.pools.len(),
+            "healing {} store(s) and {} store set(s)",
+            settings.stores.len(),
+            settings.sets.len()
+        );
+        opened
+    }
+
+    /// Discovers the store sets every `discover_interval` (opening the
+    /// board after the first pass unless `opened`) and notes each store
+    /// that ends on its own, until `stop` or until no store and no set is
+    /// left.
+    async fn heal_until_done(
+        &mut self,
+        settings: &Settings,
+        stop: &CancellationToken,
+        mut opened: bool,
+    ) -> Ends {
+        let mut ends = Ends::default();
+        let mut next_discovery = tokio::time::Instant::now();
+        loop {
+            if self.tasks.is_empty() && settings.sets.is_empty() {
+                break;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep_until(next_discovery), if !settings.sets.is_empty() => {
+                    for set in &settings.sets {
+                        self.discover(settings, set, stop).await;
+                    }
+                    if !opened {
+                        self.board.open();
+                        opened = true;
+                    }
+                    next_discovery = tokio::time::Instant::now() + settings.daemon.discover_interval;
+                }
+                Some(done) = self.tasks.join_next() => self.ended(done, settings.sets.len(), &mut ends),
+            }
+        }
+        ends
+    }
+
+    /// A store's task ended on its own (`done`), with `sets` store sets
+    /// still discovered: noted in `ends`, or forgotten when it was stopped.
+    fn ended(
+        &mut self,
+        done: Result<(String, Ended), tokio::task::JoinError>,
+        sets: usize,
+        ends: &mut Ends,
+    ) {
+        match done {
+            // Either stays on the board, failing, and is not restarted.
+            Ok((name, Ended::GaveUp { failing_for })) => {
+                let next = what_goes_on(self.tasks.len(), sets);
+                error!(store = %name, "this store gave up; {next}");
+                ends.gave_up.push(failing_for);
+            }
+            Ok((name, ended @ Ended::StartAboveHead { .. })) => {
+                let next = what_goes_on(self.tasks.len(), sets);
+                error!(store = %name, "this store refused its start_from; {next}");
+                ends.refused.get_or_insert((ended, name));
+            }
+            Ok((name, Ended::Stopped)) => {
+                self.stops.remove(&name);
+            }
+            Err(e) => error!(error = %e, "a store's task failed"),
+        }
+    }
+}
+
+/// How the stores that ended on their own ended: what the daemon ends
+/// with once none is left.
+#[derive(Default)]
+struct Ends {
+    /// How long each store that gave up had been failing.
+    gave_up: Vec<Duration>,
+    /// The first store that refused its start, and how.
+    refused: Option<(Ended, String)>,
+}
+
+impl Ends {
+    /// The daemon's end once every store has ended: the first refused
+    /// start, else the longest give-up, else stopped.
+    fn daemon_ended(self) -> (Ended, Option<String>) {
+        match (self.refused, self.gave_up.iter().max()) {
+            (Some((ended, name)), _) => (ended, Some(name)),
+            (None, Some(longest)) => (
+                Ended::GaveUp {
+                    failing_for: *longest,
+                },
+                None,
+            ),
+            (None, None) => (Ended::Stopped, None),
+        }
     }
 }
 

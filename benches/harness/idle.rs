@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use gap_healer::config::StartFrom;
 use gap_healer::engine::postgres::render_sql;
-use gap_healer::engine::profile::Profile;
+use gap_healer::engine::profile::TableShape;
 use gap_healer::engine::Engine;
 use gap_healer::gaps::PosRange;
 use gap_healer::healer::Options;
@@ -241,7 +241,7 @@ fn ident(schema: &str) -> gap_healer::engine::Ident {
 /// of the scan at `head`.
 async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
     let c = &schema.client;
-    let sql = render_sql(SCAN_SQL, &ident(&schema.schema), &Profile::Eventuous);
+    let sql = render_sql(SCAN_SQL, &ident(&schema.schema), &TableShape::eventuous());
     c.batch_execute(&format!("PREPARE ghb_idle_scan (bigint, bigint) AS {sql}"))
         .await?;
     let mut buffers = 0;
@@ -269,7 +269,7 @@ async fn explain(schema: &Store, head: i64) -> Result<(i64, f64)> {
 /// JIT time (ms) that EXPLAIN ANALYZE of the probe reports for `ranges`.
 async fn probe_jit_ms(schema: &Store, ranges: &[PosRange]) -> Result<f64> {
     let c = &schema.client;
-    let sql = render_sql(PROBE_SQL, &ident(&schema.schema), &Profile::Eventuous);
+    let sql = render_sql(PROBE_SQL, &ident(&schema.schema), &TableShape::eventuous());
     c.batch_execute(&format!(
         "PREPARE ghb_idle_probe (bigint[], bigint[]) AS {sql}"
     ))

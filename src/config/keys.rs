@@ -3,18 +3,23 @@
 //! Each row of [`KEYS`] says everything about one key: its name (from which
 //! the flag `--<name-with-dashes>` and the environment variable
 //! `GAP_HEALER_<NAME>` derive), its help line, its default, how its text
-//! becomes a field of [`DaemonSettings`] or [`StoreConfig`] and how that field
-//! is shown by `gap-healer config`. Adding a key is one row here (and the field
-//! it fills).
+//! becomes a typed value ([`Parsed`]) and how the field of [`DaemonSettings`]
+//! or [`StoreConfig`] built of it is shown by `gap-healer config`. The structs
+//! are built of the values in one expression each, in [`super::load`]'s
+//! steps: no placeholder is made and overwritten. Adding a key is one row
+//! here and its field in that expression.
 //!
 //! Three rules span several keys and live in [`super::load`]: `engine` is
 //! required, the connection string comes from exactly one of
 //! `connection_string` and `connection_string_file`, and `leader_key` defaults
 //! to `gap-healer:<schema>`.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::engine::profile::{parse_columns, render_columns, Profile, ProfileKind, NIL_UUID};
+use crate::engine::profile::{
+    parse_columns, render_columns, ProfileKind, TombstoneColumn, NIL_UUID,
+};
 use crate::engine::{EngineKind, Ident, QualifiedName};
 
 use super::{DaemonSettings, LogFormat, StartFrom, StoreConfig, ENV_PREFIX};
@@ -154,18 +159,18 @@ pub enum Scope {
     Store(Field<StoreConfig>),
 }
 
-/// How a key reads its (trimmed) text into `T`, and shows it back as a TOML
-/// value.
+/// How a key reads its (trimmed) text into a typed value, and shows the
+/// field built of it back as a TOML value.
 #[derive(Debug)]
 pub struct Field<T> {
-    pub parse: fn(&str, &mut T) -> Result<(), String>,
+    pub parse: fn(&str) -> Result<Parsed, String>,
     /// `None`: not shown by `gap-healer config`.
     pub render: Option<fn(&T) -> String>,
 }
 
 impl Scope {
     const fn daemon(
-        parse: fn(&str, &mut DaemonSettings) -> Result<(), String>,
+        parse: fn(&str) -> Result<Parsed, String>,
         render: fn(&DaemonSettings) -> String,
     ) -> Self {
         Scope::Daemon(Field {
@@ -175,13 +180,80 @@ impl Scope {
     }
 
     const fn store(
-        parse: fn(&str, &mut StoreConfig) -> Result<(), String>,
+        parse: fn(&str) -> Result<Parsed, String>,
         render: fn(&StoreConfig) -> String,
     ) -> Self {
         Scope::Store(Field {
             parse,
             render: Some(render),
         })
+    }
+}
+
+/// A key's value as its parser made it: what the settings are built of,
+/// one expression per struct ([`super::load`]), with [`FromParsed`] naming
+/// the field's type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Parsed {
+    Engine(EngineKind),
+    Duration(Duration),
+    /// `give_up_after`: `None` is never.
+    Deadline(Option<Duration>),
+    Addr(SocketAddr),
+    LogFormat(LogFormat),
+    Text(String),
+    /// A SQL identifier (schema, table, column).
+    Name(Ident),
+    /// `watermark_table`: `None` is empty (publish nothing).
+    Table(Option<QualifiedName>),
+    StartFrom(StartFrom),
+    Count(u64),
+    Bool(bool),
+    Profile(ProfileKind),
+    Columns(Vec<TombstoneColumn>),
+    /// A key whose text a rule reads after the table (the connection string).
+    ByRule,
+}
+
+/// The field types a [`Parsed`] value fills.
+pub trait FromParsed: Sized {
+    /// `None`: the value is of another type (a mistake in [`KEYS`], which the
+    /// tests of every default catch).
+    fn from_parsed(value: &Parsed) -> Option<Self>;
+}
+
+macro_rules! from_parsed {
+    ($($variant:ident => $ty:ty),* $(,)?) => {
+        $(impl FromParsed for $ty {
+            fn from_parsed(value: &Parsed) -> Option<Self> {
+                match value {
+                    Parsed::$variant(v) => Some(v.clone()),
+                    _ => None,
+                }
+            }
+        })*
+    };
+}
+
+from_parsed! {
+    Engine => EngineKind,
+    Duration => Duration,
+    Deadline => Option<Duration>,
+    Addr => SocketAddr,
+    LogFormat => LogFormat,
+    Text => String,
+    Name => Ident,
+    Table => Option<QualifiedName>,
+    StartFrom => StartFrom,
+    Count => u64,
+    Bool => bool,
+    Profile => ProfileKind,
+    Columns => Vec<TombstoneColumn>,
+}
+
+impl FromParsed for u32 {
+    fn from_parsed(value: &Parsed) -> Option<Self> {
+        u64::from_parsed(value).and_then(|n| n.try_into().ok())
     }
 }
 
@@ -196,9 +268,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("ENGINE"),
         unset: Unset::Required,
         scope: Scope::store(
-            |v, s| {
-                let engine = EngineKind::parse(v).map(|e| s.engine = e);
-                engine.ok_or_else(|| {
+            |v| {
+                EngineKind::parse(v).map(Parsed::Engine).ok_or_else(|| {
                     let names = EngineKind::NAMES.join(", ");
                     format!("unknown engine; expected one of {names}")
                 })
@@ -238,7 +309,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Default(DEFAULT_SCHEMA),
         scope: Scope::store(
-            |v, s| parse_identifier(v).map(|v| s.store.schema = v),
+            |v| parse_identifier(v).map(Parsed::Name),
             |s| quote(s.store.schema.as_str()),
         ),
     },
@@ -250,7 +321,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
         scope: Scope::store(
-            |v, s| parse_duration(v, Duration::ZERO).map(|d| s.gap_timeout = d),
+            |v| parse_duration(v, Duration::ZERO).map(Parsed::Duration),
             |s| duration(s.gap_timeout),
         ),
     },
@@ -262,7 +333,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("250ms"),
         scope: Scope::store(
-            |v, s| parse_duration(v, Duration::from_millis(10)).map(|d| s.poll_interval = d),
+            |v| parse_duration(v, Duration::from_millis(10)).map(Parsed::Duration),
             |s| duration(s.poll_interval),
         ),
     },
@@ -274,7 +345,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("2s"),
         scope: Scope::store(
-            |v, s| parse_duration(v, Duration::from_millis(1)).map(|d| s.lock_timeout = d),
+            |v| parse_duration(v, Duration::from_millis(1)).map(Parsed::Duration),
             |s| duration(s.lock_timeout),
         ),
     },
@@ -286,10 +357,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
         scope: Scope::store(
-            |v, s| {
-                parse_duration(v, Duration::from_millis(100))
-                    .map(|d| s.store.connect_timeout = d)
-            },
+            |v| parse_duration(v, Duration::from_millis(100)).map(Parsed::Duration),
             |s| duration(s.store.connect_timeout),
         ),
     },
@@ -301,8 +369,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("HOST:PORT"),
         unset: Unset::Default(DEFAULT_METRICS_ADDR),
         scope: Scope::daemon(
-            |v, d| {
-                v.parse().map(|a| d.metrics_addr = a).map_err(|_| {
+            |v| {
+                v.parse().map(Parsed::Addr).map_err(|_| {
                     "expected HOST:PORT with an IP address, e.g. 0.0.0.0:9477 or [::1]:9477".into()
                 })
             },
@@ -317,7 +385,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5m"),
         scope: Scope::daemon(
-            |v, d| parse_duration(v, Duration::from_secs(1)).map(|t| d.discover_interval = t),
+            |v| parse_duration(v, Duration::from_secs(1)).map(Parsed::Duration),
             |d| quote(&plain_duration(d.discover_interval)),
         ),
     },
@@ -329,7 +397,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("FROM"),
         unset: Unset::Default("checkpoints"),
         scope: Scope::store(
-            |v, s| parse_start_from(v).map(|f| s.start_from = f),
+            |v| parse_start_from(v).map(Parsed::StartFrom),
             |s| match s.start_from {
                 StartFrom::Position(p) => p.to_string(),
                 other => quote(&other.to_string()),
@@ -344,9 +412,9 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("POSITIONS"),
         unset: Unset::Default("1000000"),
         scope: Scope::store(
-            |v, s| {
+            |v| {
                 let n = v.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64);
-                n.map(|n| s.lookback = n)
+                n.map(Parsed::Count)
                     .ok_or_else(|| "expected a whole number of positions, 0 or more".into())
             },
             |s| s.lookback.to_string(),
@@ -360,9 +428,9 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("ROWS"),
         unset: Unset::Default("10000"),
         scope: Scope::store(
-            |v, s| {
+            |v| {
                 let n = v.parse::<u32>().ok().filter(|n| (100..=1_000_000).contains(n));
-                n.map(|n| s.scan_page_size = n)
+                n.map(|n| Parsed::Count(n.into()))
                     .ok_or_else(|| "expected a number of rows from 100 to 1000000".into())
             },
             |s| s.scan_page_size.to_string(),
@@ -376,7 +444,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Switch,
         unset: Unset::Default("false"),
         scope: Scope::store(
-            |v, s| parse_bool(v).map(|b| s.dry_run = b),
+            |v| parse_bool(v).map(Parsed::Bool),
             |s| s.dry_run.to_string(),
         ),
     },
@@ -388,13 +456,10 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("FORMAT"),
         unset: Unset::Default("text"),
         scope: Scope::daemon(
-            |v, d| {
-                d.log_format = match v.to_ascii_lowercase().as_str() {
-                    "text" => LogFormat::Text,
-                    "json" => LogFormat::Json,
-                    _ => return Err("expected text or json".into()),
-                };
-                Ok(())
+            |v| match v.to_ascii_lowercase().as_str() {
+                "text" => Ok(Parsed::LogFormat(LogFormat::Text)),
+                "json" => Ok(Parsed::LogFormat(LogFormat::Json)),
+                _ => Err("expected text or json".into()),
             },
             |d| {
                 quote(match d.log_format {
@@ -412,7 +477,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("LEVEL"),
         unset: Unset::Default(DEFAULT_LOG_LEVEL),
         scope: Scope::daemon(
-            |v, d| parse_log_level(v).map(|l| d.log_level = l),
+            |v| parse_log_level(v).map(Parsed::Text),
             |d| quote(&d.log_level),
         ),
     },
@@ -424,7 +489,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Default(DEFAULT_TOMBSTONE_STREAM),
         scope: Scope::store(
-            |v, s| parse_name(v, 850).map(|n| s.store.tombstone_stream = n),
+            |v| parse_name(v, 850).map(Parsed::Text),
             |s| s.unless_custom(&s.store.tombstone_stream),
         ),
     },
@@ -436,7 +501,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("TYPE"),
         unset: Unset::Default(DEFAULT_TOMBSTONE_TYPE),
         scope: Scope::store(
-            |v, s| parse_name(v, 128).map(|n| s.store.tombstone_type = n),
+            |v| parse_name(v, 128).map(Parsed::Text),
             |s| s.unless_custom(&s.store.tombstone_type),
         ),
     },
@@ -448,8 +513,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("eventuous|ledger-core|custom"),
         unset: Unset::Default("eventuous"),
         scope: Scope::store(
-            |v, s| ProfileKind::parse(v).map(|k| s.profile.kind = k),
-            |s| quote(s.store.profile.kind().name()),
+            |v| ProfileKind::parse(v).map(Parsed::Profile),
+            |s| quote(s.store.profile.kind.name()),
         ),
     },
     Key {
@@ -460,8 +525,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("messages for eventuous, events for ledger-core"),
         scope: Scope::store(
-            |v, s| parse_identifier(v).map(|n| s.profile.table = Some(n.to_lowercase())),
-            |s| quote(s.store.profile.table().as_str()),
+            |v| parse_identifier(v).map(|n| Parsed::Name(n.to_lowercase())),
+            |s| quote(s.store.profile.table.as_str()),
         ),
     },
     Key {
@@ -472,10 +537,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
         scope: Scope::store(
-            |v, s| {
-                parse_identifier(v).map(|n| s.profile.position_column = Some(n.to_lowercase()))
-            },
-            |s| quote(s.store.profile.position().as_str()),
+            |v| parse_identifier(v).map(|n| Parsed::Name(n.to_lowercase())),
+            |s| quote(s.store.profile.position.as_str()),
         ),
     },
     Key {
@@ -486,9 +549,9 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("TOML"),
         unset: Unset::Optional,
         scope: Scope::store(
-            |v, s| parse_columns(v, parse_identifier).map(|c| s.profile.columns = Some(c)),
+            |v| parse_columns(v, parse_identifier).map(Parsed::Columns),
             |s| match &s.store.profile {
-                Profile::Table(t) if t.kind == ProfileKind::Custom => render_columns(&t.columns),
+                t if t.kind == ProfileKind::Custom => render_columns(t.columns()),
                 _ => String::new(),
             },
         ),
@@ -501,9 +564,13 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("UUID"),
         unset: Unset::Default(NIL_UUID),
         scope: Scope::store(
-            |v, s| parse_uuid(v).map(|u| s.profile.tombstone_stream_id = u),
-            |s| match s.store.profile.kind() {
-                ProfileKind::LedgerCore => quote(&s.profile.tombstone_stream_id),
+            |v| parse_uuid(v).map(Parsed::Text),
+            // The ledger-core tombstone's own stream_id literal.
+            |s| match &s.store.profile {
+                t if t.kind == ProfileKind::LedgerCore => {
+                    let id = t.literals().get("stream_id").cloned();
+                    id.as_ref().and_then(|v| v.as_str()).map(quote).unwrap_or_default()
+                }
                 _ => String::new(),
             },
         ),
@@ -516,7 +583,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Switch,
         unset: Unset::Default("true"),
         scope: Scope::store(
-            |v, s| parse_bool(v).map(|b| s.election_keys.on = b),
+            |v| parse_bool(v).map(Parsed::Bool),
             |s| s.election.is_on().to_string(),
         ),
     },
@@ -528,8 +595,8 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("gap-healer:<schema>"),
         scope: Scope::store(
-            |v, s| parse_name(v, 255).map(|n| s.election_keys.key = Some(n)),
-            |s| quote(&s.leader_key()),
+            |v| parse_name(v, 255).map(Parsed::Text),
+            |s| quote(&s.leader_key),
         ),
     },
     Key {
@@ -540,12 +607,9 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("SCHEMA.TABLE"),
         unset: Unset::Default(""),
         scope: Scope::store(
-            |v, s| {
-                s.store.watermark_table = match v {
-                    "" => None,
-                    v => Some(QualifiedName::parse(v)?.to_lowercase()),
-                };
-                Ok(())
+            |v| match v {
+                "" => Ok(Parsed::Table(None)),
+                v => Ok(Parsed::Table(Some(QualifiedName::parse(v)?.to_lowercase()))),
             },
             |s| quote(&s.store.watermark_table.as_ref().map(QualifiedName::name).unwrap_or_default()),
         ),
@@ -558,15 +622,11 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("DURATION|never"),
         unset: Unset::Default("never"),
         scope: Scope::store(
-            |v, s| {
-                s.give_up_after = if v.eq_ignore_ascii_case("never") {
-                    None
-                } else {
-                    let d = parse_duration(v, Duration::from_secs(1))
-                        .map_err(|e| format!("{e}; or never"))?;
-                    Some(d)
-                };
-                Ok(())
+            |v| match v {
+                v if v.eq_ignore_ascii_case("never") => Ok(Parsed::Deadline(None)),
+                v => parse_duration(v, Duration::from_secs(1))
+                    .map(|d| Parsed::Deadline(Some(d)))
+                    .map_err(|e| format!("{e}; or never")),
             },
             |s| quote(&s.give_up_after.map_or("never".into(), plain_duration)),
         ),
@@ -606,33 +666,29 @@ impl Key {
         command == commands::CONFIG || self.commands & command != 0
     }
 
-    /// Parses `text` into the field this key fills.
-    pub fn read(
-        &self,
-        text: &str,
-        daemon: &mut DaemonSettings,
-        store: &mut StoreConfig,
-    ) -> Result<(), String> {
+    /// Parses `text` into the value of the field this key fills.
+    pub fn read(&self, text: &str) -> Result<Parsed, String> {
         match &self.scope {
-            Scope::Daemon(f) => (f.parse)(text, daemon),
-            Scope::Store(f) => (f.parse)(text, store),
+            Scope::Daemon(f) => (f.parse)(text),
+            Scope::Store(f) => (f.parse)(text),
         }
     }
 
     /// The field this key fills, as a TOML value; `None` when not shown
-    /// (never, or not for this store: a render that gives nothing).
-    pub fn show(&self, daemon: &DaemonSettings, store: &StoreConfig) -> Option<String> {
+    /// (never, not for this store: a render that gives nothing, or a store
+    /// key where only the daemon's settings are shown).
+    pub fn show(&self, daemon: &DaemonSettings, store: Option<&StoreConfig>) -> Option<String> {
         match &self.scope {
             Scope::Daemon(f) => f.render.map(|r| r(daemon)),
-            Scope::Store(f) => f.render.map(|r| r(store)),
+            Scope::Store(f) => f.render.zip(store).map(|(r, s)| r(s)),
         }
         .filter(|v| !v.is_empty())
     }
 }
 
 /// The parser of the keys a rule after the table reads.
-fn by_rule<T>(_: &str, _: &mut T) -> Result<(), String> {
-    Ok(())
+fn by_rule(_: &str) -> Result<Parsed, String> {
+    Ok(Parsed::ByRule)
 }
 
 fn quote(s: &str) -> String {
@@ -796,21 +852,33 @@ mod tests {
 
     #[test]
     fn every_default_parses() {
-        let mut daemon = DaemonSettings::unset();
-        let mut store = StoreConfig::unset();
+        let mut read = std::collections::BTreeMap::new();
         for k in KEYS {
             if let Unset::Default(text) = k.unset {
-                let parsed = k.read(text, &mut daemon, &mut store);
-                assert_eq!(parsed, Ok(()), "the default of {}", k.name);
+                let parsed = k.read(text);
+                assert!(parsed.is_ok(), "the default of {}: {parsed:?}", k.name);
+                read.insert(k.name, parsed.unwrap());
             }
         }
-        assert_eq!(store.gap_timeout, DEFAULT_GAP_TIMEOUT);
-        assert_eq!(store.poll_interval, DEFAULT_POLL_INTERVAL);
-        assert_eq!(store.lock_timeout, DEFAULT_LOCK_TIMEOUT);
-        assert_eq!(store.store.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
-        assert_eq!(store.lookback, DEFAULT_LOOKBACK);
-        assert_eq!(store.scan_page_size, DEFAULT_SCAN_PAGE_SIZE);
-        assert_eq!(daemon.metrics_addr.to_string(), DEFAULT_METRICS_ADDR);
+        fn get<T: FromParsed>(read: &std::collections::BTreeMap<&str, Parsed>, key: &str) -> T {
+            T::from_parsed(&read[key]).unwrap_or_else(|| panic!("{key}: {:?}", read[key]))
+        }
+        assert_eq!(get::<Duration>(&read, "gap_timeout"), DEFAULT_GAP_TIMEOUT);
+        assert_eq!(
+            get::<Duration>(&read, "poll_interval"),
+            DEFAULT_POLL_INTERVAL
+        );
+        assert_eq!(get::<Duration>(&read, "lock_timeout"), DEFAULT_LOCK_TIMEOUT);
+        assert_eq!(
+            get::<Duration>(&read, "connect_timeout"),
+            DEFAULT_CONNECT_TIMEOUT
+        );
+        assert_eq!(get::<u64>(&read, "lookback"), DEFAULT_LOOKBACK);
+        assert_eq!(get::<u32>(&read, "scan_page_size"), DEFAULT_SCAN_PAGE_SIZE);
+        assert_eq!(
+            get::<SocketAddr>(&read, "metrics_addr").to_string(),
+            DEFAULT_METRICS_ADDR
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod sources;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use figment::value::Value;
 use figment::{Figment, Metadata, Profile, Source};
 
 use crate::engine::profile::{
-    Profile as TableProfile, ProfileKind, TableShape, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
+    ProfileKind, TableShape, Tombstone, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
 };
 use crate::engine::{EngineKind, Ident, StoreSettings};
 use crate::secret::ConnectionString;
@@ -102,10 +102,11 @@ pub struct StoreConfig {
     /// `run` gives up (exit 3) once its scans have failed this long in a row;
     /// `None`: never.
     pub give_up_after: Option<Duration>,
-    /// The table-profile keys as read; the rules make `store.profile` of them.
-    pub profile: ProfileKeys,
-    /// The election keys as read; the rules make `election` of them.
-    pub election_keys: ElectionKeys,
+    /// The leader lock's name, as given or derived from the table
+    /// (`gap-healer:<schema>`, or `gap-healer:<schema>.<table>` for a table
+    /// profile): what `election` takes when on, and what `config` shows
+    /// also when it is off.
+    pub leader_key: String,
 }
 
 /// Whether a healer takes the store's leader lock before it fills.
@@ -139,86 +140,11 @@ impl Election {
     }
 }
 
-/// `leader_election` and `leader_key` as read.
-#[derive(Clone, Debug)]
-pub struct ElectionKeys {
-    pub on: bool,
-    /// `None`: the default, `gap-healer:<schema>` (`.<table>` for a table profile).
-    pub key: Option<String>,
-}
-
-/// The keys that describe the healed table, as read.
-#[derive(Clone, Debug, Default)]
-pub struct ProfileKeys {
-    pub kind: ProfileKind,
-    pub table: Option<Ident>,
-    pub position_column: Option<Ident>,
-    pub columns: Option<Vec<TombstoneColumn>>,
-    pub tombstone_stream_id: String,
-}
-
-impl DaemonSettings {
-    /// Placeholders, each overwritten by its key's default or reported missing.
-    fn unset() -> Self {
-        DaemonSettings {
-            metrics_addr: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-            discover_interval: Duration::ZERO,
-            log_format: LogFormat::Text,
-            log_level: String::new(),
-        }
-    }
-}
-
 impl StoreConfig {
-    /// The leader lock's name: `leader_key` as given, else derived from
-    /// the table (`gap-healer:<schema>`, or `gap-healer:<schema>.<table>`
-    /// for a table profile). Shown by `config` also with the election off.
-    pub fn leader_key(&self) -> String {
-        let schema = self.store.schema.as_str();
-        self.election_keys
-            .key
-            .clone()
-            .unwrap_or_else(|| match &self.store.profile {
-                TableProfile::Eventuous => format!("gap-healer:{schema}"),
-                TableProfile::Table(t) => format!("gap-healer:{schema}.{}", t.table.as_str()),
-            })
-    }
-
-    /// Placeholders, each overwritten by its key's default, by a rule, or
-    /// reported missing.
-    fn unset() -> Self {
-        StoreConfig {
-            engine: EngineKind::Postgres,
-            store: StoreSettings {
-                connection_string: ConnectionString::new(""),
-                schema: Ident::parse(DEFAULT_SCHEMA).expect("the default schema is a name"),
-                tombstone_stream: String::new(),
-                tombstone_type: String::new(),
-                connect_timeout: Duration::ZERO,
-                watermark_table: None,
-                profile: TableProfile::Eventuous,
-            },
-            gap_timeout: Duration::ZERO,
-            poll_interval: Duration::ZERO,
-            lock_timeout: Duration::ZERO,
-            start_from: StartFrom::Checkpoints,
-            lookback: 0,
-            scan_page_size: 0,
-            dry_run: false,
-            election: Election::Off,
-            give_up_after: None,
-            profile: ProfileKeys::default(),
-            election_keys: ElectionKeys {
-                on: true,
-                key: None,
-            },
-        }
-    }
-
     /// `value` quoted, or nothing for the custom profile (which does not
     /// read the tombstone names: its `columns` say it all).
     pub(crate) fn unless_custom(&self, value: &str) -> String {
-        match self.store.profile.kind() {
+        match self.store.profile.kind {
             ProfileKind::Custom => String::new(),
             _ => toml::Value::String(value.to_string()).to_string(),
         }
@@ -407,45 +333,95 @@ pub fn load(
         .as_mut()
         .map(|f| std::mem::take(&mut f.sets))
         .unwrap_or_default();
-    let env = Layer::env(env);
-    let flags = Layer::flags(args);
-    let layered = |entry: Option<&Layer>| {
+    let layers = Layers {
+        file: file.map(|f| f.top),
+        env: Layer::env(env),
+        flags: Layer::flags(args),
+    };
+    let top = layers.figment(None);
+    let mut v = Validator::new(&top, None);
+    let read = v.read_keys(|k| !k.is_store());
+    let daemon = v.built(daemon_settings(&read));
+    problems.append(&mut v.problems);
+    let daemon_origins = v.origins;
+    let fleet = !entries.is_empty() || !set_entries.is_empty();
+    let (stores, sets) = if fleet {
+        problems.extend(per_store_only_set_for_all(&layers.env, &layers.flags));
+        let file_name = args.config.as_deref().unwrap_or(std::path::Path::new("?"));
+        let entries = Entries {
+            stores: &entries,
+            sets: &set_entries,
+            file: &file_name.display().to_string(),
+        };
+        entries.read(&layers, need, &mut problems)
+    } else {
+        let mut read = read_store(DEFAULT_STORE, &top, None, need);
+        problems.append(&mut read.problems);
+        (read.store.into_iter().collect(), Vec::new())
+    };
+    let unique = said_once(problems);
+    match daemon {
+        Some(daemon) if unique.is_empty() => Ok(Settings {
+            daemon,
+            daemon_origins,
+            stores,
+            sets,
+            selected: Vec::new(),
+            fleet,
+        }),
+        _ => Err(ConfigError { problems: unique }),
+    }
+}
+
+/// The layers every store shares, lowest first after the defaults: the
+/// file's top level, then (between it and these) a store's own entry, then
+/// the environment and the flags.
+struct Layers {
+    file: Option<Figment>,
+    env: Layer,
+    flags: Layer,
+}
+
+impl Layers {
+    /// The figment of one store: `entry` is its `[[stores]]` entry.
+    fn figment(&self, entry: Option<&Layer>) -> Figment {
         let mut figment = Figment::from(Layer::defaults());
-        if let Some(file) = &file {
-            figment = figment.merge(file.top.clone());
+        if let Some(file) = &self.file {
+            figment = figment.merge(file.clone());
         }
         if let Some(entry) = entry {
             figment = figment.merge(entry.clone());
         }
-        figment.merge(env.clone()).merge(flags.clone())
-    };
-    let top = layered(None);
-    let mut v = Validator::new(&top, None);
-    let mut daemon = DaemonSettings::unset();
-    v.read_keys(|k| !k.is_store(), &mut daemon, &mut StoreConfig::unset());
-    problems.append(&mut v.problems);
-    let daemon_origins = v.origins;
-    let fleet = !entries.is_empty() || !set_entries.is_empty();
-    let mut stores = Vec::new();
-    let mut sets = Vec::new();
-    if !fleet {
-        let (store, mut found) = read_store(DEFAULT_STORE, &top, None, need);
-        problems.append(&mut found);
-        stores.push(store);
-    } else {
-        problems.extend(per_store_only_set_for_all(&env, &flags));
+        figment.merge(self.env.clone()).merge(self.flags.clone())
+    }
+}
+
+/// A fleet file's `[[stores]]` and `[[store_sets]]` entries.
+struct Entries<'a> {
+    stores: &'a [sources::StoreEntry],
+    sets: &'a [sources::StoreEntry],
+    /// The file's name, for origins.
+    file: &'a str,
+}
+
+impl Entries<'_> {
+    /// Each entry's store (or store set) over the shared layers; a problem
+    /// of one entry goes to `problems` and the entry is left out.
+    fn read(
+        &self,
+        layers: &Layers,
+        need: Need,
+        problems: &mut Vec<Problem>,
+    ) -> (Vec<Store>, Vec<StoreSet>) {
+        let mut stores = Vec::new();
+        let mut sets = Vec::new();
+        let mut claims = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
-        for (i, entry) in entries.iter().chain(&set_entries).enumerate() {
-            let is_set = i >= entries.len();
+        for (i, entry) in self.stores.iter().chain(self.sets).enumerate() {
+            let is_set = i >= self.stores.len();
             let label = entry.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
-            let origin = format!(
-                "config file {}, [[{}]] {label}",
-                args.config
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new("?"))
-                    .display(),
-                if is_set { "store_sets" } else { "stores" }
-            );
+            let list = if is_set { "store_sets" } else { "stores" };
+            let origin = format!("config file {}, [[{list}]] {label}", self.file);
             let name = match entry_name(entry, label, &origin, &mut seen) {
                 Ok(name) => name,
                 Err(problem) => {
@@ -453,9 +429,13 @@ pub fn load(
                     continue;
                 }
             };
-            let figment = layered(Some(&entry.layer));
-            let (store, mut found) = read_store(&name, &figment, Some(&name), need);
-            problems.append(&mut found);
+            let figment = layers.figment(Some(&entry.layer));
+            let mut read = read_store(&name, &figment, Some(&name), need);
+            problems.append(&mut read.problems);
+            if !is_set {
+                claims.extend(read.claim);
+            }
+            let Some(store) = read.store else { continue };
             if is_set {
                 match store_set(name, entry, store, origin) {
                     Ok(set) => sets.push(set),
@@ -465,20 +445,8 @@ pub fn load(
                 stores.push(store);
             }
         }
-    }
-    problems.extend(shared_leader_locks(&stores));
-    let unique = said_once(problems);
-    if unique.is_empty() {
-        Ok(Settings {
-            daemon,
-            daemon_origins,
-            stores,
-            sets,
-            selected: Vec::new(),
-            fleet,
-        })
-    } else {
-        Err(ConfigError { problems: unique })
+        problems.extend(shared_leader_locks(&claims));
+        (stores, sets)
     }
 }
 
@@ -589,32 +557,36 @@ fn store_set(
     }
 }
 
+/// A store's leader lock, as far as its keys name it: also for a store
+/// whose other keys have problems, so that a shared lock is said with them.
+struct LockClaim {
+    store: String,
+    engine: EngineKind,
+    connection_string: ConnectionString,
+    key: String,
+    /// Where `leader_key` came from.
+    origin: String,
+}
+
 /// Stores of one database each need their own leader lock: with one name
 /// for two of them, one store's election would keep the other following.
-fn shared_leader_locks(stores: &[Store]) -> Vec<Problem> {
+fn shared_leader_locks(claims: &[LockClaim]) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for (i, a) in stores.iter().enumerate() {
-        let Some(key) = a.election.key() else {
-            continue;
-        };
-        if let Some(b) = stores[..i].iter().find(|b| {
+    for (i, a) in claims.iter().enumerate() {
+        if let Some(b) = claims[..i].iter().find(|b| {
             b.engine == a.engine
-                && b.election.key() == Some(key)
-                && b.store.connection_string.expose() == a.store.connection_string.expose()
+                && b.key == a.key
+                && b.connection_string.expose() == a.connection_string.expose()
         }) {
             problems.push(Problem {
                 key: "leader_key".into(),
-                value: Some(key.to_string()),
-                origin: a
-                    .origins
-                    .iter()
-                    .find(|(k, _)| *k == "leader_key")
-                    .map_or("default (gap-healer:<schema>)".into(), |(_, o)| o.clone()),
+                value: Some(a.key.clone()),
+                origin: a.origin.clone(),
                 message: format!(
                     "stores {} and {} are in one database with one leader lock: give each its own leader_key",
-                    b.name, a.name
+                    b.store, a.store
                 ),
-                store: Some(a.name.clone()),
+                store: Some(a.store.clone()),
             });
         }
     }
@@ -636,40 +608,126 @@ fn said_once(problems: Vec<Problem>) -> Vec<Problem> {
 }
 
 /// Where `key`'s value came from, as problems name it (empty: nowhere).
-fn origin(set: &BTreeMap<&str, Raw>, key: &str) -> String {
+fn origin(set: &Read, key: &str) -> String {
     set.get(key).map(|r| r.origin.clone()).unwrap_or_default()
 }
 
 /// `key` was set by someone, not by the defaults layer.
-fn given(set: &BTreeMap<&str, Raw>, key: &str) -> bool {
+fn given(set: &Read, key: &str) -> bool {
     set.get(key)
         .is_some_and(|r| r.rank > sources::Origin::Default)
 }
 
 /// A problem of `key`, named with its origin.
-fn refuse(v: &mut Validator<'_>, set: &BTreeMap<&str, Raw>, key: &str, why: String) {
+fn refuse(v: &mut Validator<'_>, set: &Read, key: &str, why: String) {
     let o = origin(set, key);
     v.problem(key, &o, why);
 }
 
+/// `tombstone_stream` as given, else the profile's default (`$gap` for
+/// ledger-core, Eventuous's for the others).
+fn tombstone_stream(set: &Read) -> Result<String, &'static str> {
+    let ledger_core = get(set, "profile") == Ok(ProfileKind::LedgerCore);
+    match ledger_core && !given(set, "tombstone_stream") {
+        true => Ok(LEDGER_CORE_TOMBSTONE_STREAM.into()),
+        false => get(set, "tombstone_stream"),
+    }
+}
+
+/// What one store's keys made: the store, unless a key has a problem; its
+/// leader lock as far as the keys name it; the problems.
+struct StoreRead {
+    store: Option<Store>,
+    claim: Option<LockClaim>,
+    problems: Vec<Problem>,
+}
+
 /// One store's keys from its layers; `label`: the store named in problems
 /// (`None` for the single default store).
-fn read_store(
-    name: &str,
-    figment: &Figment,
-    label: Option<&str>,
-    need: Need,
-) -> (Store, Vec<Problem>) {
+fn read_store(name: &str, figment: &Figment, label: Option<&str>, need: Need) -> StoreRead {
     let mut v = Validator::new(figment, label);
-    let mut config = StoreConfig::unset();
-    let set = v.read_keys(Key::is_store, &mut DaemonSettings::unset(), &mut config);
-    v.rules(&set, &mut config, need);
-    let store = Store {
+    let read = v.read_keys(Key::is_store);
+    let resolved = v.rules(&read, need);
+    let claim = resolved.as_ref().ok().and_then(|r| {
+        let on: bool = get(&read, "leader_election").ok()?;
+        on.then_some(())?;
+        Some(LockClaim {
+            store: name.to_string(),
+            engine: get(&read, "engine").ok()?,
+            connection_string: r.connection_string.clone(),
+            key: r.leader_key.clone(),
+            origin: v
+                .origins
+                .iter()
+                .find(|(k, _)| *k == "leader_key")
+                .map_or("default (gap-healer:<schema>)".into(), |(_, o)| o.clone()),
+        })
+    });
+    let built = resolved.and_then(|r| store_config(&read, r));
+    let config = v.built(built);
+    let store = config.map(|config| Store {
         name: name.to_string(),
         config,
         origins: v.origins,
+    });
+    StoreRead {
+        store,
+        claim,
+        problems: v.problems,
+    }
+}
+
+/// The daemon's settings from its keys as read; `Err`: the first key
+/// without a valid value (its problem is said already).
+fn daemon_settings(read: &Read) -> Result<DaemonSettings, &'static str> {
+    Ok(DaemonSettings {
+        metrics_addr: get(read, "metrics_addr")?,
+        discover_interval: get(read, "discover_interval")?,
+        log_format: get(read, "log_format")?,
+        log_level: get(read, "log_level")?,
+    })
+}
+
+/// What the rules that span several keys make of them.
+struct Resolved {
+    connection_string: ConnectionString,
+    profile: TableShape,
+    /// `tombstone_stream`, or the profile's own default when not given.
+    tombstone_stream: String,
+    leader_key: String,
+}
+
+/// A store's settings from its keys as read and what the rules made of
+/// them; `Err`: the first key without a valid value.
+fn store_config(read: &Read, r: Resolved) -> Result<StoreConfig, &'static str> {
+    let election = match get(read, "leader_election")? {
+        false => Election::Off,
+        true => Election::On {
+            key: r.leader_key.clone(),
+        },
     };
-    (store, v.problems)
+    Ok(StoreConfig {
+        engine: get(read, "engine")?,
+        store: StoreSettings {
+            connection_string: r.connection_string,
+            schema: get(read, "schema")?,
+            tombstone_stream: r.tombstone_stream,
+            tombstone_type: get(read, "tombstone_type")?,
+            connect_timeout: get(read, "connect_timeout")?,
+            watermark_table: get(read, "watermark_table")?,
+            profile: r.profile,
+        },
+        gap_timeout: get(read, "gap_timeout")?,
+        poll_interval: get(read, "poll_interval")?,
+        lock_timeout: get(read, "lock_timeout")?,
+        start_from: get(read, "start_from")?,
+        lookback: get(read, "lookback")?,
+        scan_page_size: get(read, "scan_page_size")?,
+        dry_run: get(read, "dry_run")?,
+        election,
+        give_up_after: get(read, "give_up_after")?,
+        leader_key: r.leader_key,
+    })
 }
 
 /// `[a-z0-9_-]{1,63}`: a store's name is a metric label and part of a path.
@@ -750,8 +808,21 @@ struct Raw {
     origin: String,
     /// The layer it came from: a higher one wins.
     rank: sources::Origin,
-    /// The text parsed.
-    valid: bool,
+    /// What the key's parser made of the text; `None`: it refused it (a
+    /// problem says why).
+    value: Option<keys::Parsed>,
+}
+
+/// The keys of one scope that are set, by name.
+type Read = BTreeMap<&'static str, Raw>;
+
+/// The value of `key` as its field's type; `Err(key)` when it is unset or
+/// was refused.
+fn get<T: keys::FromParsed>(read: &Read, key: &'static str) -> Result<T, &'static str> {
+    read.get(key)
+        .and_then(|raw| raw.value.as_ref())
+        .and_then(T::from_parsed)
+        .ok_or(key)
 }
 
 struct Validator<'a> {
@@ -774,12 +845,7 @@ impl<'a> Validator<'a> {
 
     /// Reads and parses the keys of the table that `which` picks; returns
     /// those that are set.
-    fn read_keys(
-        &mut self,
-        which: impl Fn(&Key) -> bool,
-        daemon: &mut DaemonSettings,
-        store: &mut StoreConfig,
-    ) -> BTreeMap<&'static str, Raw> {
+    fn read_keys(&mut self, which: impl Fn(&Key) -> bool) -> Read {
         let mut set = BTreeMap::new();
         for key in KEYS.iter().filter(|k| which(k)) {
             let Some((text, origin, rank)) = self.raw(key.name) else {
@@ -797,8 +863,8 @@ impl<'a> Validator<'a> {
                 }
                 continue;
             };
-            let valid = match key.read(text.trim(), daemon, store) {
-                Ok(()) => true,
+            let value = match key.read(text.trim()) {
+                Ok(value) => Some(value),
                 Err(message) => {
                     self.problems.push(Problem {
                         key: key.name.into(),
@@ -807,7 +873,7 @@ impl<'a> Validator<'a> {
                         message,
                         store: self.store.clone(),
                     });
-                    false
+                    None
                 }
             };
             set.insert(
@@ -816,7 +882,7 @@ impl<'a> Validator<'a> {
                     text,
                     origin,
                     rank,
-                    valid,
+                    value,
                 },
             );
         }
@@ -870,6 +936,22 @@ impl<'a> Validator<'a> {
         Some((text, origin, rank))
     }
 
+    /// What was built, or `None` when a key had no valid value. Every such
+    /// key has its problem said already; one that has none is a mistake of
+    /// this module, said as a problem rather than lost.
+    fn built<T>(&mut self, built: Result<T, &'static str>) -> Option<T> {
+        match built {
+            Ok(value) => Some(value),
+            Err(key) => {
+                if self.problems.is_empty() {
+                    let bug = "no value (a bug of gap-healer: please report it)";
+                    self.problem(key, "nowhere", bug);
+                }
+                None
+            }
+        }
+    }
+
     fn problem(&mut self, key: &str, origin: &str, message: impl Into<String>) {
         self.problems.push(Problem {
             key: key.into(),
@@ -880,36 +962,36 @@ impl<'a> Validator<'a> {
         });
     }
 
-    /// The rules that span several keys: the connection string and the
-    /// leader key's default.
-    fn rules(&mut self, set: &BTreeMap<&str, Raw>, store: &mut StoreConfig, need: Need) {
-        let engine = set
-            .get("engine")
-            .filter(|raw| raw.valid)
-            .map(|_| store.engine);
-        if let Some(cs) = self.connection_string(set, engine, need) {
-            store.store.connection_string = cs;
-        }
-        self.profile(set, store, engine);
-        store.election = match &store.election_keys {
-            ElectionKeys { on: false, .. } => Election::Off,
-            ElectionKeys { on: true, .. } => Election::On {
-                key: store.leader_key(),
-            },
+    /// The rules that span several keys: the connection string, the table
+    /// profile and the leader key's default. `Err`: the key of a rule that
+    /// refused (each says why; all are checked).
+    fn rules(&mut self, set: &Read, need: Need) -> Result<Resolved, &'static str> {
+        let engine = get(set, "engine").ok();
+        let connection_string = self.connection_string(set, engine, need);
+        let profile = self.profile(set, engine);
+        let tombstone_stream = tombstone_stream(set);
+        let connection_string = connection_string.ok_or("connection_string")?;
+        let (profile, tombstone_stream) = (profile.ok_or("profile")?, tombstone_stream?);
+        let leader_key = match get::<String>(set, "leader_key") {
+            Ok(key) => key,
+            Err(_) => {
+                let schema: Ident = get(set, "schema")?;
+                format!("gap-healer:{}", profile.leader_scope(&schema))
+            }
         };
+        Ok(Resolved {
+            connection_string,
+            profile,
+            tombstone_stream,
+            leader_key,
+        })
     }
 
     /// The store's table profile from `profile`, `table`, `position_column`,
     /// `columns` and `tombstone_stream_id`: each key only where its profile
     /// reads it, and what a profile needs present.
-    fn profile(
-        &mut self,
-        set: &BTreeMap<&str, Raw>,
-        store: &mut StoreConfig,
-        engine: Option<EngineKind>,
-    ) {
-        let keys = store.profile.clone();
-        let kind = keys.kind;
+    fn profile(&mut self, set: &Read, engine: Option<EngineKind>) -> Option<TableShape> {
+        let kind: ProfileKind = get(set, "profile").ok()?;
         if kind != ProfileKind::Eventuous
             && engine.is_some_and(|e| !crate::engine::heals_table_profiles(e))
         {
@@ -918,26 +1000,23 @@ impl<'a> Validator<'a> {
                 &origin(set, "profile"),
                 format!("{kind}: PostgreSQL only, for now (SQL Server heals Eventuous's Messages)"),
             );
-            return;
+            return None;
         }
         match kind {
-            ProfileKind::Eventuous => self.eventuous_profile(set, &keys),
-            ProfileKind::LedgerCore => self.ledger_core_profile(set, store, keys),
-            ProfileKind::Custom => self.custom_profile(set, store, keys),
+            ProfileKind::Eventuous => self.eventuous_profile(set),
+            ProfileKind::LedgerCore => self.ledger_core_profile(set),
+            ProfileKind::Custom => self.custom_profile(set),
         }
     }
 
     /// Eventuous's own tables: `table` and `position_column` only as its
     /// names, no tombstone columns.
-    fn eventuous_profile(&mut self, set: &BTreeMap<&str, Raw>, keys: &ProfileKeys) {
-        for (key, fixed, value) in [
-            ("table", "messages", keys.table.as_ref()),
-            (
-                "position_column",
-                "global_position",
-                keys.position_column.as_ref(),
-            ),
+    fn eventuous_profile(&mut self, set: &Read) -> Option<TableShape> {
+        for (key, fixed) in [
+            ("table", "messages"),
+            ("position_column", "global_position"),
         ] {
+            let value: Option<Ident> = get(set, key).ok();
             if value.is_some_and(|v| v.as_str() != fixed) {
                 refuse(self, set, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
             }
@@ -947,42 +1026,33 @@ impl<'a> Validator<'a> {
                 refuse(self, set, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
             }
         }
+        Some(TableShape::eventuous())
     }
 
     /// Seed 003's `events` table: its fixed tombstone row, its default names.
-    fn ledger_core_profile(
-        &mut self,
-        set: &BTreeMap<&str, Raw>,
-        store: &mut StoreConfig,
-        keys: ProfileKeys,
-    ) {
-        let kind = keys.kind;
+    fn ledger_core_profile(&mut self, set: &Read) -> Option<TableShape> {
+        let kind = ProfileKind::LedgerCore;
         if given(set, "columns") {
             refuse(self, set, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
         }
-        if !given(set, "tombstone_stream") {
-            store.store.tombstone_stream = LEDGER_CORE_TOMBSTONE_STREAM.into();
-        }
         let preset =
             |name: Option<&str>| Ident::parse(name.unwrap_or_default()).expect("a preset name");
-        store.store.profile = TableProfile::Table(TableShape::ledger_core(
-            keys.table.unwrap_or_else(|| preset(kind.default_table())),
-            keys.position_column
-                .unwrap_or_else(|| preset(kind.default_position())),
-            &store.store.tombstone_stream,
-            &keys.tombstone_stream_id,
-            &store.store.tombstone_type,
-        ));
+        let table = get(set, "table").unwrap_or_else(|_| preset(kind.default_table()));
+        let position =
+            get(set, "position_column").unwrap_or_else(|_| preset(kind.default_position()));
+        let stream_id: String = get(set, "tombstone_stream_id").ok()?;
+        let event_type: String = get(set, "tombstone_type").ok()?;
+        Some(TableShape::ledger_core(
+            table,
+            position,
+            &tombstone_stream(set).ok()?,
+            &stream_id,
+            &event_type,
+        ))
     }
 
     /// A table described by `table`, `position_column` and `columns`, all required.
-    fn custom_profile(
-        &mut self,
-        set: &BTreeMap<&str, Raw>,
-        store: &mut StoreConfig,
-        keys: ProfileKeys,
-    ) {
-        let kind = keys.kind;
+    fn custom_profile(&mut self, set: &Read) -> Option<TableShape> {
         for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
             if given(set, key) {
                 refuse(
@@ -993,25 +1063,20 @@ impl<'a> Validator<'a> {
                 );
             }
         }
-        let mut missing = Vec::new();
+        let table: Option<Ident> = get(set, "table").ok();
+        let position: Option<Ident> = get(set, "position_column").ok();
+        let columns: Option<Vec<TombstoneColumn>> = get(set, "columns").ok();
         for (key, value) in [
-            ("table", keys.table.is_some()),
-            ("position_column", keys.position_column.is_some()),
-            ("columns", keys.columns.is_some()),
+            ("table", table.is_some()),
+            ("position_column", position.is_some()),
+            ("columns", columns.is_some()),
         ] {
             // A key that was set but invalid has its own problem already.
             if !value && !set.contains_key(key) {
-                missing.push(key);
+                self.problem(key, "nowhere", "required by profile = \"custom\"");
             }
         }
-        for key in &missing {
-            self.problem(key, "nowhere", "required by profile = \"custom\"");
-        }
-        let (Some(table), Some(position), Some(columns)) =
-            (keys.table, keys.position_column, keys.columns)
-        else {
-            return;
-        };
+        let (table, position, columns) = (table?, position?, columns?);
         if columns.iter().any(|c| c.name == position) {
             refuse(
                 self,
@@ -1022,14 +1087,14 @@ impl<'a> Validator<'a> {
                     position.as_str()
                 ),
             );
-            return;
+            return None;
         }
-        store.store.profile = TableProfile::Table(TableShape {
-            kind,
+        Some(TableShape {
+            kind: ProfileKind::Custom,
             table,
             position,
-            columns,
-        });
+            tombstone: Tombstone::Columns(columns),
+        })
     }
 
     /// The connection string from `connection_string` or `connection_string_file`,
@@ -1038,7 +1103,7 @@ impl<'a> Validator<'a> {
     /// over a file's `connection_string_file`); both in one layer is a problem.
     fn connection_string(
         &mut self,
-        set: &BTreeMap<&str, Raw>,
+        set: &Read,
         engine: Option<EngineKind>,
         need: Need,
     ) -> Option<ConnectionString> {
@@ -1136,33 +1201,34 @@ impl Settings {
         match (self.fleet, self.stores.as_slice()) {
             (false, [store]) => {
                 let origins = [&self.daemon_origins[..], &store.origins[..]].concat();
-                out += &self.rows(KEYS.iter(), store, &origins);
+                out += &self.rows(KEYS.iter(), Some(store), &origins);
             }
             (_, stores) => {
-                out += &self.rows(daemon, &StoreConfig::unset(), &self.daemon_origins);
+                out += &self.rows(daemon, None, &self.daemon_origins);
                 for store in stores {
                     let name = toml::Value::String(store.name.clone());
                     out += &format!("\n[[stores]]\nname = {name}\n");
                     let keys = KEYS.iter().filter(|k| k.is_store());
-                    out += &self.rows(keys, store, &store.origins);
+                    out += &self.rows(keys, Some(store), &store.origins);
                 }
                 for set in &self.sets {
                     let name = toml::Value::String(set.name.clone());
                     let databases = toml::Value::String(set.databases.clone());
                     out += &format!("\n[[store_sets]]\nname = {name}\ndatabases = {databases}\n");
                     let keys = KEYS.iter().filter(|k| k.is_store());
-                    out += &self.rows(keys, &set.template, &set.template.origins);
+                    out += &self.rows(keys, Some(&set.template), &set.template.origins);
                 }
             }
         }
         out
     }
 
-    /// `key = value  # origin` for each key, aligned.
+    /// `key = value  # origin` for each key, aligned; `store`: `None` for
+    /// the daemon's keys alone.
     fn rows<'k>(
         &self,
         keys: impl Iterator<Item = &'k Key>,
-        store: &StoreConfig,
+        store: Option<&StoreConfig>,
         origins: &[(&'static str, String)],
     ) -> String {
         let origin = |key: &str| {
@@ -1681,11 +1747,11 @@ mod tests {
                     .find(|l| l.starts_with(&format!("{shown} = ")))
                     .unwrap_or_else(|| panic!("{shown} not in\n{toml}"));
                 assert!(line.ends_with(&format!("# {origin}")), "{line}");
-                if key.show(&s.daemon, &s.stores[0].config).is_some() {
+                if key.show(&s.daemon, Some(&s.stores[0].config)).is_some() {
                     let def = load(&args(), vec![], Need::Connection).unwrap();
                     assert_ne!(
-                        key.show(&s.daemon, &s.stores[0].config),
-                        key.show(&def.daemon, &def.stores[0].config),
+                        key.show(&s.daemon, Some(&s.stores[0].config)),
+                        key.show(&def.daemon, Some(&def.stores[0].config)),
                         "{} by {origin} changed nothing",
                         key.name
                     );
@@ -1837,19 +1903,21 @@ name = "plain"
         let ledger = &s.stores[0];
         assert_eq!(ledger.store.tombstone_stream, "$gap");
         assert_eq!(ledger.election.key(), Some("gap-healer:bank.events"));
-        let TableProfile::Table(shape) = &ledger.store.profile else {
+        let shape = &ledger.store.profile;
+        let Tombstone::Columns(_) = shape.tombstone else {
             panic!("ledger-core is a table profile");
         };
         assert_eq!(
             (shape.table.as_str(), shape.position.as_str()),
             ("events", "position")
         );
-        let TableProfile::Table(journal) = &s.stores[1].store.profile else {
+        let journal = &s.stores[1].store.profile;
+        let Tombstone::Columns(_) = journal.tombstone else {
             panic!("custom is a table profile");
         };
         assert_eq!(journal.table.as_str(), "journal");
         assert_eq!(journal.version().unwrap().0.as_str(), "n");
-        assert_eq!(s.stores[2].store.profile, TableProfile::Eventuous);
+        assert_eq!(s.stores[2].store.profile, TableShape::eventuous());
         assert_eq!(s.stores[2].election.key(), Some("gap-healer:eventuous"));
         // The printed configuration loads back to the same profiles.
         let again = dir.join("again.toml");

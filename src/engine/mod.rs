@@ -83,7 +83,7 @@ pub struct StoreSettings {
     /// published.
     pub watermark_table: Option<QualifiedName>,
     /// Which table is healed and what a tombstone row holds.
-    pub profile: profile::Profile,
+    pub profile: profile::TableShape,
 }
 
 impl StoreSettings {
@@ -208,6 +208,23 @@ impl DbError {
 
 pub type DbResult<T> = Result<T, DbError>;
 
+/// How much one fill statement of an engine may take: what the planner
+/// cuts the due holes to ([`crate::plan::batches`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FillLimits {
+    /// Rows per statement. SQL Server keeps this below lock escalation
+    /// (about 5,000 locks); PostgreSQL can take more.
+    pub rows: u64,
+    /// Most ranges one statement may cover (scattered narrow holes are
+    /// filled together). 1 for an engine that fills one range at a time.
+    pub ranges: usize,
+    /// What each range of a batch after the first costs against `rows`,
+    /// besides its rows: 1 on SQL Server, where each range may lock one more
+    /// leaf page of the clustered key and page locks count towards lock
+    /// escalation; 0 where nothing escalates.
+    pub range_cost: u64,
+}
+
 /// A database engine gap-healer can heal: the core every engine has.
 ///
 /// Methods return `Send` futures so the healer can run on a multi-threaded
@@ -226,9 +243,8 @@ pub trait Engine: Send + Sync + 'static {
     /// `"postgres"` or `"mssql"`, for logs.
     fn kind(&self) -> EngineKind;
 
-    /// Rows per fill statement. SQL Server keeps this below lock escalation
-    /// (about 5,000 locks); PostgreSQL can take more.
-    fn max_fill_rows(&self) -> u64;
+    /// How much one fill statement may take.
+    fn fill_limits(&self) -> FillLimits;
 
     /// Lowest position the identity column can produce (its seed): positions
     /// below it are never holes.
@@ -264,25 +280,11 @@ pub trait Engine: Send + Sync + 'static {
     /// Which positions inside `ranges` exist now. Never waits on an open append.
     fn probe(&self, ranges: &[PosRange]) -> impl Future<Output = DbResult<Probe>> + Send;
 
-    /// Most ranges one fill transaction may cover (scattered narrow holes are
-    /// filled together). 1 for an engine that fills one range at a time.
-    fn max_fill_ranges(&self) -> usize {
-        1
-    }
-
-    /// What each range of a batch after the first costs against
-    /// [`Engine::max_fill_rows`], besides its rows: 1 on SQL Server, where
-    /// each range may lock one more leaf page of the clustered key and page
-    /// locks count towards lock escalation; 0 where nothing escalates.
-    fn fill_range_cost(&self) -> u64 {
-        0
-    }
-
     /// Fills every position of every range with a tombstone, in one
     /// transaction, or nothing. Tombstone stream positions follow global
     /// position order. `lock_timeout` bounds the wait on each key held by an
     /// open append. The ranges must lie below the head, ascending, at most
-    /// [`Engine::max_fill_ranges`] of them (the caller guarantees it).
+    /// [`FillLimits::ranges`] of them (the caller guarantees it).
     /// `fence`: with [`Fence::Leader`], the fill checks inside its
     /// transaction, after the tombstone stream's row is locked, that the
     /// token's lock is still held, and writes nothing ([`FillOutcome::Busy`])
@@ -574,7 +576,7 @@ pub(crate) mod tests_support {
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_millis(300),
             watermark_table: None,
-            profile: super::profile::Profile::Eventuous,
+            profile: super::profile::TableShape::eventuous(),
         }
     }
 

@@ -9,8 +9,11 @@
 //! - `custom` (PostgreSQL): any table with an identity position, its
 //!   tombstone row described column by column ([`ColumnValue`]).
 //!
-//! `ledger-core` is a preset of `custom`: both end as a [`TableShape`], and
-//! one set of statements serves them.
+//! Every profile ends as a [`TableShape`]: `eventuous` and `ledger-core` are
+//! presets, `custom` is described by its keys. The shape's fields name the
+//! table and position for every profile alike; only how a tombstone row is
+//! written ([`Tombstone`]) tells Eventuous's own row from a described one,
+//! and one set of statements serves every described table.
 
 use std::fmt;
 
@@ -101,44 +104,6 @@ pub struct TombstoneColumn {
     pub value: ColumnValue,
 }
 
-/// What a store's table is: Eventuous's, or one the table profiles describe.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum Profile {
-    #[default]
-    Eventuous,
-    Table(TableShape),
-}
-
-impl Profile {
-    pub fn kind(&self) -> ProfileKind {
-        match self {
-            Profile::Eventuous => ProfileKind::Eventuous,
-            Profile::Table(t) => t.kind,
-        }
-    }
-
-    /// The healed table's name (Eventuous's: `messages`).
-    pub fn table(&self) -> Ident {
-        match self {
-            Profile::Eventuous => preset(EVENTUOUS_TABLE),
-            Profile::Table(t) => t.table.clone(),
-        }
-    }
-
-    /// The healed table's position column (Eventuous's: `global_position`).
-    pub fn position(&self) -> Ident {
-        match self {
-            Profile::Eventuous => preset(EVENTUOUS_POSITION),
-            Profile::Table(t) => t.position.clone(),
-        }
-    }
-
-    /// The healed table in `schema`.
-    pub fn qualified(&self, schema: &Ident) -> QualifiedName {
-        QualifiedName::new(schema.clone(), self.table())
-    }
-}
-
 /// Eventuous's table and position column, as the PostgreSQL catalog names them.
 const EVENTUOUS_TABLE: &str = "messages";
 const EVENTUOUS_POSITION: &str = "global_position";
@@ -148,18 +113,51 @@ fn preset(name: &str) -> Ident {
     Ident::parse(name).expect("a preset name is a plain identifier")
 }
 
-/// A table healed by the table profiles (`ledger-core`, `custom`).
+/// What a store's healed table is: its name, its position column, and how a
+/// tombstone row is written. Every profile is one: `eventuous` and
+/// `ledger-core` are presets ([`TableShape::eventuous`],
+/// [`TableShape::ledger_core`]), `custom` is described by its keys.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableShape {
     pub kind: ProfileKind,
     /// Lower case.
     pub table: Ident,
     pub position: Ident,
-    /// Every column the tombstone row sets besides the position, in order.
-    pub columns: Vec<TombstoneColumn>,
+    pub tombstone: Tombstone,
+}
+
+/// How a tombstone row is written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tombstone {
+    /// Eventuous's own row: a message of the tombstone stream, whose
+    /// `streams` row the engine's own statements (`sql/postgres/fill.sql`
+    /// and its neighbours, `sql/mssql/*`) create and bump: a stream version
+    /// the column description cannot express.
+    EventuousStream,
+    /// A row described column by column (ledger-core, custom): every column
+    /// the tombstone row sets besides the position, in order.
+    Columns(Vec<TombstoneColumn>),
+}
+
+impl Default for TableShape {
+    /// Eventuous's, the default profile.
+    fn default() -> Self {
+        TableShape::eventuous()
+    }
 }
 
 impl TableShape {
+    /// Eventuous's `messages`, positioned by `global_position`, its
+    /// tombstones messages of the tombstone stream.
+    pub fn eventuous() -> Self {
+        TableShape {
+            kind: ProfileKind::Eventuous,
+            table: preset(EVENTUOUS_TABLE),
+            position: preset(EVENTUOUS_POSITION),
+            tombstone: Tombstone::EventuousStream,
+        }
+    }
+
     /// seed 003's `events` table with its tombstone row.
     pub fn ledger_core(
         table: Ident,
@@ -176,7 +174,7 @@ impl TableShape {
             kind: ProfileKind::LedgerCore,
             table,
             position,
-            columns: vec![
+            tombstone: Tombstone::Columns(vec![
                 literal("stream_category", stream.into()),
                 literal("stream_id", stream_id.into()),
                 TombstoneColumn {
@@ -191,14 +189,56 @@ impl TableShape {
                     name: preset("recorded_at"),
                     value: ColumnValue::Now,
                 },
-            ],
+            ]),
+        }
+    }
+
+    /// The tombstone row's described columns; none for Eventuous's own row,
+    /// which the engine's statements write.
+    pub fn columns(&self) -> &[TombstoneColumn] {
+        match &self.tombstone {
+            Tombstone::EventuousStream => &[],
+            Tombstone::Columns(columns) => columns,
+        }
+    }
+
+    /// Whether the statements name the table and position column quoted.
+    /// A described table's are (lower case already: the same name unquoted
+    /// would fold to), so that a column named like a keyword works;
+    /// Eventuous's statements have always named its table bare, schema and
+    /// all, and a mixed-case schema folds the same way in each of them.
+    pub fn quoted_names(&self) -> bool {
+        match self.tombstone {
+            Tombstone::EventuousStream => false,
+            Tombstone::Columns(_) => true,
+        }
+    }
+
+    /// What the healers sharing one leader lock by default heal: the
+    /// schema for Eventuous (its tombstone stream's row is in the schema's
+    /// `streams`, whichever table is healed), `schema.table` for a
+    /// described table.
+    pub fn leader_scope(&self, schema: &Ident) -> String {
+        match self.tombstone {
+            Tombstone::EventuousStream => schema.as_str().to_string(),
+            Tombstone::Columns(_) => self.qualified(schema).name(),
+        }
+    }
+
+    /// Whether the store's readers keep their positions in the schema's
+    /// `checkpoints` table: Eventuous's do; a described table's readers
+    /// keep them elsewhere.
+    pub fn has_checkpoints(&self) -> bool {
+        match self.tombstone {
+            Tombstone::EventuousStream => true,
+            Tombstone::Columns(_) => false,
         }
     }
 
     /// The literal columns as one JSON object (what the statements bind).
     pub fn literals(&self) -> serde_json::Value {
         let map = self
-            .columns
+            .columns()
             .iter()
             .filter_map(|c| match &c.value {
                 ColumnValue::Literal(v) => Some((c.name.as_str().to_string(), v.clone())),
@@ -210,7 +250,7 @@ impl TableShape {
 
     /// The next-version column and the columns naming its stream.
     pub fn version(&self) -> Option<(&Ident, &[Ident])> {
-        self.columns.iter().find_map(|c| match &c.value {
+        self.columns().iter().find_map(|c| match &c.value {
             ColumnValue::NextVersion { stream } => Some((&c.name, stream.as_slice())),
             _ => None,
         })
@@ -445,14 +485,14 @@ mod tests {
             shape.version().map(|(c, s)| (c.as_str(), names(s))),
             Some(("version", vec!["stream_category", "stream_id"]))
         );
-        let text = render_columns(&shape.columns);
+        let text = render_columns(shape.columns());
         let by_name = |mut c: Vec<TombstoneColumn>| {
             c.sort_by(|a, b| a.name.cmp(&b.name));
             c
         };
         assert_eq!(
             by_name(parse_columns(&text, ident).unwrap()),
-            by_name(shape.columns)
+            by_name(shape.columns().to_vec())
         );
     }
 }

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::*;
+use crate::gaps::Hole;
 
 impl<E: Engine> Healer<E> {
     /// Tries every hole that is due, unless in dry-run mode or not the
@@ -43,21 +44,41 @@ impl<E: Engine> Healer<E> {
             return report;
         };
         if self.opts.dry_run {
-            for hole in due {
-                info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
-                self.tracker.defer(
-                    hole.range,
-                    now + self.opts.gap_timeout.max(Duration::from_secs(60)),
-                );
-            }
+            self.would_fill(due, now);
             return report;
         }
         if !self.leader.is_leader() {
             return report;
         }
-        // Fresh look at the due ranges: what committed since, and (SQL Server)
-        // which positions an open append holds right now; the ranges this
-        // turn's scan step just re-checked are fresh already.
+        let Some(probe) = self.fresh_probe(&due, rechecked, &mut report).await else {
+            return report;
+        };
+        self.fill_cycle(&due, &probe, head, now, stop, progress)
+            .await
+    }
+
+    /// Dry run: the due holes logged as what would be filled, and tried
+    /// again a `gap_timeout` (at least a minute) later.
+    fn would_fill(&mut self, due: Vec<Hole>, now: Instant) {
+        for hole in due {
+            info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
+            self.tracker.defer(
+                hole.range,
+                now + self.opts.gap_timeout.max(Duration::from_secs(60)),
+            );
+        }
+    }
+
+    /// A fresh look at the due ranges: what committed since, and (SQL
+    /// Server) which positions an open append holds right now; the ranges
+    /// this turn's scan step just re-checked are fresh already. `None` when
+    /// the probe failed (counted in `report`, the due ranges backed off).
+    async fn fresh_probe(
+        &mut self,
+        due: &[Hole],
+        rechecked: Option<Rechecked>,
+        report: &mut FillReport,
+    ) -> Option<Probe> {
         let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
         let rechecked = rechecked.unwrap_or_default();
         let unchecked: Vec<PosRange> = ranges
@@ -76,17 +97,32 @@ impl<E: Engine> Healer<E> {
                     self.db_error(Operation::Probe, &e);
                     self.defer_after_error(&ranges);
                     report.errors += 1;
-                    return report;
+                    return None;
                 }
             }
         }
+        Some(probe)
+    }
+
+    /// A begun healer's fill cycle below `head` (the position examined):
+    /// planned from the `due` holes and the fresh `probe`, applied to the
+    /// tracker, then its statements run while this healer leads and is not
+    /// told to stop.
+    async fn fill_cycle(
+        &mut self,
+        due: &[Hole],
+        probe: &Probe,
+        head: i64,
+        now: Instant,
+        stop: &CancellationToken,
+        progress: &mut dyn Progress,
+    ) -> FillReport {
+        let mut report = FillReport::default();
         let limits = cycle::Limits {
-            max_rows: self.engine.max_fill_rows(),
-            max_ranges: self.engine.max_fill_ranges(),
-            range_cost: self.engine.fill_range_cost(),
+            fill: self.engine.fill_limits(),
             gap_timeout: self.opts.gap_timeout,
         };
-        let cycle = cycle::plan(&due, &probe.committed, &probe.in_flight, head, now, limits);
+        let cycle = cycle::plan(due, &probe.committed, &probe.in_flight, head, now, limits);
         self.apply(&cycle, head);
         let mut queue = cycle.statements;
         queue.reverse();
@@ -147,95 +183,117 @@ impl<E: Engine> Healer<E> {
         let what = describe(&batch);
         let started = std::time::Instant::now();
         let outcome = self.engine.fill_ranges(&batch, lock_timeout, fence).await;
-        let ms = started.elapsed().as_millis() as u64;
         report.statements += 1;
+        let a = Answered {
+            batch: &batch,
+            what: &what,
+            ms: started.elapsed().as_millis() as u64,
+            queue,
+            report,
+        };
         match outcome {
-            Ok(FillOutcome::Filled { rows }) => {
-                self.health.forget_fill_refusal();
-                if log_each {
-                    info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
-                } else {
-                    debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
-                }
-                self.observer.filled(Outcome::Filled, rows);
-                report.tombstones += rows;
-                for range in &batch {
-                    self.tracker.remove(*range);
-                }
-            }
-            Ok(FillOutcome::Committed) => {
-                self.fill_around_committed(&batch, &what, ms, queue, report)
-                    .await
-            }
-            Ok(FillOutcome::Busy) => {
-                self.observer.filled(Outcome::Held, 0);
-                report.held += 1;
-                info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
-                let at = Instant::now() + self.opts.poll_interval;
-                // The same holds for the rest of this cycle's batches.
-                for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
-                    self.tracker.defer(*range, at);
-                }
-            }
-            Ok(FillOutcome::TableLocked) => {
-                self.observer.filled(Outcome::TableLocked, 0);
-                report.held += 1;
-                warn!(
-                    range = %what,
-                    ms,
-                    outcome = "table_locked",
-                    "the table itself is locked (DDL, CREATE INDEX, LOCK TABLE): no fill of this store can run; backing off"
-                );
-                self.health.record_error(
-                    "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
-                );
-                // One backoff for the whole store: every range of the cycle.
-                self.defer_cycle_after_error(&batch, queue);
-            }
+            Ok(FillOutcome::Filled { rows }) => self.filled(a, rows, log_each),
+            Ok(FillOutcome::Committed) => self.fill_around_committed(a).await,
+            Ok(FillOutcome::Busy) => self.retry_when_not_busy(a),
+            Ok(FillOutcome::TableLocked) => self.back_off_from_locked_table(a),
             Ok(FillOutcome::WriterWaiting {
                 sessions,
                 first_session,
-            }) => self.wait_for_waiting_writer(
-                &batch,
-                &what,
-                ms,
-                (sessions, first_session),
-                queue,
-                report,
-            ),
-            Ok(FillOutcome::Held) => {
-                self.observer.filled(Outcome::Held, 0);
-                report.held += 1;
-                debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
-                self.requeue(plan::after_held(&batch), queue);
-            }
-            Err(e) => {
-                self.observer.filled(Outcome::Error, 0);
-                report.errors += 1;
-                self.db_error(Operation::Fill, &e);
-                if e.kind == crate::engine::DbErrorKind::Permanent {
-                    self.health.fill_refused(&prefixed("fill", &e));
-                }
-                warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
-                // Whatever broke (connection, rights) will break the rest too.
-                self.defer_cycle_after_error(&batch, queue);
-            }
+            }) => self.wait_for_waiting_writer(a, sessions, first_session),
+            Ok(FillOutcome::Held) => self.split_around_held(a),
+            Err(e) => self.back_off_from_error(a, &e),
         }
+    }
+
+    /// Tombstones went in for the whole batch: its ranges are healed.
+    fn filled(&mut self, a: Answered<'_>, rows: u64, log_each: bool) {
+        let Answered {
+            batch, what, ms, ..
+        } = a;
+        self.health.forget_fill_refusal();
+        if log_each {
+            info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+        } else {
+            debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
+        }
+        self.observer.filled(Outcome::Filled, rows);
+        a.report.tombstones += rows;
+        for range in batch {
+            self.tracker.remove(*range);
+        }
+    }
+
+    /// Another healer holds the tombstone stream (or this one no longer
+    /// leads): the batch and the rest of the cycle wait a poll.
+    fn retry_when_not_busy(&mut self, a: Answered<'_>) {
+        let Answered { what, ms, .. } = a;
+        self.observer.filled(Outcome::Held, 0);
+        a.report.held += 1;
+        info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
+        let at = Instant::now() + self.opts.poll_interval;
+        // The same holds for the rest of this cycle's batches.
+        for range in a
+            .batch
+            .iter()
+            .chain(std::mem::take(a.queue).iter().flatten())
+        {
+            self.tracker.defer(*range, at);
+        }
+    }
+
+    /// An open transaction holds a position of the batch past the lock
+    /// timeout: the batch is halved, or a single held position deferred.
+    fn split_around_held(&mut self, a: Answered<'_>) {
+        let Answered { what, ms, .. } = a;
+        self.observer.filled(Outcome::Held, 0);
+        a.report.held += 1;
+        debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
+        self.requeue(plan::after_held(a.batch), a.queue);
+    }
+
+    /// The table itself is locked (DDL, an index build): no fill of the
+    /// store can run, so the whole cycle backs off.
+    fn back_off_from_locked_table(&mut self, a: Answered<'_>) {
+        let Answered { what, ms, .. } = a;
+        self.observer.filled(Outcome::TableLocked, 0);
+        a.report.held += 1;
+        warn!(
+            range = %what,
+            ms,
+            outcome = "table_locked",
+            "the table itself is locked (DDL, CREATE INDEX, LOCK TABLE): no fill of this store can run; backing off"
+        );
+        self.health.record_error(
+            "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
+        );
+        // One backoff for the whole store: every range of the cycle.
+        self.defer_cycle_after_error(a.batch, a.queue);
+    }
+
+    /// The fill failed: counted, reported (a permanent error as the store's
+    /// fill refusal), and the whole cycle backs off.
+    fn back_off_from_error(&mut self, a: Answered<'_>, e: &DbError) {
+        let Answered { what, ms, .. } = a;
+        self.observer.filled(Outcome::Error, 0);
+        a.report.errors += 1;
+        self.db_error(Operation::Fill, e);
+        if e.kind == crate::engine::DbErrorKind::Permanent {
+            self.health.fill_refused(&prefixed("fill", e));
+        }
+        warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
+        // Whatever broke (connection, rights) will break the rest too.
+        self.defer_cycle_after_error(a.batch, a.queue);
     }
 
     /// A duplicate key: an append committed inside the batch. Probe it and
     /// fill around the committed rows.
-    async fn fill_around_committed(
-        &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
-        let (max_rows, max_ranges) = (self.engine.max_fill_rows(), self.engine.max_fill_ranges());
+    async fn fill_around_committed(&mut self, a: Answered<'_>) {
+        let Answered {
+            batch, what, ms, ..
+        } = a;
+        let limits = self.engine.fill_limits();
         self.observer.filled(Outcome::Committed, 0);
-        report.committed += 1;
+        a.report.committed += 1;
         let found = match self.engine.probe(batch).await {
             Ok(p) => p.committed,
             Err(e) => {
@@ -247,14 +305,8 @@ impl<E: Engine> Healer<E> {
         info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
         self.tracker.remove_positions(&found);
         self.requeue(
-            plan::after_committed(
-                batch,
-                &found,
-                max_rows,
-                max_ranges,
-                self.engine.fill_range_cost(),
-            ),
-            queue,
+            plan::after_committed(batch, &found, limits.rows, limits.ranges, limits.range_cost),
+            a.queue,
         );
     }
 
@@ -263,16 +315,14 @@ impl<E: Engine> Healer<E> {
     /// a poll.
     fn wait_for_waiting_writer(
         &mut self,
-        batch: &[PosRange],
-        what: &str,
-        ms: u64,
-        (sessions, first_session): (u32, Option<i64>),
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
+        a: Answered<'_>,
+        sessions: u32,
+        first_session: Option<i64>,
     ) {
+        let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::WriterWaiting, 0);
-        report.held += 1;
-        report.writer_waiting += 1;
+        a.report.held += 1;
+        a.report.writer_waiting += 1;
         info!(
             range = %what,
             ms,
@@ -285,7 +335,11 @@ impl<E: Engine> Healer<E> {
         // too. Such waits end with the transaction waited for, so the
         // holes are tried again a poll later, without growing backoff.
         let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
-        for range in batch.iter().chain(std::mem::take(queue).iter().flatten()) {
+        for range in a
+            .batch
+            .iter()
+            .chain(std::mem::take(a.queue).iter().flatten())
+        {
             self.tracker.postpone(*range, at);
         }
     }
@@ -334,4 +388,17 @@ impl<E: Engine> Healer<E> {
             self.tracker.defer(*range, Instant::now() + delay);
         }
     }
+}
+
+/// A fill statement that has answered, and the cycle it is part of: what
+/// the handling of each outcome reads and changes.
+struct Answered<'c> {
+    batch: &'c [PosRange],
+    /// The batch as the log names it.
+    what: &'c str,
+    /// How long the statement took.
+    ms: u64,
+    /// The cycle's batches still to run.
+    queue: &'c mut Vec<plan::Batch>,
+    report: &'c mut FillReport,
 }

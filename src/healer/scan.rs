@@ -14,28 +14,43 @@ impl<E: Engine> Healer<E> {
             Some(begun) => begun,
             None => self.start().await?,
         };
-        let mut examined = begun.examined;
         let started = std::time::Instant::now();
         let mut step = ScanStep::default();
         if !self.tracker.is_empty() {
-            // A bounded share of the tracked ranges each poll, in turns: a
-            // million holes cost a few statements a poll, not a thousand. A
-            // healer that does not fill re-checks far less: its holes only
-            // feed its figures.
-            let budget = if self.leader.is_leader() && !self.opts.dry_run {
-                RECHECK_RANGES
-            } else {
-                RECHECK_RANGES_IDLE
-            };
-            let ranges = self.tracker.ranges_after(self.recheck_after, budget);
-            self.recheck_after = match ranges.last() {
-                Some(last) if ranges.len() < self.tracker.len() => last.start,
-                _ => i64::MIN,
-            };
-            let probe = self.engine.probe(&ranges).await?;
-            self.tracker.remove_positions(&probe.committed);
-            step.rechecked = Rechecked { ranges, probe };
+            step.rechecked = self.recheck_tracked().await?;
         }
+        let examined = self.read_pages(begun, &mut step).await?;
+        self.scanned(started);
+        step.examined = examined;
+        Ok(step)
+    }
+
+    /// A bounded share of the tracked ranges each poll, in turns, probed:
+    /// what committed since is forgotten. A million holes cost a few
+    /// statements a poll, not a thousand. A healer that does not fill
+    /// re-checks far less: its holes only feed its figures.
+    async fn recheck_tracked(&mut self) -> DbResult<Rechecked> {
+        let budget = if self.leader.is_leader() && !self.opts.dry_run {
+            RECHECK_RANGES
+        } else {
+            RECHECK_RANGES_IDLE
+        };
+        let ranges = self.tracker.ranges_after(self.recheck_after, budget);
+        self.recheck_after = match ranges.last() {
+            Some(last) if ranges.len() < self.tracker.len() => last.start,
+            _ => i64::MIN,
+        };
+        let probe = self.engine.probe(&ranges).await?;
+        self.tracker.remove_positions(&probe.committed);
+        Ok(Rechecked { ranges, probe })
+    }
+
+    /// A begun healer's pages of new rows above `begun.examined`, at most
+    /// [`MAX_PAGES_PER_STEP`], their holes tracked and the position examined
+    /// kept after each page (a step cut short keeps what it read); the
+    /// position examined after the step.
+    async fn read_pages(&mut self, begun: Begun, step: &mut ScanStep) -> DbResult<i64> {
+        let mut examined = begun.examined;
         for _ in 0..MAX_PAGES_PER_STEP {
             if self.tracker.len() >= MAX_TRACKED {
                 // Bounded memory: nothing above `examined` is claimed, so the
@@ -68,9 +83,7 @@ impl<E: Engine> Healer<E> {
                 break;
             }
         }
-        self.scanned(started);
-        step.examined = examined;
-        Ok(step)
+        Ok(examined)
     }
 
     /// A poll's scan (its own, or the shared head) that began at `started`

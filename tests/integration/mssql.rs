@@ -719,7 +719,7 @@ async fn ident_current_unchanged_by_every_fill() {
     for hole in &holes {
         let mut start = hole.start;
         while start <= hole.end {
-            let end = (start + engine.max_fill_rows() as i64 - 1).min(hole.end);
+            let end = (start + engine.fill_limits().rows as i64 - 1).min(hole.end);
             let outcome = engine
                 .fill(
                     PosRange::new(start, end).unwrap(),

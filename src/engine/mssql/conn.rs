@@ -358,10 +358,33 @@ fn quote_for_tiberius(v: &str) -> Option<String> {
 }
 
 /// The tiberius configuration for an ADO.NET connection string, with SQL
-/// Server authentication from its `User Id` and `Password`.
+/// Server authentication from its `User Id` and `Password`. What it refuses
+/// is refused in this order: another way of signing in, a read-only intent,
+/// a missing `User Id`, contradicting certificate trusts, then a server or
+/// TLS value tiberius cannot take.
 pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
-    let pairs = split_ado(raw)?;
-    let pairs: Vec<(String, String)> = pairs
+    let pairs = with_tiberius_spellings(split_ado(raw)?);
+    refuse_other_authentication(&pairs)?;
+    refuse_read_only_intent(&pairs)?;
+    let (user, password) = sql_login(&pairs)?;
+    refuse_both_trusts(&pairs)?;
+    let mut config = server_and_tls(&pairs)?;
+    if let Some(db) = last(&pairs, &DATABASE_KEYS).filter(|d| !d.is_empty()) {
+        config.database(db);
+    }
+    config.application_name(
+        last(&pairs, &APPLICATION_KEYS)
+            .filter(|a| !a.is_empty())
+            .unwrap_or("gap-healer"),
+    );
+    config.authentication(AuthMethod::sql_server(user, password));
+    Ok(config)
+}
+
+/// The pairs with SqlClient's spaced key spellings ([`KEY_ALIASES`])
+/// renamed to tiberius's.
+fn with_tiberius_spellings(pairs: Vec<(String, String)>) -> Vec<(String, String)> {
+    pairs
         .into_iter()
         .map(|(k, v)| {
             let k = KEY_ALIASES
@@ -370,16 +393,21 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
                 .map_or(k, |(_, to)| to.to_string());
             (k, v)
         })
-        .collect();
+        .collect()
+}
 
-    if let Some(v) = last(&pairs, &INTEGRATED_KEYS) {
+/// Refuses every way of signing in but SQL Server authentication:
+/// Integrated Security (Windows) and any `Authentication` other than
+/// SqlPassword (Microsoft Entra).
+fn refuse_other_authentication(pairs: &[(String, String)]) -> Result<(), AdoError> {
+    if let Some(v) = last(pairs, &INTEGRATED_KEYS) {
         if is_true(v) {
             return Err(AdoError(
                 "Integrated Security is not supported: use SQL Server authentication (User Id and Password)".into(),
             ));
         }
     }
-    if let Some(v) = last(&pairs, &["authentication"]) {
+    if let Some(v) = last(pairs, &["authentication"]) {
         let normal: String = v
             .chars()
             .filter(|c| c.is_ascii_alphanumeric())
@@ -391,7 +419,12 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
             ));
         }
     }
-    if last(&pairs, &["applicationintent"])
+    Ok(())
+}
+
+/// Refuses `ApplicationIntent=ReadOnly`: a replica takes no tombstones.
+fn refuse_read_only_intent(pairs: &[(String, String)]) -> Result<(), AdoError> {
+    if last(pairs, &["applicationintent"])
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("readonly"))
     {
         return Err(AdoError(
@@ -399,47 +432,47 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
                 .into(),
         ));
     }
-    let user = last(&pairs, &USER_KEYS).unwrap_or_default();
-    let password = last(&pairs, &PASSWORD_KEYS).unwrap_or_default();
+    Ok(())
+}
+
+/// The SQL Server login: `User Id` (required) and `Password` (may be
+/// empty). The password is only ever returned, never put in an error.
+fn sql_login(pairs: &[(String, String)]) -> Result<(&str, &str), AdoError> {
+    let user = last(pairs, &USER_KEYS).unwrap_or_default();
+    let password = last(pairs, &PASSWORD_KEYS).unwrap_or_default();
     if user.is_empty() {
         return Err(AdoError(
             "no User Id: gap-healer signs in with SQL Server authentication".into(),
         ));
     }
+    Ok((user, password))
+}
 
-    if last(&pairs, &["trustservercertificate"]).is_some_and(is_true)
-        && last(&pairs, &["trustservercertificateca"]).is_some()
+/// Refuses `TrustServerCertificate=true` together with
+/// `TrustServerCertificateCA` (tiberius panics on both).
+fn refuse_both_trusts(pairs: &[(String, String)]) -> Result<(), AdoError> {
+    if last(pairs, &["trustservercertificate"]).is_some_and(is_true)
+        && last(pairs, &["trustservercertificateca"]).is_some()
     {
         return Err(AdoError(
             "TrustServerCertificate=true and TrustServerCertificateCA exclude each other: use one"
                 .into(),
         ));
     }
+    Ok(())
+}
 
+/// The server and TLS keys ([`TIBERIUS_KEYS`]) handed to tiberius's own
+/// parser, each quoted so its lexer reads it back unchanged. tiberius's
+/// errors name no key, and its parser's may name a character of the
+/// string: the error says which key it refused instead.
+fn server_and_tls(pairs: &[(String, String)]) -> Result<Config, AdoError> {
     let mut handed = String::new();
     let mut refused = None;
     for (key, name, takes) in TIBERIUS_KEYS {
-        // Like Microsoft.Data.SqlClient 4 and later: encrypted unless the
-        // string says otherwise (tiberius alone would default to login-only).
-        let value = match last(&pairs, &[key]) {
-            Some(value) => value,
-            None if key == "encrypt" => "true",
-            None => continue,
+        let Some(value) = tiberius_value(pairs, key)? else {
+            continue;
         };
-        let value =
-            if key == "encrypt" {
-                match value.trim().to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "mandatory" => "true".to_string(),
-                    "false" | "no" | "optional" => "false".to_string(),
-                    "strict" => return Err(AdoError(
-                        "Encrypt=Strict (TDS 8.0) is not supported by the driver: use Encrypt=true"
-                            .into(),
-                    )),
-                    _ => value.to_string(),
-                }
-            } else {
-                value.to_string()
-            };
         let quoted = quote_for_tiberius(&value).ok_or_else(|| {
             AdoError(format!(
                 "the value of `{name}` has characters the SQL Server driver cannot take"
@@ -453,25 +486,36 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
         }
         handed.push_str(&pair);
     }
-    // tiberius's errors name no key, and its parser's may name a character
-    // of the string: say which key it refused instead.
-    let mut config = Config::from_ado_string(&handed).map_err(|_| {
+    Config::from_ado_string(&handed).map_err(|_| {
         AdoError(refused.unwrap_or_else(|| {
             "the SQL Server driver refused the server and TLS settings together (Server, \
              Encrypt, TrustServerCertificate, TrustServerCertificateCA, ApplicationIntent)"
                 .into()
         }))
-    })?;
-    if let Some(db) = last(&pairs, &DATABASE_KEYS).filter(|d| !d.is_empty()) {
-        config.database(db);
+    })
+}
+
+/// The value handed to tiberius for `key`, or `None` when the string has
+/// none. `Encrypt` is always handed, in tiberius's words: like
+/// Microsoft.Data.SqlClient 4 and later, encrypted unless the string says
+/// otherwise (tiberius alone would default to login-only).
+fn tiberius_value(pairs: &[(String, String)], key: &str) -> Result<Option<String>, AdoError> {
+    let value = match last(pairs, &[key]) {
+        Some(value) => value,
+        None if key == "encrypt" => "true",
+        None => return Ok(None),
+    };
+    if key != "encrypt" {
+        return Ok(Some(value.to_string()));
     }
-    config.application_name(
-        last(&pairs, &APPLICATION_KEYS)
-            .filter(|a| !a.is_empty())
-            .unwrap_or("gap-healer"),
-    );
-    config.authentication(AuthMethod::sql_server(user, password));
-    Ok(config)
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "mandatory" => Ok(Some("true".to_string())),
+        "false" | "no" | "optional" => Ok(Some("false".to_string())),
+        "strict" => Err(AdoError(
+            "Encrypt=Strict (TDS 8.0) is not supported by the driver: use Encrypt=true".into(),
+        )),
+        _ => Ok(Some(value.to_string())),
+    }
 }
 
 #[cfg(test)]

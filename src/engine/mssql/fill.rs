@@ -476,6 +476,10 @@ impl MssqlEngine {
         }))
     }
 
+    /// One fill transaction over `ranges` (ascending, apart), waiting at
+    /// most `lock_timeout` for a message key, checked against `fence`: on
+    /// Babelfish first the question whether another writer waits, then the
+    /// batch in this login's [`FillMode`], and its answer read as an outcome.
     pub(crate) async fn fill_batch_of(
         &self,
         ranges: &[PosRange],
@@ -485,7 +489,6 @@ impl MssqlEngine {
         let what = Ranges(ranges);
         let encoded = encode_ranges(ranges)
             .map_err(|why| DbError::permanent(format!("refused to fill {what}: {why}")))?;
-        let fence_name = fence_lock(fence);
         let mode = self.fill_mode().await?;
         let babelfish = self.server().await?.babelfish.is_some();
         if babelfish {
@@ -493,59 +496,13 @@ impl MssqlEngine {
                 return Ok(refused);
             }
         }
-        // On Babelfish the fence asks for the leader's session, not its lock
-        // (see `Sql::direct_fill`).
-        let session_fence = match fence {
-            Fence::Leader(token) if babelfish => Some(token.session_id),
-            _ => None,
-        };
         let key_ms = millis_i32(lock_timeout);
-        let stream_ms = stream_lock_timeout_ms(key_ms);
-        let stream = self.settings.tombstone_stream.as_str();
-        let kind = self.settings.tombstone_type.as_str();
-
         let started = Instant::now();
-        // Where the batch's table and key stages begin.
-        let mut stages = StageLines::default();
-        let answer = match mode {
-            // The procedure's tombstone stream and type are its own constants.
-            FillMode::Procedure => {
-                let params: [&dyn ToSql; 4] = [&encoded, &key_ms, &stream_ms, &fence_name];
-                self.fill_batch_at(&self.sql.fill_call, &params).await
-            }
-            FillMode::Direct => {
-                // No fence is sent as '' rather than a NULL of no type: the
-                // batch reads both as none, and Babelfish refuses the
-                // untyped NULL (error 8009, "Data type 0x1F is unknown").
-                let fence_name = fence_name.unwrap_or_default();
-                let params: [&dyn ToSql; 6] =
-                    [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
-                let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
-                stages = StageLines::of(&text);
-                self.fill_batch_at(&text, &params).await
-            }
-        };
+        let (answer, stages) = self.run_fill(mode, encoded, key_ms, fence, babelfish).await;
         let answer = match answer {
             Ok(answer) => answer,
-            // Babelfish ends the whole batch on a lock timeout (the batch's
-            // TRY/CATCH never sees it, so no result row): nothing was
-            // written and the session was discarded. The wait was on a
-            // message key (Held) if the statement it names comes after
-            // the key stage begins, else on the tombstone stream's row
-            // (Busy). Without a line, by how long it took.
-            Err((err, line)) if err.code.as_deref() == Some("1222") => {
-                let stream_wait = Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0));
-                return Ok(lock_timeout_outcome(
-                    line,
-                    stages,
-                    started.elapsed() >= stream_wait,
-                ));
-            }
-            Err((err, _)) => {
-                if err.kind == DbErrorKind::Permanent {
-                    self.forget_fill_mode();
-                }
-                return Err(err);
+            Err((err, line)) => {
+                return self.ended_without_answer(err, line, stages, key_ms, started)
             }
         };
         self.note_answer(&what, fence, &answer);
@@ -558,6 +515,84 @@ impl MssqlEngine {
             "fill"
         );
         outcome
+    }
+
+    /// The fill statement for `mode` and its parameters, run: the
+    /// procedure call, or the direct batch (with where its stages begin,
+    /// for [`lock_timeout_outcome`]). `encoded`: the ranges as
+    /// [`encode_ranges`] writes them; `key_ms`: the message keys' lock
+    /// timeout.
+    async fn run_fill(
+        &self,
+        mode: FillMode,
+        encoded: String,
+        key_ms: i32,
+        fence: &Fence,
+        babelfish: bool,
+    ) -> (Result<FillRow, (DbError, Option<u32>)>, StageLines) {
+        let fence_name = fence_lock(fence);
+        // On Babelfish the fence asks for the leader's session, not its lock
+        // (see `Sql::direct_fill`).
+        let session_fence = match fence {
+            Fence::Leader(token) if babelfish => Some(token.session_id),
+            _ => None,
+        };
+        let stream_ms = stream_lock_timeout_ms(key_ms);
+        let stream = self.settings.tombstone_stream.as_str();
+        let kind = self.settings.tombstone_type.as_str();
+        match mode {
+            // The procedure's tombstone stream and type are its own constants.
+            FillMode::Procedure => {
+                let params: [&dyn ToSql; 4] = [&encoded, &key_ms, &stream_ms, &fence_name];
+                let answer = self.fill_batch_at(&self.sql.fill_call, &params).await;
+                // Where the batch's table and key stages begin: unknown.
+                (answer, StageLines::default())
+            }
+            FillMode::Direct => {
+                // No fence is sent as '' rather than a NULL of no type: the
+                // batch reads both as none, and Babelfish refuses the
+                // untyped NULL (error 8009, "Data type 0x1F is unknown").
+                let fence_name = fence_name.unwrap_or_default();
+                let params: [&dyn ToSql; 6] =
+                    [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
+                let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
+                let stages = StageLines::of(&text);
+                (self.fill_batch_at(&text, &params).await, stages)
+            }
+        }
+    }
+
+    /// A fill batch that ended without its result row (`err`, at `line`
+    /// of the batch when the server named one), begun at `started`: a
+    /// lock timeout is an outcome, any other error is returned (a
+    /// permanent one forgets the fill mode).
+    fn ended_without_answer(
+        &self,
+        err: DbError,
+        line: Option<u32>,
+        stages: StageLines,
+        key_ms: i32,
+        started: Instant,
+    ) -> DbResult<FillOutcome> {
+        // Babelfish ends the whole batch on a lock timeout (the batch's
+        // TRY/CATCH never sees it, so no result row): nothing was
+        // written and the session was discarded. The wait was on a
+        // message key (Held) if the statement it names comes after
+        // the key stage begins, else on the tombstone stream's row
+        // (Busy). Without a line, by how long it took.
+        if err.code.as_deref() == Some("1222") {
+            let stream_ms = stream_lock_timeout_ms(key_ms);
+            let stream_wait = Duration::from_millis(u64::try_from(stream_ms).unwrap_or(0));
+            return Ok(lock_timeout_outcome(
+                line,
+                stages,
+                started.elapsed() >= stream_wait,
+            ));
+        }
+        if err.kind == DbErrorKind::Permanent {
+            self.forget_fill_mode();
+        }
+        Err(err)
     }
 
     /// What a fill's answer says beyond its outcome: a procedure created

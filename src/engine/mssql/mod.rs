@@ -60,8 +60,8 @@ use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::pool::{self, Pool};
 use crate::engine::{
-    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, Ident, Probe,
-    ScanPage, StoreSettings, Unsupported, WatermarkTable,
+    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
+    Ident, Probe, ScanPage, StoreSettings, Unsupported, WatermarkTable,
 };
 use crate::gaps::PosRange;
 
@@ -419,16 +419,13 @@ impl Engine for MssqlEngine {
         self.settings.schema.as_str()
     }
 
-    fn max_fill_rows(&self) -> u64 {
-        MAX_FILL_ROWS
-    }
-
-    fn max_fill_ranges(&self) -> usize {
-        MAX_FILL_RANGES
-    }
-
-    fn fill_range_cost(&self) -> u64 {
-        1
+    fn fill_limits(&self) -> FillLimits {
+        FillLimits {
+            rows: MAX_FILL_ROWS,
+            ranges: MAX_FILL_RANGES,
+            // Each further range may lock one more leaf page of the key.
+            range_cost: 1,
+        }
     }
 
     async fn identity_floor(&self) -> DbResult<i64> {
@@ -775,7 +772,7 @@ mod tests {
         let shown = format!("{engine:?}");
         assert!(!shown.contains("Hunter2"), "{shown}");
         assert_eq!(engine.kind(), EngineKind::Mssql);
-        assert_eq!(engine.max_fill_rows(), 4000);
+        assert_eq!(engine.fill_limits().rows, 4000);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::errors::{db_error, get, Stage};
 use super::leader::advisory_key;
 use super::sql::{LEADER_CHECK, POSITION_KEYS, WAITING_WRITERS};
 use super::PostgresEngine;
-use crate::engine::profile::Profile;
+use crate::engine::profile::Tombstone;
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
 
@@ -86,13 +86,13 @@ impl PostgresEngine {
             end: last.end,
         };
         let mut conn = self.pool.checkout().await?;
-        let result = match &self.profile {
-            Profile::Eventuous => {
+        let result = match &self.profile.tombstone {
+            Tombstone::EventuousStream => {
                 self.fill_transaction(&mut conn.client, ranges, lock_timeout, fence)
                     .await
             }
-            Profile::Table(shape) => {
-                self.fill_table(&mut conn.client, shape, ranges, lock_timeout, fence)
+            Tombstone::Columns(_) => {
+                self.fill_table(&mut conn.client, &self.profile, ranges, lock_timeout, fence)
                     .await
             }
         };
@@ -115,7 +115,7 @@ impl PostgresEngine {
                 let keys = self.position_keys(&conn.client).await?;
                 if keys.contains(&constraint) {
                     Ok(FillOutcome::Committed)
-                } else if let Profile::Table(_) = self.profile {
+                } else if let Tombstone::Columns(_) = self.profile.tombstone {
                     // The version lock serialises healers; a writer that
                     // takes no lock raced this one. The next cycle reads
                     // the stream's version again.

@@ -54,11 +54,11 @@ use self::conn::Target;
 use self::errors::{db_error, get};
 use self::heads::Heads;
 use super::pool::{self, Pool, MAX_POOLED_SESSIONS};
-use super::profile::Profile;
+use super::profile::{TableShape, Tombstone};
 use super::shared_lock::SharedLock;
 use super::{
-    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillOutcome, Finding, HeadReading,
-    Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
+    Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
+    HeadReading, Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
 };
 use super::{Ident, QualifiedName};
 use crate::gaps::PosRange;
@@ -109,7 +109,7 @@ pub struct PostgresEngine {
     /// The published watermark's table, when configured.
     watermark_table: Option<QualifiedName>,
     /// Which table, and what a tombstone row holds.
-    profile: Profile,
+    profile: TableShape,
     /// Names of the unique keys on exactly the position: a 23505 on one
     /// means "committed"; on any other constraint, something else writes
     /// the tombstone stream.
@@ -199,7 +199,7 @@ impl PostgresEngine {
     }
 
     fn position_column(&self) -> String {
-        self.profile.position().as_str().to_string()
+        self.profile.position.as_str().to_string()
     }
 }
 
@@ -215,12 +215,13 @@ impl Engine for PostgresEngine {
         self.schema.as_str()
     }
 
-    fn max_fill_rows(&self) -> u64 {
-        fill::MAX_FILL_ROWS
-    }
-
-    fn max_fill_ranges(&self) -> usize {
-        fill::MAX_FILL_RANGES
+    fn fill_limits(&self) -> FillLimits {
+        FillLimits {
+            rows: fill::MAX_FILL_ROWS,
+            ranges: fill::MAX_FILL_RANGES,
+            // Nothing escalates: a range costs only its rows.
+            range_cost: 0,
+        }
     }
 
     async fn identity_floor(&self) -> DbResult<i64> {
@@ -250,7 +251,7 @@ impl Engine for PostgresEngine {
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
-        if let Profile::Table(_) = self.profile {
+        if !self.profile.has_checkpoints() {
             // The table profiles' readers keep their positions elsewhere.
             return Ok(Vec::new());
         }
@@ -351,9 +352,9 @@ impl Engine for PostgresEngine {
     }
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
-        let mut findings = match &self.profile {
-            Profile::Table(shape) => self.table_findings(shape).await?,
-            Profile::Eventuous => preflight::findings(
+        let mut findings = match &self.profile.tombstone {
+            Tombstone::Columns(_) => self.table_findings(&self.profile).await?,
+            Tombstone::EventuousStream => preflight::findings(
                 &self.preflight_facts().await?,
                 &preflight::Expected {
                     schema: &self.schema,
@@ -413,7 +414,7 @@ mod tests {
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(1),
             watermark_table: None,
-            profile: Profile::Eventuous,
+            profile: TableShape::eventuous(),
         };
         let err = PostgresEngine::new(&settings)
             .err()
@@ -438,7 +439,7 @@ mod tests {
             tombstone_type: "$tombstone".into(),
             connect_timeout: Duration::from_secs(2),
             watermark_table: None,
-            profile: Profile::Eventuous,
+            profile: TableShape::eventuous(),
         }
     }
 

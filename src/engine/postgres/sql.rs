@@ -4,7 +4,7 @@
 //! and version statements are written here from the profile's columns.
 
 use crate::engine::ident::Ident;
-use crate::engine::profile::{ColumnValue, Profile, TableShape};
+use crate::engine::profile::{ColumnValue, TableShape, Tombstone};
 
 /// The engine's statements for one schema.
 pub(crate) struct Queries {
@@ -70,13 +70,13 @@ pub(crate) fn without_comments(sql: &str) -> String {
 
 /// One of `sql/postgres/*.sql` as a store keeps and sends it: rendered
 /// ([`render`]) and without its comment lines.
-pub(crate) fn statement(sql: &str, schema: &Ident, profile: &Profile) -> String {
-    without_comments(&render(sql, schema, profile))
+pub(crate) fn statement(sql: &str, schema: &Ident, shape: &TableShape) -> String {
+    without_comments(&render(sql, schema, shape))
 }
 
 impl Queries {
-    pub(crate) fn new(schema: &Ident, profile: &Profile) -> Self {
-        let s = |sql: &str| statement(sql, schema, profile);
+    pub(crate) fn new(schema: &Ident, shape: &TableShape) -> Self {
+        let s = |sql: &str| statement(sql, schema, shape);
         Queries {
             scan: s(include_str!("../../../sql/postgres/scan.sql")),
             probe: s(include_str!("../../../sql/postgres/probe.sql")),
@@ -88,9 +88,9 @@ impl Queries {
             bump_stream: s(include_str!("../../../sql/postgres/bump_stream.sql")),
             tombstone_stream: s(include_str!("../../../sql/postgres/tombstone_stream.sql")),
             lock_table: s("LOCK TABLE __table__ IN ROW EXCLUSIVE MODE"),
-            table: match profile {
-                Profile::Eventuous => None,
-                Profile::Table(t) => Some(TableQueries::new(schema, t)),
+            table: match &shape.tombstone {
+                Tombstone::EventuousStream => None,
+                Tombstone::Columns(_) => Some(TableQueries::new(schema, shape)),
             },
         }
     }
@@ -113,15 +113,14 @@ impl Queries {
 }
 
 /// One of `sql/postgres/*.sql` with the store's schema, table and position
-/// column spliced in, as the engine runs it. Eventuous's names are bare, as
-/// its statements have always named them; a table profile's are quoted (lower
-/// case already: the same name unquoted would fold to), so that a column
-/// named like a keyword works.
-pub fn render(sql: &str, schema: &Ident, profile: &Profile) -> String {
-    let table = profile.qualified(schema);
-    let (table, position) = match profile {
-        Profile::Eventuous => (table.pg(), profile.position().pg().to_string()),
-        Profile::Table(_) => (table.pg_quoted(), profile.position().pg_quoted()),
+/// column spliced in, as the engine runs it: quoted or bare as the shape
+/// names them ([`TableShape::quoted_names`]).
+pub fn render(sql: &str, schema: &Ident, shape: &TableShape) -> String {
+    let table = shape.qualified(schema);
+    let (table, position) = if shape.quoted_names() {
+        (table.pg_quoted(), shape.position.pg_quoted())
+    } else {
+        (table.pg(), shape.position.pg().to_string())
     };
     sql.replace("__table__", &table)
         .replace("__position__", &position)
@@ -134,7 +133,7 @@ impl TableQueries {
         let literals = format!("JSONB_POPULATE_RECORD(NULL::{table}, $3::text::jsonb)");
         let mut names = vec![t.position.pg_quoted()];
         let mut values = vec!["g.p".to_string()];
-        for c in &t.columns {
+        for c in t.columns() {
             names.push(c.name.pg_quoted());
             values.push(match &c.value {
                 ColumnValue::Literal(_) => format!("lit.{}", c.name.pg_quoted()),
@@ -180,18 +179,18 @@ impl TableQueries {
 }
 
 /// What `gap-healer sql --engine postgres` prints.
-pub fn setup_sql(schema: &Ident, profile: &Profile) -> String {
+pub fn setup_sql(schema: &Ident, shape: &TableShape) -> String {
     let schema = schema.pg();
-    match profile {
-        Profile::Eventuous => GRANTS.replace("__schema__", schema),
-        Profile::Table(t) => format!(
+    match shape.tombstone {
+        Tombstone::EventuousStream => GRANTS.replace("__schema__", schema),
+        Tombstone::Columns(_) => format!(
             "-- What the healer's role needs to heal {schema}.{table} ({kind} profile),\n\
              -- run by the schema's owner.\n\
              GRANT USAGE ON SCHEMA {schema} TO {role};\n\
              GRANT SELECT, INSERT ON {schema}.{table} TO {role};\n",
             role = crate::engine::HEALER_ROLE,
-            table = t.table.pg(),
-            kind = t.kind,
+            table = shape.table.pg(),
+            kind = shape.kind,
         ),
     }
 }
@@ -208,7 +207,7 @@ mod tests {
     fn comments_are_left_out_and_lines_kept() {
         let sql = "-- what it does\nSELECT a, -- inline\n\n    b\n  -- more\nFROM t;\n";
         assert_eq!(without_comments(sql), "SELECT a, -- inline\n    b\nFROM t;");
-        let q = Queries::new(&store_1(), &Profile::Eventuous);
+        let q = Queries::new(&store_1(), &TableShape::eventuous());
         assert!(q
             .all()
             .iter()
@@ -217,7 +216,7 @@ mod tests {
 
     #[test]
     fn sql_uses_the_schema_and_no_placeholder_survives() {
-        let q = Queries::new(&store_1(), &Profile::Eventuous);
+        let q = Queries::new(&store_1(), &TableShape::eventuous());
         for sql in q.all() {
             assert!(!sql.contains("__schema__"), "{sql}");
             assert!(sql.contains("store_1."), "{sql}");
@@ -237,7 +236,7 @@ mod tests {
         ] {
             assert!(!sql.contains("__schema__"), "{sql}");
         }
-        assert!(setup_sql(&store_1(), &Profile::Eventuous)
+        assert!(setup_sql(&store_1(), &TableShape::eventuous())
             .contains("GRANT SELECT, INSERT ON store_1.messages TO __healer_role__;"));
     }
 }

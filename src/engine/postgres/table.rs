@@ -300,7 +300,7 @@ fn position(f: &TableFacts, shape: &TableShape, table: &str) -> Finding {
 /// NOT NULL column without a default is left out.
 fn columns(f: &TableFacts, shape: &TableShape) -> Finding {
     let mut problems = Vec::new();
-    for c in &shape.columns {
+    for c in shape.columns() {
         let name = c.name.as_str();
         match f.column(name) {
             None => problems.push(format!("{name}: no such column")),
@@ -330,7 +330,7 @@ fn columns(f: &TableFacts, shape: &TableShape) -> Finding {
                 && !col.has_default
                 && !col.generated
                 && col.name != shape.position.as_str()
-                && !shape.columns.iter().any(|c| c.name.as_str() == col.name)
+                && !shape.columns().iter().any(|c| c.name.as_str() == col.name)
         })
         .map(|col| col.name.as_str())
         .collect();
@@ -344,7 +344,7 @@ fn columns(f: &TableFacts, shape: &TableShape) -> Finding {
         problems.push(format!("the literals do not fit their columns: {why}"));
     }
     if problems.is_empty() {
-        let names: Vec<&str> = shape.columns.iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = shape.columns().iter().map(|c| c.name.as_str()).collect();
         Finding::pass(
             Check::TombstoneColumns,
             format!("the tombstone row fills {}", names.join(", ")),

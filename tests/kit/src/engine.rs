@@ -28,7 +28,7 @@ pub fn settings(connection_string: &str, schema: &str, connect_timeout: Duration
         tombstone_type: TOMBSTONE_TYPE.into(),
         connect_timeout,
         watermark_table: None,
-        profile: gap_healer::engine::profile::Profile::Eventuous,
+        profile: gap_healer::engine::profile::TableShape::eventuous(),
     }
 }
 

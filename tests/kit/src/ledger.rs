@@ -81,18 +81,18 @@ impl Ledger {
     /// The engine over this ledger with the ledger-core profile's defaults,
     /// as the daemon builds it.
     pub fn engine(&self) -> std::sync::Arc<gap_healer::engine::postgres::PostgresEngine> {
-        use gap_healer::engine::profile::{Profile, TableShape, NIL_UUID};
+        use gap_healer::engine::profile::{TableShape, NIL_UUID};
         use gap_healer::engine::Ident;
         let mut settings =
             crate::engine::settings(&self.url, &self.schema, std::time::Duration::from_secs(5));
         settings.tombstone_stream = TOMBSTONE_CATEGORY.into();
-        settings.profile = Profile::Table(TableShape::ledger_core(
+        settings.profile = TableShape::ledger_core(
             Ident::parse("events").unwrap(),
             Ident::parse("position").unwrap(),
             TOMBSTONE_CATEGORY,
             NIL_UUID,
             &settings.tombstone_type,
-        ));
+        );
         crate::engine::postgres(&settings).expect("engine")
     }
 
