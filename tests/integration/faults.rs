@@ -518,14 +518,16 @@ async fn leader_session_killed_no_fill_while_another_leads() {
     let (_, _, log_a) = a.terminate();
     let (_, _, log_b) = b.terminate();
     // What each log says: when the process became the leader, and when each
-    // of its fills started (logged time minus the fill's duration).
+    // of its fills started: the logged time minus the fill's duration, which
+    // the log gives in whole milliseconds, so between `start_us` (a whole
+    // millisecond more) and a millisecond after it.
     let parse = |log: &str| {
         let f = facts(&log.lines().collect::<Vec<_>>(), 0, i64::MAX);
-        let fills: Vec<i64> = f
+        let fills: Vec<(i64, i64)> = f
             .fills
             .iter()
             .filter(|x| x.message.starts_with("filled hole with tombstones"))
-            .map(|x| x.start_us)
+            .map(|x| (x.start_us, x.start_us + 1_000))
             .collect();
         (f.became, fills)
     };
@@ -539,14 +541,16 @@ async fn leader_session_killed_no_fill_while_another_leads() {
         (&fills_a, &became_a, &became_b, "A"),
         (&fills_b, &became_b, &became_a, "B"),
     ] {
-        for f in fills {
-            let mine = own.iter().filter(|t| *t < f).max();
-            let theirs = other.iter().filter(|t| *t < f).max();
+        for (earliest, latest) in fills {
+            // Its own lead began by the fill's latest start; the other's
+            // surely before its earliest.
+            let mine = own.iter().filter(|t| *t <= latest).max();
+            let theirs = other.iter().filter(|t| *t < earliest).max();
             if let (Some(mine), Some(theirs)) = (mine, theirs) {
                 if theirs > mine {
                     violations.push(format!(
                         "{who} started a fill at {} after the other took the lock at {} (its own lead began {})",
-                        format_us(*f),
+                        format_us(*earliest),
                         format_us(*theirs),
                         format_us(*mine)
                     ));
