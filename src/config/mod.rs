@@ -968,8 +968,8 @@ impl<'a> Validator<'a> {
     fn rules(&mut self, set: &Read, need: Need) -> Result<Resolved, &'static str> {
         let engine = get(set, "engine").ok();
         let connection_string = self.connection_string(set, engine, need);
-        let profile = self.profile(set, engine);
         let tombstone_stream = tombstone_stream(set);
+        let profile = self.profile(set, engine, tombstone_stream.as_deref().ok());
         let connection_string = connection_string.ok_or("connection_string")?;
         let (profile, tombstone_stream) = (profile.ok_or("profile")?, tombstone_stream?);
         let leader_key = match get::<String>(set, "leader_key") {
@@ -989,8 +989,14 @@ impl<'a> Validator<'a> {
 
     /// The store's table profile from `profile`, `table`, `position_column`,
     /// `columns` and `tombstone_stream_id`: each key only where its profile
-    /// reads it, and what a profile needs present.
-    fn profile(&mut self, set: &Read, engine: Option<EngineKind>) -> Option<TableShape> {
+    /// reads it, and what a profile needs present. `stream`: the resolved
+    /// `tombstone_stream` (`None` when refused), which ledger-core's row names.
+    fn profile(
+        &mut self,
+        set: &Read,
+        engine: Option<EngineKind>,
+        stream: Option<&str>,
+    ) -> Option<TableShape> {
         let kind: ProfileKind = get(set, "profile").ok()?;
         if kind != ProfileKind::Eventuous
             && engine.is_some_and(|e| !crate::engine::heals_table_profiles(e))
@@ -1004,7 +1010,7 @@ impl<'a> Validator<'a> {
         }
         match kind {
             ProfileKind::Eventuous => self.eventuous_profile(set),
-            ProfileKind::LedgerCore => self.ledger_core_profile(set),
+            ProfileKind::LedgerCore => self.ledger_core_profile(set, stream),
             ProfileKind::Custom => self.custom_profile(set),
         }
     }
@@ -1012,10 +1018,12 @@ impl<'a> Validator<'a> {
     /// Eventuous's own tables: `table` and `position_column` only as its
     /// names, no tombstone columns.
     fn eventuous_profile(&mut self, set: &Read) -> Option<TableShape> {
+        let shape = TableShape::eventuous();
         for (key, fixed) in [
-            ("table", "messages"),
-            ("position_column", "global_position"),
+            ("table", &shape.table),
+            ("position_column", &shape.position),
         ] {
+            let fixed = fixed.as_str();
             let value: Option<Ident> = get(set, key).ok();
             if value.is_some_and(|v| v.as_str() != fixed) {
                 refuse(self, set, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
@@ -1026,11 +1034,11 @@ impl<'a> Validator<'a> {
                 refuse(self, set, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
             }
         }
-        Some(TableShape::eventuous())
+        Some(shape)
     }
 
     /// Seed 003's `events` table: its fixed tombstone row, its default names.
-    fn ledger_core_profile(&mut self, set: &Read) -> Option<TableShape> {
+    fn ledger_core_profile(&mut self, set: &Read, stream: Option<&str>) -> Option<TableShape> {
         let kind = ProfileKind::LedgerCore;
         if given(set, "columns") {
             refuse(self, set, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
@@ -1045,7 +1053,7 @@ impl<'a> Validator<'a> {
         Some(TableShape::ledger_core(
             table,
             position,
-            &tombstone_stream(set).ok()?,
+            stream?,
             &stream_id,
             &event_type,
         ))
