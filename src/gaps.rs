@@ -150,6 +150,11 @@ impl Tracker {
         self.holes.len()
     }
 
+    /// The highest hole.
+    pub fn highest(&self) -> Option<&Hole> {
+        self.holes.values().next_back()
+    }
+
     /// The first position of the lowest hole.
     pub fn lowest(&self) -> Option<i64> {
         self.holes.keys().next().copied()

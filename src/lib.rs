@@ -8,6 +8,7 @@
 //! - [`gaps`]: holes as ranges, and the tracker that ages them.
 //! - [`plan`]: which ranges one fill cycle tries, and in which pieces.
 //! - [`cycle`]: one fill cycle as a plan: what it fills in which statements, defers, takes as advice.
+//! - [`proof`]: the transaction-end proof: a position is filled only once every transaction that may have drawn it has ended.
 //! - [`engine`]: the database seam, with [`engine::postgres`] and [`engine::mssql`].
 //! - [`healer`]: the loop: scan, track, fill what is due, report.
 //! - [`fleet`]: many stores in one daemon, each its own healer.
@@ -29,6 +30,7 @@ pub mod gaps;
 pub mod healer;
 pub mod leader;
 pub mod plan;
+pub mod proof;
 pub mod secret;
 pub mod shutdown;
 pub mod systemd;

@@ -135,24 +135,67 @@ pub enum FillOutcome {
     /// Another filler held the tombstone stream past the lock timeout, or this
     /// process's leader lock session no longer holds the lock (the fence).
     Busy,
-    /// Another session that writes to the healed table was waiting for a
-    /// lock: it may have drawn a position of the range and be waiting before
-    /// the position's key exists (PostgreSQL's ON CONFLICT arbiter check, or
-    /// the unique check of an index inserted before the position's key), so
-    /// there is no key for the fill to wait on. Nothing was written; like
-    /// `Held`, a reason to try later, never to skip.
     /// The table itself was locked past the lock timeout (DDL, a
     /// non-concurrent `CREATE INDEX`, `LOCK TABLE`, `TABLOCK`): no key
     /// was tried. Every fill of the store would meet the same lock, so the
     /// store backs off as a whole; no position is taken for held.
     TableLocked,
-    WriterWaiting {
-        /// How many such sessions were waiting.
-        sessions: u32,
-        /// The lowest of their server session ids (PostgreSQL backend pid),
-        /// for the log line, where the engine knows it.
-        first_session: Option<i64>,
-    },
+}
+
+/// One open transaction that holds the store's identity: it may have drawn
+/// a position that has no key yet (see [`Engine::open_transactions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenTransaction {
+    /// The server's name for the transaction while it runs, never given to
+    /// another while it does (PostgreSQL's `virtualtransaction`, SQL
+    /// Server's transaction id).
+    pub id: String,
+    /// Its transaction id where one is assigned and differs from `id`
+    /// (PostgreSQL: it survives `PREPARE TRANSACTION`, which gives the
+    /// transaction a new `virtualtransaction`).
+    pub xid: Option<String>,
+    /// The session running it (PostgreSQL backend pid, SQL Server session
+    /// id), for the log; `None` for a prepared transaction.
+    pub session: Option<i64>,
+    /// The session's `application_name` (program name), where the login may
+    /// read it, for the log.
+    pub application: Option<String>,
+}
+
+impl OpenTransaction {
+    /// Whether `other`, read later, is this transaction still running:
+    /// the same name, or the same transaction id.
+    pub fn same_as(&self, other: &OpenTransaction) -> bool {
+        self.id == other.id || (self.xid.is_some() && self.xid == other.xid)
+    }
+}
+
+/// What [`Engine::open_transactions`] read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpenTransactions {
+    /// The transactions, other than the healer's own, that held a lock
+    /// every transaction drawing a position takes before it draws and keeps
+    /// until it ends.
+    Read(TransactionReading),
+    /// No such reading here (SQL Server without `VIEW SERVER STATE`): the
+    /// engine's own order of writing stands, a position keyed before any
+    /// wait (the clustered primary key is written first).
+    KeyOrderOnly,
+}
+
+/// One reading of the transactions that may hold a drawn position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransactionReading {
+    /// When the reading began: before the identity was read, and before
+    /// the locks were.
+    pub began: tokio::time::Instant,
+    /// How far the identity had handed positions out before the locks were
+    /// read (PostgreSQL: the sequence's last value, where the login may read
+    /// it); `None`: the engine cannot say, and the healer takes the
+    /// position it had examined before `began`.
+    pub handed_out: Option<i64>,
+    /// The open transactions.
+    pub open: Vec<OpenTransaction>,
 }
 
 /// A row of the store's Checkpoints table.
@@ -279,6 +322,34 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Which positions inside `ranges` exist now. Never waits on an open append.
     fn probe(&self, ranges: &[PosRange]) -> impl Future<Output = DbResult<Probe>> + Send;
+
+    /// The transactions that may still hold a position drawn from the
+    /// store's identity, from a reading that began no earlier than
+    /// `not_before` (the stores of one database share one). The
+    /// transaction-end proof rests on it: every transaction that draws a
+    /// position takes a lock (PostgreSQL: RowExclusiveLock on the
+    /// identity's sequence) before it draws and keeps it until it ends, so
+    /// a position handed out before the reading began either belongs to a
+    /// transaction the reading lists, or to one that has ended. The engine
+    /// reads how far the identity had handed out first, then the locks,
+    /// and leaves out the reading's own session; it never takes that lock
+    /// itself.
+    fn open_transactions(
+        &self,
+        not_before: tokio::time::Instant,
+    ) -> impl Future<Output = DbResult<OpenTransactions>> + Send;
+
+    /// Why positions up to `position`, above the `handed_out` a reading of
+    /// open transactions gave, are not filled: rows were written above the
+    /// identity, so those numbers will still be handed out. A permanent
+    /// error, in words that say how to repair it.
+    fn above_identity(&self, position: i64, handed_out: i64) -> DbError {
+        DbError::permanent(format!(
+            "refusing to fill up to {position}: the identity has handed out positions only up to \
+             {handed_out}; rows were written above it, so these numbers will still be handed out; \
+             run `gap-healer check`"
+        ))
+    }
 
     /// Fills every position of every range with a tombstone, in one
     /// transaction, or nothing. Tombstone stream positions follow global

@@ -61,8 +61,12 @@ impl<E: Engine> Healer<E> {
                 was_leader = is_leader;
             }
             let mut rechecked = None;
-            if Instant::now() >= pacing.next_poll {
+            // A turn that polls shares the poll's readings (due on the
+            // grid); one that only fills takes them fresh.
+            let mut not_before = Instant::now();
+            if not_before >= pacing.next_poll {
                 let scan_started = Instant::now();
+                not_before = pacing.next_poll;
                 let result = tokio::select! {
                     _ = stop.cancelled() => break,
                     r = self.poll(pacing.next_poll) => r,
@@ -76,7 +80,7 @@ impl<E: Engine> Healer<E> {
                     }
                 }
             }
-            if !self.fill_turn(&stop, rechecked).await {
+            if !self.fill_turn(&stop, rechecked, not_before).await {
                 warn!("shutdown deadline: abandoning the fill in flight (it rolls back)");
                 break;
             }
@@ -175,9 +179,14 @@ impl<E: Engine> Healer<E> {
 
     /// The turn's fills; `false` when shutdown's deadline abandoned the
     /// fill in flight.
-    async fn fill_turn(&mut self, stop: &CancellationToken, rechecked: Option<Rechecked>) -> bool {
+    async fn fill_turn(
+        &mut self,
+        stop: &CancellationToken,
+        rechecked: Option<Rechecked>,
+        not_before: Instant,
+    ) -> bool {
         let mut log = LogOnly;
-        let fill = self.fill_due_after(stop, rechecked, &mut log);
+        let fill = self.fill_due_after(stop, rechecked, not_before, &mut log);
         tokio::pin!(fill);
         tokio::select! {
             _ = &mut fill => true,

@@ -13,7 +13,8 @@ impl<E: Engine> Healer<E> {
     /// Tries every hole that is due, unless in dry-run mode or not the
     /// leader; each statement is logged at INFO ([`LogOnly`]).
     pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
-        self.fill_due_after(stop, None, &mut LogOnly).await
+        self.fill_due_after(stop, None, Instant::now(), &mut LogOnly)
+            .await
     }
 
     /// [`Healer::fill_due`], telling `progress` after every statement.
@@ -22,15 +23,19 @@ impl<E: Engine> Healer<E> {
         stop: &CancellationToken,
         progress: &mut dyn Progress,
     ) -> FillReport {
-        self.fill_due_after(stop, None, progress).await
+        self.fill_due_after(stop, None, Instant::now(), progress)
+            .await
     }
 
     /// [`Healer::fill_due`] right after a scan step: due holes that step
-    /// re-checked are not probed again.
+    /// re-checked are not probed again, and a reading of the open
+    /// transactions begun since `not_before` (the poll's due moment, or
+    /// now) serves the transaction-end proof.
     pub(super) async fn fill_due_after(
         &mut self,
         stop: &CancellationToken,
         rechecked: Option<Rechecked>,
+        not_before: Instant,
         progress: &mut dyn Progress,
     ) -> FillReport {
         let mut report = FillReport::default();
@@ -48,6 +53,10 @@ impl<E: Engine> Healer<E> {
             return report;
         }
         if !self.leader.is_leader() {
+            return report;
+        }
+        let due = self.proven_due(due, not_before, &mut report).await;
+        if due.is_empty() {
             return report;
         }
         let Some(probe) = self.fresh_probe(&due, rechecked, &mut report).await else {
@@ -196,10 +205,6 @@ impl<E: Engine> Healer<E> {
             Ok(FillOutcome::Committed) => self.fill_around_committed(a).await,
             Ok(FillOutcome::Busy) => self.retry_when_not_busy(a),
             Ok(FillOutcome::TableLocked) => self.back_off_from_locked_table(a),
-            Ok(FillOutcome::WriterWaiting {
-                sessions,
-                first_session,
-            }) => self.wait_for_waiting_writer(a, sessions, first_session),
             Ok(FillOutcome::Held) => self.split_around_held(a),
             Err(e) => self.back_off_from_error(a, &e),
         }
@@ -308,40 +313,6 @@ impl<E: Engine> Healer<E> {
             plan::after_committed(batch, &found, limits.rows, limits.ranges, limits.range_cost),
             a.queue,
         );
-    }
-
-    /// Another writer of the table waits for a lock, perhaps with a
-    /// position of this batch drawn and no key yet: the cycle's holes wait
-    /// a poll.
-    fn wait_for_waiting_writer(
-        &mut self,
-        a: Answered<'_>,
-        sessions: u32,
-        first_session: Option<i64>,
-    ) {
-        let Answered { what, ms, .. } = a;
-        self.observer.filled(Outcome::WriterWaiting, 0);
-        a.report.held += 1;
-        a.report.writer_waiting += 1;
-        info!(
-            range = %what,
-            ms,
-            sessions,
-            session = ?first_session,
-            outcome = "writer_waiting",
-            "another writer of the table is waiting for a lock, perhaps with a position of this range drawn and no key yet; not filling until it moves"
-        );
-        // The check is table-wide: the rest of the cycle would meet it
-        // too. Such waits end with the transaction waited for, so the
-        // holes are tried again a poll later, without growing backoff.
-        let at = Instant::now() + self.opts.poll_interval.max(Duration::from_millis(100));
-        for range in a
-            .batch
-            .iter()
-            .chain(std::mem::take(a.queue).iter().flatten())
-        {
-            self.tracker.postpone(*range, at);
-        }
     }
 
     pub(super) fn requeue(&mut self, after: AfterRefusal, queue: &mut Vec<plan::Batch>) {

@@ -22,6 +22,7 @@ mod fill;
 mod report;
 mod scan;
 mod start;
+mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,7 @@ use crate::engine::{
 use crate::gaps::{PosRange, Tracker};
 use crate::leader::Leader;
 use crate::plan::{self, AfterRefusal};
+use crate::proof::Proof;
 use crate::telemetry::{self as t, Gauges, Health, Observer, Operation, Outcome};
 
 /// Pages read per scan step before the loop lets fills and metrics run.
@@ -203,18 +205,6 @@ impl Rechecked {
     }
 }
 
-impl FillReport {
-    /// Adds another step's figures to these.
-    pub fn add(&mut self, other: &FillReport) {
-        self.statements += other.statements;
-        self.tombstones += other.tombstones;
-        self.committed += other.committed;
-        self.held += other.held;
-        self.writer_waiting += other.writer_waiting;
-        self.errors += other.errors;
-    }
-}
-
 /// What one fill step did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FillReport {
@@ -222,12 +212,24 @@ pub struct FillReport {
     pub tombstones: u64,
     pub committed: u64,
     /// Refusals that mean "try later": held positions, a busy tombstone
-    /// stream, a waiting writer.
+    /// stream, a locked table.
     pub held: u64,
-    /// Of `held`: fills refused because another writer was waiting for a
-    /// lock ([`FillOutcome::WriterWaiting`]).
-    pub writer_waiting: u64,
+    /// Due positions not tried because a transaction that may have drawn
+    /// them is still open (the transaction-end proof, [`crate::proof`]).
+    pub open_transaction: u64,
     pub errors: u64,
+}
+
+impl FillReport {
+    /// Adds another step's figures to these.
+    pub fn add(&mut self, other: &FillReport) {
+        self.statements += other.statements;
+        self.tombstones += other.tombstones;
+        self.committed += other.committed;
+        self.held += other.held;
+        self.open_transaction += other.open_transaction;
+        self.errors += other.errors;
+    }
 }
 
 /// Who follows a healer's steps as they go: the daemon's log alone
@@ -283,6 +285,23 @@ pub struct Healer<E: Engine> {
     recheck_after: i64,
     /// The last scan step stopped at [`MAX_TRACKED`].
     paused: bool,
+    /// What the transactions that drew the tracked positions have done.
+    proof: Proof,
+    /// The latest positions examined and when their scan page answered
+    /// (oldest first, a few): a reading that began after a page answered
+    /// covers the positions up to it.
+    scanned_at: std::collections::VecDeque<(Instant, i64)>,
+    /// The engine gives no reading of open transactions (SQL Server
+    /// without `VIEW SERVER STATE`): its key order alone stands.
+    key_order_only: bool,
+    /// How far the identity had handed out at the latest reading, where
+    /// the engine could say.
+    handed_out: Option<i64>,
+    /// Due holes wait for an open transaction first read at this moment
+    /// (the oldest they wait for); `None` when none waits.
+    blocked_since: Option<Instant>,
+    /// The last "waiting for an open transaction" line: when, and for which.
+    waits_logged: Option<(Instant, String)>,
 }
 
 impl<E: Engine> Healer<E> {
@@ -300,6 +319,12 @@ impl<E: Engine> Healer<E> {
             watermark_unproven: false,
             recheck_after: i64::MIN,
             paused: false,
+            proof: Proof::new(),
+            scanned_at: std::collections::VecDeque::new(),
+            key_order_only: false,
+            handed_out: None,
+            blocked_since: None,
+            waits_logged: None,
         }
     }
 

@@ -54,6 +54,7 @@ impl<E: Engine> Healer<E> {
             leader,
             head: watermark.and(self.examined()),
             contiguous: self.examined().and(watermark),
+            blocking_age: self.blocking_age(now),
         });
         self.health.update(t::Status {
             leader,

@@ -8,8 +8,17 @@ use super::*;
 
 impl<E: Engine> Healer<E> {
     /// Re-checks tracked holes (committed since?) and reads up to
-    /// [`MAX_PAGES_PER_STEP`] pages of new rows.
+    /// [`MAX_PAGES_PER_STEP`] pages of new rows; when it found new holes
+    /// and this healer fills, the open transactions are read after it
+    /// ([`crate::proof`]).
     pub async fn scan_step(&mut self) -> DbResult<ScanStep> {
+        self.scan_step_due(Instant::now()).await
+    }
+
+    /// [`Healer::scan_step`] for a poll due at `due`: a reading of the open
+    /// transactions that began since then serves it (the stores of a
+    /// database share one).
+    async fn scan_step_due(&mut self, due: Instant) -> DbResult<ScanStep> {
         let begun = match self.begun {
             Some(begun) => begun,
             None => self.start().await?,
@@ -22,6 +31,9 @@ impl<E: Engine> Healer<E> {
         let examined = self.read_pages(begun, &mut step).await?;
         self.scanned(started);
         step.examined = examined;
+        if step.new_holes > 0 && self.fills() {
+            self.read_transactions(due).await;
+        }
         Ok(step)
     }
 
@@ -77,6 +89,7 @@ impl<E: Engine> Healer<E> {
             step.rows += page.rows;
             step.new_holes += page.holes.len();
             examined = page.high.max(after);
+            self.scanned_up_to(page.high);
             self.begun = Some(Begun { examined, ..begun });
             if page.rows < u64::from(self.opts.scan_page_size) {
                 step.caught_up = true;
@@ -114,7 +127,7 @@ impl<E: Engine> Healer<E> {
                 }
             }
         }
-        self.scan_step().await
+        self.scan_step_due(due).await
     }
 
     /// Scans until the head is reached, telling `progress` after each step.

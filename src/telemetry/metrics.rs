@@ -31,6 +31,7 @@ pub const CHECKPOINT_LAG: &str = "gap_healer_checkpoint_lag_positions";
 pub const BUILD_INFO: &str = "gap_healer_build_info";
 pub const STORES: &str = "gap_healer_stores";
 pub const CONTIGUOUS_POSITION: &str = "gap_healer_contiguous_position";
+pub const BLOCKING_TRANSACTION_AGE: &str = "gap_healer_blocking_transaction_age_seconds";
 
 /// The label every per-store series carries.
 pub const STORE_LABEL: &str = "store";
@@ -64,7 +65,7 @@ macro_rules! label_values {
 
 label_values! {
     /// The `outcome` label of [`FILL_ATTEMPTS`]: how one fill transaction
-    /// ended.
+    /// ended, or why a fill cycle's due holes were not tried.
     pub enum Outcome {
         /// Every position of the batch holds a tombstone now.
         Filled => "filled",
@@ -73,8 +74,9 @@ label_values! {
         /// An open append holds a position, or another filler holds the
         /// tombstone stream, or this process no longer leads.
         Held => "held",
-        /// Another writer of the table was waiting for a lock.
-        WriterWaiting => "writer_waiting",
+        /// Due holes not tried: a transaction that may have drawn them is
+        /// still open (counted once per fill cycle).
+        OpenTransaction => "open_transaction",
         /// The table itself was locked.
         TableLocked => "table_locked",
         /// The database failed the statement.
@@ -90,7 +92,7 @@ impl Outcome {
             Outcome::Filled | Outcome::Error => None,
             Outcome::Committed => Some("an append got there"),
             Outcome::Held => Some("an open append holds a position"),
-            Outcome::WriterWaiting => Some("another writer of the table was waiting for a lock, perhaps with a position drawn and no key yet: nothing written"),
+            Outcome::OpenTransaction => Some("not tried: a transaction that may have drawn a due position is still open; once per fill cycle"),
             Outcome::TableLocked => Some("the table itself was locked, by DDL or LOCK TABLE: the store backs off"),
         }
     }
@@ -113,6 +115,8 @@ label_values! {
         Watermark => "watermark",
         /// Listing a store set's databases.
         Discover => "discover",
+        /// Reading the open transactions (the transaction-end proof).
+        Transactions => "transactions",
     }
 }
 
@@ -127,7 +131,8 @@ impl Operation {
             | Operation::Fill
             | Operation::Checkpoints
             | Operation::Leader
-            | Operation::Watermark => true,
+            | Operation::Watermark
+            | Operation::Transactions => true,
             Operation::Discover => false,
         }
     }
@@ -226,6 +231,11 @@ pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandl
         "Stores this process heals, by state: healthy (its last scan succeeded) or failing."
     );
     describe_gauge!(
+        BLOCKING_TRANSACTION_AGE,
+        Unit::Seconds,
+        "Age, since first read, of the oldest open transaction that due holes wait for (it may have drawn their positions); 0 when none. A hole is never filled before such a transaction ends."
+    );
+    describe_gauge!(
         CONTIGUOUS_POSITION,
         "The highest position at or below which every position, from the scan's start on, is a committed event or a tombstone."
     );
@@ -264,6 +274,8 @@ pub struct Gauges {
     pub head: Option<i64>,
     /// See [`CONTIGUOUS_POSITION`]; `None` exactly when `head` is.
     pub contiguous: Option<i64>,
+    /// See [`BLOCKING_TRANSACTION_AGE`].
+    pub blocking_age: Duration,
 }
 
 /// What a store's healer tells about its work. The daemon's is the store's
@@ -296,6 +308,7 @@ pub struct Series {
     open_gaps: Gauge,
     open_gap_positions: Gauge,
     oldest_gap_age: Gauge,
+    blocking_age: Gauge,
     leader: Gauge,
     tombstones: Counter,
     /// By [`Outcome`], in `Outcome::ALL`'s order.
@@ -332,6 +345,7 @@ impl Series {
             open_gaps: zero(metrics::gauge!(OPEN_GAPS, &[label()])),
             open_gap_positions: zero(metrics::gauge!(OPEN_GAP_POSITIONS, &[label()])),
             oldest_gap_age: zero(metrics::gauge!(OLDEST_GAP_AGE, &[label()])),
+            blocking_age: zero(metrics::gauge!(BLOCKING_TRANSACTION_AGE, &[label()])),
             leader: zero(metrics::gauge!(LEADER, &[label()])),
             tombstones,
             fills,
@@ -349,6 +363,7 @@ impl Series {
             &self.open_gaps,
             &self.open_gap_positions,
             &self.oldest_gap_age,
+            &self.blocking_age,
             &self.leader,
         ];
         for g in gauges
@@ -443,6 +458,7 @@ impl Observer for Series {
         self.open_gaps.set(g.holes as f64);
         self.open_gap_positions.set(g.positions as f64);
         self.oldest_gap_age.set(g.oldest_age.as_secs_f64());
+        self.blocking_age.set(g.blocking_age.as_secs_f64());
         self.leader.set(f64::from(u8::from(g.leader)));
         if let Some(head) = g.head {
             self.head().set(head as f64);
@@ -492,12 +508,12 @@ mod tests {
         let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(
             labels(&outcomes),
-            "filled,committed,held,writer_waiting,table_locked,error"
+            "filled,committed,held,open_transaction,table_locked,error"
         );
         let ops: Vec<&str> = Operation::of_a_store().map(Operation::label).collect();
         assert_eq!(
             labels(&ops),
-            "start,scan,probe,fill,checkpoints,leader,watermark"
+            "start,scan,probe,fill,checkpoints,leader,watermark,transactions"
         );
         assert_eq!(Operation::Discover.label(), "discover");
         assert!(Outcome::ALL
@@ -506,11 +522,11 @@ mod tests {
             .all(|(i, o)| *o as usize == i));
         assert_eq!(
             fill_attempts_help(),
-            "Fill transactions by outcome: filled, committed (an append got there), held (an open append holds a position), writer_waiting (another writer of the table was waiting for a lock, perhaps with a position drawn and no key yet: nothing written), table_locked (the table itself was locked, by DDL or LOCK TABLE: the store backs off), error."
+            "Fill transactions by outcome: filled, committed (an append got there), held (an open append holds a position), open_transaction (not tried: a transaction that may have drawn a due position is still open; once per fill cycle), table_locked (the table itself was locked, by DDL or LOCK TABLE: the store backs off), error."
         );
         assert_eq!(
             db_errors_help(),
-            "Database errors by operation (start, scan, probe, fill, checkpoints, leader, watermark)."
+            "Database errors by operation (start, scan, probe, fill, checkpoints, leader, watermark, transactions)."
         );
     }
 }

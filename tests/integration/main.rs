@@ -16,5 +16,6 @@ mod leader;
 mod mssql;
 mod pg;
 mod profiles;
+mod proof;
 mod sequence;
 mod watermark;

@@ -450,35 +450,23 @@ impl MssqlEngine {
         Ok(answer)
     }
 
-    /// Babelfish only, right before a fill batch: the abandonment proof's
-    /// question (`sql/mssql/waiting_writers.sql`, and ARCHITECTURE.md's
-    /// argument: a check any time after the holes came due and before the
-    /// insert suffices). `WriterWaiting`: another writer of Messages is
-    /// waiting for a lock, perhaps with a position of this fill drawn and no
-    /// key. `TableLocked`: another session holds or waits for a table lock
-    /// that blocks writers (an index build), which Babelfish's table stage
-    /// cannot wait for itself (it ignores the XLOCK hint).
-    async fn babelfish_writers(&self) -> DbResult<Option<FillOutcome>> {
-        let rows = self.read_first(&self.sql.waiting_writers, &[]).await?;
-        let (sessions, table_locks) = match rows.first() {
-            Some(row) => (
-                get::<i32>(row, "sessions")?.unwrap_or(0),
-                get::<i32>(row, "table_locks")?.unwrap_or(0),
-            ),
-            None => (0, 0),
+    /// Babelfish only, right before a fill batch: `TableLocked` when
+    /// another session holds or waits for a table lock on Messages that
+    /// blocks writers (an index build, `sql/mssql/table_locks.sql`), which
+    /// Babelfish's table stage cannot wait for itself (it ignores the XLOCK
+    /// hint).
+    async fn babelfish_table_locked(&self) -> DbResult<Option<FillOutcome>> {
+        let rows = self.read_first(&self.sql.table_locks, &[]).await?;
+        let table_locks = match rows.first() {
+            Some(row) => get::<i32>(row, "table_locks")?.unwrap_or(0),
+            None => 0,
         };
-        if table_locks > 0 {
-            return Ok(Some(FillOutcome::TableLocked));
-        }
-        Ok((sessions > 0).then(|| FillOutcome::WriterWaiting {
-            sessions: u32::try_from(sessions).unwrap_or(u32::MAX),
-            first_session: None,
-        }))
+        Ok((table_locks > 0).then_some(FillOutcome::TableLocked))
     }
 
     /// One fill transaction over `ranges` (ascending, apart), waiting at
     /// most `lock_timeout` for a message key, checked against `fence`: on
-    /// Babelfish first the question whether another writer waits, then the
+    /// Babelfish first the question whether the table is locked, then the
     /// batch in this login's [`FillMode`], and its answer read as an outcome.
     pub(crate) async fn fill_batch_of(
         &self,
@@ -492,7 +480,7 @@ impl MssqlEngine {
         let mode = self.fill_mode().await?;
         let babelfish = self.server().await?.babelfish.is_some();
         if babelfish {
-            if let Some(refused) = self.babelfish_writers().await? {
+            if let Some(refused) = self.babelfish_table_locked().await? {
                 return Ok(refused);
             }
         }

@@ -38,6 +38,7 @@ mod fill;
 mod leader;
 mod preflight;
 mod sql;
+mod transactions;
 mod watermark;
 
 use std::collections::BTreeSet;
@@ -61,7 +62,7 @@ use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::pool::{self, Pool};
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
-    Ident, Probe, ScanPage, StoreSettings, Unsupported, WatermarkTable,
+    Ident, OpenTransactions, Probe, ScanPage, StoreSettings, Unsupported, WatermarkTable,
 };
 use crate::gaps::PosRange;
 
@@ -544,6 +545,13 @@ impl Engine for MssqlEngine {
 
     fn shared_heads(&self) -> Option<&Unsupported> {
         None
+    }
+
+    async fn open_transactions(
+        &self,
+        _not_before: tokio::time::Instant,
+    ) -> DbResult<OpenTransactions> {
+        self.read_open_transactions().await
     }
 
     fn watermark_table(&self) -> Option<&Self> {

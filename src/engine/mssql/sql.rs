@@ -40,8 +40,13 @@ pub(crate) const WATERMARK_PUBLISH: &str = include_str!("../../../sql/mssql/wate
 pub(crate) const WATERMARK_CHECK: &str = include_str!("../../../sql/mssql/watermark_check.sql");
 pub(crate) const WATERMARK_TABLE: &str = include_str!("../../../sql/mssql/watermark_table.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
-/// Babelfish only: other writers of Messages waiting for a lock.
-pub(crate) const WAITING_WRITERS: &str = include_str!("../../../sql/mssql/waiting_writers.sql");
+/// Babelfish only: other sessions' locks on Messages that block writers.
+pub(crate) const TABLE_LOCKS: &str = include_str!("../../../sql/mssql/table_locks.sql");
+/// The transactions that hold Messages open for writing (SQL Server).
+pub(crate) const OPEN_TRANSACTIONS: &str = include_str!("../../../sql/mssql/open_transactions.sql");
+/// The same on Babelfish, from PostgreSQL's `pg_locks`.
+pub(crate) const OPEN_TRANSACTIONS_BABELFISH: &str =
+    include_str!("../../../sql/mssql/open_transactions_babelfish.sql");
 /// Takes the leader lock on a dedicated session. Names no schema: an
 /// application lock belongs to the database, and its name is `@P1`.
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_lock.sql");
@@ -127,7 +132,9 @@ pub(crate) struct Sql {
     pub(crate) fill_mode: String,
     pub(crate) preflight: String,
     pub(crate) session_state: String,
-    pub(crate) waiting_writers: String,
+    pub(crate) table_locks: String,
+    pub(crate) open_transactions: String,
+    pub(crate) open_transactions_babelfish: String,
 }
 
 impl Sql {
@@ -154,7 +161,9 @@ impl Sql {
             fill_mode: render(FILL_MODE, schema),
             preflight: render(PREFLIGHT, schema),
             session_state: render(SESSION_STATE, schema),
-            waiting_writers: render(WAITING_WRITERS, schema),
+            table_locks: render(TABLE_LOCKS, schema),
+            open_transactions: render(OPEN_TRANSACTIONS, schema),
+            open_transactions_babelfish: render(OPEN_TRANSACTIONS_BABELFISH, schema),
         })
     }
 
@@ -483,7 +492,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 20] = [
+    const ALL: [(&str, &str); 22] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
@@ -503,7 +512,9 @@ mod tests {
         ("watermark_publish", WATERMARK_PUBLISH),
         ("watermark_check", WATERMARK_CHECK),
         ("watermark_table", WATERMARK_TABLE),
-        ("waiting_writers", WAITING_WRITERS),
+        ("table_locks", TABLE_LOCKS),
+        ("open_transactions", OPEN_TRANSACTIONS),
+        ("open_transactions_babelfish", OPEN_TRANSACTIONS_BABELFISH),
     ];
 
     /// Files that name no schema: the session's own state, the leader
@@ -550,7 +561,9 @@ mod tests {
             &sql.fill_mode,
             &sql.preflight,
             &sql.session_state,
-            &sql.waiting_writers,
+            &sql.table_locks,
+            &sql.open_transactions,
+            &sql.open_transactions_babelfish,
         ] {
             assert!(!text.contains(SCHEMA_PLACEHOLDER), "{text}");
         }

@@ -5,14 +5,14 @@
 //!
 //! Order inside Eventuous's transaction: lock the tombstone stream's row (creating it
 //! on the first fill) under a short lock timeout, check the leader fence,
-//! refuse to go on while another writer of the table waits for a lock
-//! (the abandonment proof for positions without a key, see
-//! [`PostgresEngine::fill_guard`]), then insert every position with
-//! `OVERRIDING SYSTEM VALUE` under the caller's lock timeout, move the stream's Version by exactly the rows
-//! inserted, commit. The insert must check the primary key: it waits on an
-//! open append's key and then fails with 55P03 (still open: Held), fails with
-//! 23505 on the primary key (it committed: Committed), or succeeds (it rolled
-//! back).
+//! take the table's ROW EXCLUSIVE lock under the caller's lock timeout, then
+//! insert every position with `OVERRIDING SYSTEM VALUE`, move the stream's
+//! Version by exactly the rows inserted, commit. The healer hands a fill only
+//! positions whose drawing transactions have ended (the transaction-end
+//! proof, [`crate::proof`]); the insert must still check the primary key: it
+//! waits on an open append's key and then fails with 55P03 (still open:
+//! Held), fails with 23505 on the primary key (it committed: Committed), or
+//! succeeds (it rolled back).
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use tokio_postgres::error::SqlState;
 
 use super::errors::{db_error, get, Stage};
 use super::leader::advisory_key;
-use super::sql::{LEADER_CHECK, POSITION_KEYS, WAITING_WRITERS};
+use super::sql::{LEADER_CHECK, POSITION_KEYS};
 use super::PostgresEngine;
 use crate::engine::profile::Tombstone;
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
@@ -184,54 +184,6 @@ impl PostgresEngine {
         Ok(get::<bool>(&held, "held")?)
     }
 
-    /// Inside a fill's transaction, as its last step before the insert
-    /// (after `SET LOCAL lock_timeout`), the fill's two guards
-    /// (`sql/postgres/waiting_writers.sql`):
-    /// - the abandonment proof for positions without a key: other sessions
-    ///   that write to the healed table are waiting for a lock, and one of
-    ///   them may have drawn a position of this fill and be waiting before
-    ///   its key exists: write nothing ([`FillOutcome::WriterWaiting`]; the
-    ///   argument that this suffices is in ARCHITECTURE.md);
-    /// - the identity has not handed out the batch's last position (rows
-    ///   were written above its sequence since the start's check): refuse,
-    ///   permanently, with the `setval` that repairs it. Skipped when the
-    ///   login may not read the sequence (`check` says so).
-    pub(super) async fn fill_guard(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        ranges: &[PosRange],
-    ) -> Result<Option<FillOutcome>, Failed> {
-        let row = tx
-            .query_one(
-                WAITING_WRITERS,
-                &[&self.table_name(), &self.position_column()],
-            )
-            .await
-            .map_err(at(Stage::Stream))?;
-        let pids: Vec<i32> = get(&row, "pids")?;
-        if let Some(first) = pids.first() {
-            return Ok(Some(FillOutcome::WriterWaiting {
-                sessions: u32::try_from(pids.len()).unwrap_or(u32::MAX),
-                first_session: Some(i64::from(*first)),
-            }));
-        }
-        let readable: Option<bool> = get(&row, "sequence_readable")?;
-        let handed_out: Option<i64> = get(&row, "handed_out")?;
-        let last = ranges.last().map_or(i64::MIN, |r| r.end);
-        if readable == Some(true) && handed_out.is_none_or(|v| last > v) {
-            return Err(Failed::Db(DbError::permanent(format!(
-                "refusing to fill up to {last}: the identity has handed out positions only up to {}; \
-                 rows were written above its sequence (OVERRIDING SYSTEM VALUE without setval), so \
-                 these numbers will still be handed out; run SELECT setval(pg_get_serial_sequence('{}', '{}'), \
-                 (SELECT MAX({2}) FROM {1}))",
-                handed_out.map_or("none".into(), |v| v.to_string()),
-                self.table_name(),
-                self.position_column(),
-            ))));
-        }
-        Ok(None)
-    }
-
     /// Inside a fill's transaction, before the insert: the healed table's
     /// ROW EXCLUSIVE lock, taken explicitly under the caller's lock
     /// timeout. A lock timeout here is a TABLE lock (a non-concurrent
@@ -287,9 +239,6 @@ impl PostgresEngine {
         let (starts, ends) = bounds(ranges);
         set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
         self.lock_table(&tx).await?;
-        if let Some(refused) = self.fill_guard(&tx, ranges).await? {
-            return Ok(refused);
-        }
         let inserted = tx
             .execute(
                 &q.fill,

@@ -40,6 +40,7 @@ mod preflight;
 mod sql;
 mod table;
 pub mod tls;
+mod transactions;
 mod watermark;
 
 pub use self::conn::STALLED_SESSION_TIMEOUT;
@@ -53,12 +54,13 @@ pub(crate) use self::conn::Manager;
 use self::conn::Target;
 use self::errors::{db_error, get};
 use self::heads::Heads;
+use self::transactions::Transactions;
 use super::pool::{self, Pool, MAX_POOLED_SESSIONS};
 use super::profile::{TableShape, Tombstone};
 use super::shared_lock::SharedLock;
 use super::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
-    HeadReading, Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
+    HeadReading, OpenTransactions, Probe, ScanPage, SharedHeads, StoreSettings, WatermarkTable,
 };
 use super::{Ident, QualifiedName};
 use crate::gaps::PosRange;
@@ -67,12 +69,14 @@ use crate::gaps::PosRange;
 const PROBE_BATCH: usize = 1_000;
 
 /// What the PostgreSQL stores of one database (one connection string and
-/// connect timeout) share: the pool, the head readings, the leader lock
-/// session. Held weakly: each goes with its last store.
+/// connect timeout) share: the pool, the head readings, the readings of
+/// open transactions, the leader lock session. Held weakly: each goes with
+/// its last store.
 #[derive(Default)]
 pub struct Sharing {
     pools: pool::Shared<Pool<Manager>>,
     heads: pool::Shared<Heads>,
+    transactions: pool::Shared<Transactions>,
     locks: pool::Shared<SharedLock<PostgresEngine>>,
 }
 
@@ -116,6 +120,8 @@ pub struct PostgresEngine {
     position_keys: OnceLock<Vec<String>>,
     /// Its place in the head readings shared by the stores of its pool.
     heads: heads::Membership,
+    /// Its place in the readings of open transactions shared likewise.
+    transactions: transactions::Membership,
 }
 
 impl PostgresEngine {
@@ -157,6 +163,17 @@ impl PostgresEngine {
                 |_| {},
             )
             .join(sql::statement(sql::SHARED_HEAD, &schema, &settings.profile));
+        let transactions = shared
+            .transactions
+            .get(
+                &key,
+                || Transactions::new(pool.clone(), settings.connection_string.clone()),
+                |_| {},
+            )
+            .join(
+                settings.profile.qualified(&schema).name(),
+                settings.profile.position.as_str().to_string(),
+            );
         Ok(PostgresEngine {
             pool,
             target,
@@ -168,6 +185,7 @@ impl PostgresEngine {
             profile: settings.profile.clone(),
             position_keys: OnceLock::new(),
             heads,
+            transactions,
         })
     }
 
@@ -175,6 +193,12 @@ impl PostgresEngine {
     /// ([`SharedHeads::shared_head`]), for tests and diagnostics.
     pub fn shared_readings(&self) -> u64 {
         self.heads.readings()
+    }
+
+    /// Readings of open transactions the stores of its pool have sent
+    /// together ([`Engine::open_transactions`]), for tests and diagnostics.
+    pub fn transaction_readings(&self) -> u64 {
+        self.transactions.readings()
     }
 
     /// Classifies a driver error and scrubs its text.
@@ -314,6 +338,24 @@ impl Engine for PostgresEngine {
 
     fn shared_heads(&self) -> Option<&Self> {
         Some(self)
+    }
+
+    async fn open_transactions(
+        &self,
+        not_before: tokio::time::Instant,
+    ) -> DbResult<OpenTransactions> {
+        self.transactions.reading(not_before).await
+    }
+
+    fn above_identity(&self, position: i64, handed_out: i64) -> DbError {
+        DbError::permanent(format!(
+            "refusing to fill up to {position}: the identity has handed out positions only up to {handed_out}; \
+             rows were written above its sequence (OVERRIDING SYSTEM VALUE without setval), so these \
+             numbers will still be handed out; run SELECT setval(pg_get_serial_sequence('{table}', '{column}'), \
+             (SELECT MAX({column}) FROM {table}))",
+            table = self.table_name(),
+            column = self.position_column(),
+        ))
     }
 
     async fn probe(&self, ranges: &[PosRange]) -> DbResult<Probe> {

@@ -3,6 +3,8 @@
 //! identifiers; every value is a bind parameter). The table profiles' fill
 //! and version statements are written here from the profile's columns.
 
+use std::sync::LazyLock;
+
 use crate::engine::ident::Ident;
 use crate::engine::profile::{ColumnValue, TableShape, Tombstone};
 
@@ -46,7 +48,15 @@ pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/postgres/leader_
 pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases.sql");
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
 pub(crate) const SEQUENCE: &str = include_str!("../../../sql/postgres/sequence.sql");
-pub(crate) const WAITING_WRITERS: &str = include_str!("../../../sql/postgres/waiting_writers.sql");
+pub(crate) const HANDED: &str = include_str!("../../../sql/postgres/handed_out.sql");
+pub(crate) const IDENTITY_SEQUENCE: &str =
+    include_str!("../../../sql/postgres/identity_sequence.sql");
+/// One store's part of the first statement of a reading of open
+/// transactions ([`super::transactions`]), as sent.
+pub(crate) static HANDED_OUT: LazyLock<String> = LazyLock::new(|| without_comments(HANDED));
+/// The second statement of a reading of open transactions, as sent.
+pub(crate) static TRANSACTIONS: LazyLock<String> =
+    LazyLock::new(|| without_comments(include_str!("../../../sql/postgres/transactions.sql")));
 /// One store's part of the head reading its pool's stores share
 /// ([`super::heads`]): an expression, not a statement.
 pub(crate) const SHARED_HEAD: &str = include_str!("../../../sql/postgres/shared_head.sql");

@@ -73,9 +73,6 @@ impl PostgresEngine {
         let (starts, ends) = bounds(ranges);
         set_lock_timeout(&tx, lock_timeout, Stage::Insert).await?;
         self.lock_table(&tx).await?;
-        if let Some(refused) = self.fill_guard(&tx, ranges).await? {
-            return Ok(refused);
-        }
         let inserted = match &version {
             Some(v) => tx.execute(&q.fill, &[&starts, &ends, &literals, v]).await,
             None => tx.execute(&q.fill, &[&starts, &ends, &literals]).await,

@@ -233,3 +233,79 @@ async fn dry_run_and_followers_never_fill() {
     stop.cancel();
     task.await.unwrap();
 }
+
+/// The transaction-end proof in the loop: a hole read while a transaction
+/// that may have drawn it is open waits past `gap_timeout` for as long as
+/// that transaction stays open, whatever appends come and go meanwhile; it
+/// is filled at the first poll after it ended, never by a timeout.
+#[tokio::test(start_paused = true)]
+async fn a_due_hole_waits_for_the_transaction_open_when_it_was_read() {
+    let (fake, h) = healer([1, 3], opts());
+    fake.0.lock().unwrap().open = vec!["7/1".into()];
+    let health = h.health.clone();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(h.run(stop.clone()));
+    // Long past gap_timeout (5 s): new appends open and close meanwhile.
+    for i in 0..40 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fake.0.lock().unwrap().open = vec!["7/1".into(), format!("8/{i}")];
+    }
+    assert!(
+        fake.0.lock().unwrap().filled.is_empty(),
+        "filled while 7/1 was open"
+    );
+    assert!(fake.0.lock().unwrap().attempts.is_empty());
+    let readings = fake.0.lock().unwrap().readings;
+    // Due at 5 s, then one reading a poll (250 ms) for 15 s: 60, plus the
+    // one after the scan that found the hole and the one when it came due.
+    assert!(
+        (55..=63).contains(&readings),
+        "a reading a poll while the hole waits, not more: {readings}"
+    );
+    // 7/1 ends; only newer transactions remain open: 2 is proven.
+    fake.0.lock().unwrap().open = vec!["9/1".into()];
+    let ended = Instant::now();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let filled = fake.0.lock().unwrap().filled.clone();
+    assert_eq!(filled.len(), 1, "{filled:?}");
+    assert_eq!(filled[0].0, PosRange::single(2));
+    assert!(
+        filled[0].1.duration_since(ended) <= Duration::from_millis(250),
+        "filled at the first poll after it ended"
+    );
+    assert_eq!(health.status().open_holes, 0);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// A hole whose reading shows no open transaction is proven by the
+/// reading taken right after the scan that found it: filled exactly at
+/// `gap_timeout`, with one reading, not one a poll.
+#[tokio::test(start_paused = true)]
+async fn a_hole_read_with_no_open_transaction_is_filled_at_gap_timeout() {
+    let (fake, h) = healer([1, 3], opts());
+    let start = Instant::now();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(h.run(stop.clone()));
+    tokio::time::sleep(Duration::from_millis(5_010)).await;
+    let filled = fake.0.lock().unwrap().filled.clone();
+    assert_eq!(filled.len(), 1);
+    assert_eq!(filled[0].1.duration_since(start), Duration::from_secs(5));
+    assert_eq!(fake.0.lock().unwrap().readings, 1);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// A dry run and a follower read no open transactions (a reading takes
+/// every lock partition of the server for a moment).
+#[tokio::test(start_paused = true)]
+async fn only_a_healer_that_fills_reads_open_transactions() {
+    let mut o = opts();
+    o.dry_run = true;
+    let (fake, mut h) = healer([1, 3, 5], o);
+    h.begin().await.unwrap();
+    h.scan_step().await.unwrap();
+    tokio::time::advance(Duration::from_secs(6)).await;
+    h.fill_due(&CancellationToken::new()).await;
+    assert_eq!(fake.0.lock().unwrap().readings, 0);
+}

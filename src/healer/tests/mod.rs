@@ -2,7 +2,10 @@
 //! model of a store. This is a unit test of scheduling logic only: the
 //! database behaviour is proven against real PostgreSQL in tests/.
 use super::*;
-use crate::engine::{Checkpoint, EngineKind, FillLimits, Finding, HeadReading, Probe, ScanPage};
+use crate::engine::{
+    Checkpoint, EngineKind, FillLimits, Finding, HeadReading, OpenTransaction, OpenTransactions,
+    Probe, ScanPage, TransactionReading,
+};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +32,9 @@ struct Model {
     shared_reads: usize,
     /// What every probe fails with, when set.
     probe_error: Option<DbError>,
+    /// The open transactions a reading shows (ids), and the readings taken.
+    open: Vec<String>,
+    readings: usize,
 }
 
 struct Fake(Mutex<Model>);
@@ -103,6 +109,24 @@ impl Engine for Fake {
             committed,
             in_flight,
         })
+    }
+    async fn open_transactions(&self, _not_before: Instant) -> DbResult<OpenTransactions> {
+        let mut m = self.0.lock().unwrap();
+        m.readings += 1;
+        Ok(OpenTransactions::Read(TransactionReading {
+            began: Instant::now(),
+            handed_out: None,
+            open: m
+                .open
+                .iter()
+                .map(|id| OpenTransaction {
+                    id: id.clone(),
+                    xid: None,
+                    session: None,
+                    application: None,
+                })
+                .collect(),
+        }))
     }
     async fn fill_ranges(
         &self,

@@ -7,9 +7,10 @@
 //! given).
 //!
 //! The writers do what the ones users run do (tests/fixtures: Eventuous's
-//! own append, with no row lock in its version check; and a plain INSERT
-//! into a table whose unique key on the stream position is inserted before
-//! the position's key). The healer is [`Healer::scan_step`] and
+//! own append, with no row lock in its version check; a plain INSERT into a
+//! table whose unique key on the stream position is inserted before the
+//! position's key; Eventuous's append into a table whose CHECK constraint
+//! waits on a lock after the position is drawn). The healer is [`Healer::scan_step`] and
 //! [`Healer::fill_due`] over the real engine, with `gap_timeout` 0: a
 //! schedule stands for the moments a daemon would act, whatever the clock
 //! says.
@@ -60,6 +61,21 @@ pub enum Shape {
     /// A plain INSERT into a table whose unique index on (stream, stream
     /// position) comes before the primary key in index order.
     PlainUniqueFirst,
+    /// Eventuous's own append into a table with a CHECK constraint whose
+    /// function takes a lock per stream (a tenant's gate): the second
+    /// writer waits there, after its draw, outside any unique check, for as
+    /// long as the first one's transaction is open.
+    CheckWaits,
+}
+
+impl Shape {
+    /// Every shape.
+    pub const ALL: [Shape; 4] = [
+        Shape::Eventuous,
+        Shape::EventuousRetry,
+        Shape::PlainUniqueFirst,
+        Shape::CheckWaits,
+    ];
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,14 +84,10 @@ pub enum Ending {
     Rollback,
 }
 
-/// Every variant: a shape and the two writers' endings.
-pub fn variants() -> Vec<(Shape, [Ending; 2])> {
+/// Every variant of `shapes`: a shape and the two writers' endings.
+pub fn variants(shapes: &[Shape]) -> Vec<(Shape, [Ending; 2])> {
     let mut out = Vec::new();
-    for shape in [
-        Shape::Eventuous,
-        Shape::EventuousRetry,
-        Shape::PlainUniqueFirst,
-    ] {
+    for &shape in shapes {
         for a in [Ending::Rollback, Ending::Commit] {
             for b in [Ending::Commit, Ending::Rollback] {
                 out.push((shape, [a, b]));

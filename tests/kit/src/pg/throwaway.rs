@@ -164,6 +164,16 @@ impl Throwaway {
         }
     }
 
+    /// [`Throwaway::init`], then started with `extra` server options
+    /// (`-c name=value ...`).
+    pub fn started_with(tag: &str, auth_host: &str, extra: &str) -> Throwaway {
+        let t = Throwaway::init(tag, auth_host);
+        if let Err(e) = t.try_start(extra) {
+            panic!("{e}");
+        }
+        t
+    }
+
     /// Starts the server with `extra` server options (`-c name=value ...`);
     /// says why when it did not start.
     fn try_start(&self, extra: &str) -> Result<(), String> {
