@@ -1,21 +1,32 @@
 -- The transaction-end proof's question on Babelfish for PostgreSQL
 -- (src/proof.rs): T-SQL appends run PostgreSQL's executor, which draws the
--- identity value while it forms the row, after the statement has taken
--- RowExclusiveLock on Messages (when it is parsed, or when a cached plan
--- is run, before any row is formed), and keeps that lock until the
--- transaction ends. So a position drawn before this reading belongs to a
--- transaction listed here, or to one that has ended. The lock on the table,
--- not on its sequence: it is taken before the draw whatever the insert
--- does between its draw and its key (triggers, CHECK constraints, DEFAULTs
--- calling functions), and every writer of Messages is in the set, a
--- superset of the appends, so nothing is missed. pg_catalog.pg_locks is
--- readable by every login; OBJECT_ID is the table's PostgreSQL oid there.
+-- identity value from the identity's sequence while it forms the row. Every
+-- transaction that draws takes RowExclusiveLock on that sequence before it
+-- draws and keeps it until it ends, whatever the insert does between its
+-- draw and its key (a CHECK constraint or DEFAULT calling a function that
+-- waits on a lock, a trigger), so a position drawn before this reading
+-- belongs to a transaction listed here, or to one that has ended.
+-- pg_catalog is readable by every login; OBJECT_ID is the table's
+-- PostgreSQL oid there, and the sequence is the one the table depends on.
 --
--- id: the transaction's virtualtransaction, never given to another while it
--- runs; session_id: its backend pid (@@SPID there); application: the
--- session's application_name. The reading's own session is left out.
--- The schema placeholder is replaced by the bracketed, validated schema
--- name.
+-- Two result sets: the sequence's oid (NULL: none found, and the engine
+-- refuses to read no transactions as "none open"), then the transactions:
+-- id, the virtualtransaction, never given to another while it runs;
+-- session_id, its backend pid (@@SPID there); application, the session's
+-- application_name. The reading's own session is left out. The schema
+-- placeholder is replaced by the bracketed, validated schema name.
+
+DECLARE @sequence BIGINT = (
+    SELECT TOP (1) CAST(c.oid AS BIGINT)
+    FROM pg_catalog.pg_depend AS d
+    INNER JOIN pg_catalog.pg_class AS c ON d.objid = c.oid
+    WHERE
+        d.refobjid = OBJECT_ID(N'__schema__.[Messages]')
+        AND d.deptype IN ('a', 'i')
+        AND c.relkind = 'S'
+);
+
+SELECT @sequence AS sequence_oid;
 
 SELECT
     CAST(l.virtualtransaction AS NVARCHAR(40)) AS id,
@@ -25,7 +36,11 @@ FROM pg_catalog.pg_locks AS l
 LEFT JOIN pg_catalog.pg_stat_activity AS a ON l.pid = a.pid
 WHERE
     l.locktype = 'relation'
-    AND l.relation = OBJECT_ID(N'__schema__.[Messages]')
+    AND l.[database] = (
+        SELECT d.oid FROM pg_catalog.pg_database AS d
+        WHERE d.datname = pg_catalog.current_database()
+    )
+    AND CAST(l.relation AS BIGINT) = @sequence
     AND l.mode = 'RowExclusiveLock'
     AND l.granted = 'true'
     AND (l.pid IS NULL OR l.pid <> @@SPID);

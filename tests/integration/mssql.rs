@@ -1599,11 +1599,11 @@ async fn two_hundred_thousand_scattered_holes_healed_once() {
 /// servers: a table whose unique (StreamId, StreamPosition) index comes
 /// before the position's key, append A open, append B to the same stream
 /// position waiting on A's key in that index, another append committed
-/// above. The fill must not take B's position: on SQL Server B's clustered
-/// key exists before it waits (the fill meets it: held); on Babelfish,
-/// which inserts index entries in PostgreSQL's index order, B has no key
-/// there, and the waiting-writer check refuses the fill. When A rolls back,
-/// B's event is stored at its position.
+/// above. The fill must not take B's position: A's and B's transactions are
+/// open, so the transaction-end proof defers it (and, where the proof has
+/// no reading, B's clustered key exists on SQL Server before it waits: the
+/// fill meets it, held). When A rolls back, B's event is stored at its
+/// position.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
 async fn an_insert_waiting_before_its_key_keeps_its_position() {
@@ -1647,7 +1647,9 @@ async fn an_insert_waiting_before_its_key_keeps_its_position() {
     h.scan_step().await.unwrap();
     let report = h.fill_due(&CancellationToken::new()).await;
     println!("fill while B waits: {report:?}");
-    assert!(report.held >= 1, "{report:?}");
+    // Held (SQL Server: B's clustered key exists) or deferred for the
+    // open transactions of A and B (the transaction-end proof).
+    assert!(report.held + report.open_transaction >= 1, "{report:?}");
     let before = db.messages().await;
     assert!(
         before.iter().all(|m| m.message_type != TOMBSTONE_TYPE),
@@ -1778,4 +1780,193 @@ async fn a_table_lock_is_table_locked_not_a_held_key() {
     );
     db.assert_tombstone_stream_contiguous().await;
     drop(locker);
+}
+
+/// Eventuous's own SQL Server `append_events` into a table with user code
+/// that waits on a lock between the draw of the identity value and the key:
+/// a CHECK constraint whose function waits (a tenant's gate another append
+/// holds), and a DEFAULT of an added column calling such a function. The
+/// insert draws its identity value, then waits with no key, while another
+/// stream's append commits above. Each placement runs without the healer
+/// (the control: the append succeeds) and with it, which must leave the
+/// same: the append's event at its position, no tombstone there. Before the
+/// transaction-end proof, Babelfish's waiting-writer check did not count a
+/// wait outside a unique check, the position was filled, and the append
+/// then failed on the primary key. On SQL Server the identity is drawn
+/// before the CHECK (a failed CHECK burns a value), so the clustered key
+/// argument does not cover it either; the proof there reads
+/// `sys.dm_tran_locks` (this login may: it creates databases). The gate:
+/// on Babelfish an advisory lock, on SQL Server a locking read of a row
+/// another transaction inserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn an_eventuous_append_behind_user_code_that_waits_on_a_lock_keeps_its_event() {
+    for placement in ["CHECK", "DEFAULT"] {
+        for with_healer in [false, true] {
+            append_behind_a_gate(placement, with_healer).await;
+        }
+    }
+}
+
+/// One run of [`an_eventuous_append_behind_user_code_that_waits_on_a_lock_keeps_its_event`].
+async fn append_behind_a_gate(placement: &str, with_healer: bool) {
+    let babelfish = ms::is_babelfish().await;
+    let db = TestDb::create().await;
+    let mut c = db.client().await;
+    let wait = if babelfish {
+        "SELECT @v = COUNT(*) FROM pg_catalog.pg_advisory_xact_lock(4242, @s)"
+    } else {
+        "SELECT @v = v FROM eventuous.Gate WITH (READCOMMITTEDLOCK) WHERE StreamId = @s"
+    };
+    ms::exec(
+        &mut c,
+        "CREATE TABLE eventuous.Gate (StreamId INT NOT NULL PRIMARY KEY, v INT NOT NULL);",
+    )
+    .await;
+    ms::exec(
+        &mut c,
+        &format!(
+            "CREATE FUNCTION eventuous.tenant_gate(@s INT) RETURNS BIT AS BEGIN DECLARE @v INT; {wait}; RETURN 1; END"
+        ),
+    )
+    .await;
+    // CHECK: each stream's gate; DEFAULT (no column to read): gate 0.
+    let gate_key = if placement == "CHECK" {
+        ms::exec(
+            &mut c,
+            "ALTER TABLE eventuous.Messages ADD CONSTRAINT tenant_gate CHECK (eventuous.tenant_gate(StreamId) = 1);",
+        )
+        .await;
+        None
+    } else {
+        ms::exec(
+            &mut c,
+            "ALTER TABLE eventuous.Messages ADD Gate BIT NOT NULL CONSTRAINT DF_Messages_Gate DEFAULT (eventuous.tenant_gate(0));",
+        )
+        .await;
+        Some(0)
+    };
+    db.append("S", 1).await;
+    let ident = db.ident_current().await;
+    let stream_id = db
+        .scalar("SELECT CAST(StreamId AS BIGINT) FROM eventuous.Streams WHERE StreamName = N'S'")
+        .await
+        .unwrap();
+    let key = gate_key.unwrap_or(stream_id);
+    // Another append of the tenant holds the gate.
+    let mut holder = db.client().await;
+    let hold = if babelfish {
+        format!("BEGIN TRANSACTION; SELECT COUNT(*) FROM pg_catalog.pg_advisory_xact_lock(4242, {key});")
+    } else {
+        format!("BEGIN TRANSACTION; INSERT INTO eventuous.Gate (StreamId, v) VALUES ({key}, 1);")
+    };
+    holder
+        .simple_query(hold)
+        .await
+        .unwrap()
+        .into_results()
+        .await
+        .unwrap();
+    let id = Uuid::new_v4();
+    let writer = {
+        let cs = db.connection_string();
+        tokio::spawn(async move {
+            let mut w = ms::connect(&cs).await.unwrap();
+            let sql = format!(
+                "SET XACT_ABORT ON; BEGIN TRANSACTION;\n{}\nCOMMIT TRANSACTION;",
+                gap_healer_testkit::eventuous::mssql::append_events_sql(EVENT_TYPE, 1)
+            );
+            let (stream, version, data) = ("S", 0_i32, "{}");
+            let params: [&dyn tiberius::ToSql; 4] = [&stream, &version, &id, &data];
+            let answered =
+                async { w.query(sql.as_str(), &params).await?.into_results().await }.await;
+            answered.map(|_| ()).map_err(|e| e.to_string())
+        })
+    };
+    let drawn = gap_healer_testkit::wait::until(Duration::from_secs(10), || async {
+        db.ident_current().await > ident
+    })
+    .await;
+    if !drawn && !babelfish {
+        // SQL Server evaluated the user code before drawing: no hole to
+        // take while it waits.
+        println!(
+            "{placement}: SQL Server waits before drawing the identity value: nothing to defend"
+        );
+        holder
+            .simple_query("COMMIT TRANSACTION;")
+            .await
+            .unwrap()
+            .into_results()
+            .await
+            .unwrap();
+        writer.await.unwrap().unwrap();
+        return;
+    }
+    assert!(drawn, "{placement}: the append drew its position");
+    // Another stream's append commits above (naming the gate's column, so
+    // its own DEFAULT does not wait).
+    ms::exec(
+        &mut c,
+        &format!(
+            "INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (N'other', 0);
+             INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, Created{})
+             SELECT NEWID(), N'{EVENT_TYPE}', StreamId, 0, N'{{}}', SYSUTCDATETIME(){} FROM eventuous.Streams WHERE StreamName = N'other';",
+            if gate_key.is_some() { ", Gate" } else { "" },
+            if gate_key.is_some() { ", 1" } else { "" },
+        ),
+    )
+    .await;
+    let mut deferred = 0;
+    let mut h = gap_healer_testkit::engine::healer(
+        std::sync::Arc::new(db.engine()),
+        healer_options(Duration::ZERO),
+    );
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        if with_healer {
+            h.scan_step().await.unwrap();
+            let report = h.fill_due(&CancellationToken::new()).await;
+            deferred += report.open_transaction;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = db.messages().await;
+    holder
+        .simple_query("COMMIT TRANSACTION;")
+        .await
+        .unwrap()
+        .into_results()
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(30), writer)
+        .await
+        .expect("the append ended")
+        .unwrap();
+    let stored = db
+        .messages()
+        .await
+        .into_iter()
+        .find(|m| m.stream == "S" && m.position > ident && m.message_type == EVENT_TYPE);
+    println!(
+        "{placement}, {} healer: append {answer:?}, stored at {:?}, {deferred} position(s) deferred for an open transaction",
+        if with_healer { "with the" } else { "without the" },
+        stored.as_ref().map(|m| m.position)
+    );
+    assert!(
+        before.iter().all(|m| m.message_type != TOMBSTONE_TYPE),
+        "{placement}: filled while the append waited: {before:?}"
+    );
+    assert_eq!(answer, Ok(()), "{placement}: the append succeeds");
+    assert!(
+        stored.is_some(),
+        "{placement}: the append's event is stored"
+    );
+    if with_healer {
+        assert!(
+            deferred >= 1,
+            "{placement}: the hole waited for the append's transaction"
+        );
+    }
+    drop((h, c, holder));
 }

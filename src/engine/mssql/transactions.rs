@@ -1,9 +1,10 @@
 //! The readings of open transactions that the transaction-end proof rests
 //! on ([`crate::proof`]): on SQL Server the transactions holding an
 //! intent-exclusive lock on Messages (`sys.dm_tran_locks`, which needs
-//! `VIEW SERVER STATE`), on Babelfish those holding RowExclusiveLock on it
-//! (`pg_locks`). Neither can say how far the identity had handed out, so
-//! the healer takes the position it had examined before the reading began.
+//! `VIEW SERVER STATE`), on Babelfish those holding RowExclusiveLock on the
+//! identity's sequence (`pg_locks`). Neither says how far the identity had
+//! handed out, so the healer takes the position it had examined before the
+//! reading began.
 //!
 //! Without the right to read `sys.dm_tran_locks` the reading is
 //! [`OpenTransactions::KeyOrderOnly`]: SQL Server writes a row into the
@@ -14,7 +15,7 @@
 use tokio::time::Instant;
 
 use super::{get, get_integer, MssqlEngine};
-use crate::engine::{DbResult, OpenTransaction, OpenTransactions, TransactionReading};
+use crate::engine::{DbError, DbResult, OpenTransaction, OpenTransactions, TransactionReading};
 
 /// SQL Server's refusals of a dynamic management view to a login without
 /// the right: 300 (a permission denied, naming it), 297 (no permission to
@@ -31,8 +32,8 @@ impl MssqlEngine {
             &self.sql.open_transactions
         };
         let began = Instant::now();
-        let rows = match self.read_first(sql, &[]).await {
-            Ok(rows) => rows,
+        let mut sets = match self.read(sql, &[]).await {
+            Ok(sets) => sets,
             Err(e)
                 if !babelfish
                     && e.code
@@ -43,6 +44,22 @@ impl MssqlEngine {
             }
             Err(e) => return Err(e),
         };
+        if babelfish {
+            // First the sequence the table draws from: without it, no row
+            // of pg_locks could be read as "none open".
+            let sequence = match sets.first().and_then(|set| set.first()) {
+                Some(row) => get_integer(row, "sequence_oid")?,
+                None => None,
+            };
+            if sequence.is_none() || sets.len() < 2 {
+                return Err(DbError::permanent(format!(
+                    "open transactions: Babelfish shows no sequence for the identity of [{}].[Messages]",
+                    self.settings.schema.as_str()
+                )));
+            }
+            sets.remove(0);
+        }
+        let rows = sets.into_iter().next().unwrap_or_default();
         let mut open = Vec::with_capacity(rows.len());
         for row in &rows {
             open.push(OpenTransaction {
