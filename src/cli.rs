@@ -409,8 +409,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
         Command::Completions { shell } => {
             let mut cmd = Documented::command();
-            clap_complete::generate(*shell, &mut cmd, "gap-healer", &mut std::io::stdout());
-            return Ok(EXIT_OK);
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "gap-healer", &mut script);
+            return print_out(&script);
         }
         Command::Man { command } => return man(command.as_deref()),
         _ => {}
@@ -426,13 +427,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     settings.select(stores)?;
     let many = settings.stores.len() + settings.sets.len() > 1;
     match &cli.command {
-        Command::Config(_) => {
-            print!("{}", settings.to_toml());
-            return Ok(EXIT_OK);
-        }
+        Command::Config(_) => return print_out(settings.to_toml().as_bytes()),
         Command::Sql(SqlArgs { role, .. }) => {
-            print_setup_sql(&settings, role.as_deref(), many);
-            return Ok(EXIT_OK);
+            return print_out(setup_sql(&settings, role.as_deref(), many).as_bytes());
         }
         _ => {}
     }
@@ -483,24 +480,42 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     })
 }
 
-/// Prints `sql`'s setup statements for every selected store and store set,
-/// each led by a comment naming it when there are many.
-fn print_setup_sql(settings: &Settings, role: Option<&str>, many: bool) {
+/// `sql`'s setup statements for every selected store and store set, each
+/// led by a comment naming it when there are many.
+fn setup_sql(settings: &Settings, role: Option<&str>, many: bool) -> String {
+    let mut sql = String::new();
     for store in &settings.stores {
         if many {
-            println!("-- store {}", store.name);
+            sql.push_str(&format!("-- store {}\n", store.name));
         }
-        print!("{}", engine::setup_sql(store.engine, &store.store, role));
+        sql.push_str(&engine::setup_sql(store.engine, &store.store, role));
     }
     for set in &settings.sets {
-        println!(
-            "-- store set {}: in every database LIKE '{}'",
+        sql.push_str(&format!(
+            "-- store set {}: in every database LIKE '{}'\n",
             set.name, set.databases
-        );
-        print!(
-            "{}",
-            engine::setup_sql(set.template.engine, &set.template.store, role)
-        );
+        ));
+        sql.push_str(&engine::setup_sql(
+            set.template.engine,
+            &set.template.store,
+            role,
+        ));
+    }
+    sql
+}
+
+/// Writes a command's whole output to stdout. A reader that closes the pipe
+/// before the end (`gap-healer man | head`) is no failure: it has read what
+/// it wanted, so the command ends quietly with 0, as it would had the reader
+/// read on (under `set -o pipefail` the pipeline succeeds), instead of
+/// "Broken pipe" and exit 3.
+fn print_out(bytes: &[u8]) -> Result<u8, Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(EXIT_OK),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(EXIT_OK),
+        Err(e) => Err(anyhow::anyhow!("writing to stdout: {e}").into()),
     }
 }
 
@@ -533,13 +548,14 @@ fn man(command: Option<&str>) -> Result<u8, Failure> {
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no command {name}"))?,
     };
+    let mut roff = Vec::new();
     clap_mangen::Man::new(page)
         .date(env!("GAP_HEALER_BUILD_DATE"))
         .source(format!("gap-healer {}", env!("CARGO_PKG_VERSION")))
         .manual("gap-healer")
-        .render(&mut std::io::stdout())
-        .map_err(|e| anyhow::anyhow!("writing the man page: {e}"))?;
-    Ok(EXIT_OK)
+        .render(&mut roff)
+        .map_err(|e| anyhow::anyhow!("making the man page: {e}"))?;
+    print_out(&roff)
 }
 
 /// A one-shot command on one store, on whichever engine

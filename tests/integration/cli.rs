@@ -6,6 +6,8 @@ use std::time::Duration;
 use gap_healer_testkit::bin::{cli, timing, Daemon};
 use gap_healer_testkit::pg::{connect, pg_port, Store};
 
+mod shells;
+
 /// How long the daemon may take to exit after SIGTERM. Its own worst case is
 /// 2.0 s: the fill in flight gets DRAIN_DEADLINE (1.5 s) before it is
 /// abandoned, then the leader election 200 ms and the metrics server 300 ms
