@@ -1786,6 +1786,30 @@ fn man_pages_come_from_the_flag_definitions() {
     assert_eq!(cli(&["man", "nope"], &[]).code, 2);
 }
 
+/// Issue 27: `--gap-timeout`'s help called it Eventuous's
+/// GapHandlingTimeoutMs, a subscriber setting the README says to leave
+/// unset; it is gap-healer's own wait.
+#[test]
+fn gap_timeout_help_is_gap_healers_own_wait() {
+    for command in ["run", "heal", "check", "config"] {
+        let out = cli(&[command, "--help"], &[]);
+        assert_eq!(out.code, 0, "{}", out.all());
+        let line = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.contains("--gap-timeout"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(line.contains("gap-healer waits"), "{command}: {line}");
+        assert!(
+            !out.stdout.contains("GapHandlingTimeoutMs"),
+            "{command}: {}",
+            out.stdout
+        );
+    }
+}
+
 /// Issue 20: `--version` names the commit (this checkout's, when built
 /// from one) and the build's date.
 #[test]
