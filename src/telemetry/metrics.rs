@@ -31,6 +31,7 @@ pub const CHECKPOINT_LAG: &str = "gap_healer_checkpoint_lag_positions";
 pub const BUILD_INFO: &str = "gap_healer_build_info";
 pub const STORES: &str = "gap_healer_stores";
 pub const CONTIGUOUS_POSITION: &str = "gap_healer_contiguous_position";
+pub const DRY_RUN: &str = "gap_healer_dry_run";
 
 /// The label every per-store series carries.
 pub const STORE_LABEL: &str = "store";
@@ -229,6 +230,10 @@ pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandl
         CONTIGUOUS_POSITION,
         "The highest position at or below which every position, from the scan's start on, is a committed event or a tombstone."
     );
+    describe_gauge!(
+        DRY_RUN,
+        "1 when the store is healed as a dry run (it finds holes, never fills, never leads), else 0."
+    );
     build_info().set(1.0);
     Ok(handle)
 }
@@ -297,6 +302,7 @@ pub struct Series {
     open_gap_positions: Gauge,
     oldest_gap_age: Gauge,
     leader: Gauge,
+    dry_run: Gauge,
     tombstones: Counter,
     /// By [`Outcome`], in `Outcome::ALL`'s order.
     fills: Vec<Counter>,
@@ -333,6 +339,7 @@ impl Series {
             open_gap_positions: zero(metrics::gauge!(OPEN_GAP_POSITIONS, &[label()])),
             oldest_gap_age: zero(metrics::gauge!(OLDEST_GAP_AGE, &[label()])),
             leader: zero(metrics::gauge!(LEADER, &[label()])),
+            dry_run: zero(metrics::gauge!(DRY_RUN, &[label()])),
             tombstones,
             fills,
             db_errors,
@@ -350,6 +357,7 @@ impl Series {
             &self.open_gap_positions,
             &self.oldest_gap_age,
             &self.leader,
+            &self.dry_run,
         ];
         for g in gauges
             .into_iter()
@@ -409,6 +417,12 @@ impl Series {
                 .clone(),
             Err(_) => make(checkpoint),
         }
+    }
+
+    /// [`DRY_RUN`]: whether the store is healed as a dry run, so an alert
+    /// can tell "no leader" from "none may lead".
+    pub(super) fn set_dry_run(&self, on: bool) {
+        self.dry_run.set(f64::from(u8::from(on)));
     }
 
     fn head(&self) -> &Gauge {

@@ -854,6 +854,7 @@ async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
         "gap_healer_head_position{store=\"default\"} 7",
         "gap_healer_contiguous_position{store=\"default\"} 7",
         "gap_healer_leader{store=\"default\"} 1",
+        "gap_healer_dry_run{store=\"default\"} 0",
         "gap_healer_db_errors_total{operation=\"fill\",store=\"default\"} 0",
         "gap_healer_checkpoint_lag_positions{checkpoint=\"projection\",store=\"default\"} 4",
         "gap_healer_stores{state=\"healthy\"} 1",
