@@ -9,7 +9,8 @@
 //! Exit codes ([`EXIT_CODES`]): 0 success; 1 holes: `scan` found some,
 //! `heal --once` left some (not as a dry run); 2 bad usage or configuration; 3 could not
 //! complete (database unreachable, missing table, missing rights, a fill
-//! failed).
+//! failed); 143 or 130: `heal --once` stopped by SIGTERM or SIGINT before
+//! its pass ended (128 + the signal's number).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -51,7 +52,8 @@ Exit codes (in a fleet, the highest of any store's):
   0  done: scan found no holes, heal --once left none, check passed (warnings included)
   1  holes: scan found some; heal --once left some unfilled (held by appends still open; a dry run exits 0)
   2  bad usage or configuration (every problem listed, before connecting; run: start_from above the head)
-  3  could not complete: database unreachable, missing table or right, a failed check or fill; run: give_up_after passed";
+  3  could not complete: database unreachable, missing table or right, a failed check or fill; run: give_up_after passed
+  143, 130  heal --once stopped by SIGTERM, SIGINT before its pass ended (128 + the signal, as a shell reports a process the signal ended; run exits 0)";
 
 const RUN_EXIT: &str = "\
 Exit codes:
@@ -73,7 +75,9 @@ Exit codes (in a fleet, the highest of any store's):
   0  every hole found is filled (or there were none; or --dry-run, which fills none)
   1  holes left: held by appends still open (run it again later)
   2  bad usage or configuration
-  3  could not complete: database unreachable, missing table or right, or a fill failed";
+  3  could not complete: database unreachable, missing table or right, or a fill failed
+  143  stopped by SIGTERM before the pass ended (130: SIGINT): 128 + the signal, as a shell reports a process the signal ended;
+       the report says what was filled and what was found and left";
 
 const CHECK_EXIT: &str = "\
 Exit codes (in a fleet, the highest of any store's):
@@ -407,11 +411,7 @@ pub fn main() -> ExitCode {
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
-        Command::Completions { shell } => {
-            let mut cmd = Documented::command();
-            clap_complete::generate(*shell, &mut cmd, "gap-healer", &mut std::io::stdout());
-            return Ok(EXIT_OK);
-        }
+        Command::Completions { shell } => return print_out(&completion_script(*shell)),
         Command::Man { command } => return man(command.as_deref()),
         _ => {}
     }
@@ -426,13 +426,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     settings.select(stores)?;
     let many = settings.stores.len() + settings.sets.len() > 1;
     match &cli.command {
-        Command::Config(_) => {
-            print!("{}", settings.to_toml());
-            return Ok(EXIT_OK);
-        }
+        Command::Config(_) => return print_out(settings.to_toml().as_bytes()),
         Command::Sql(SqlArgs { role, .. }) => {
-            print_setup_sql(&settings, role.as_deref(), many);
-            return Ok(EXIT_OK);
+            return print_out(setup_sql(&settings, role.as_deref(), many).as_bytes());
         }
         _ => {}
     }
@@ -478,30 +474,111 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                     worst = worst.max(failure.exit_code());
                 }
             }
+            // Stopped by a signal: the stores after this one are not begun.
+            if let Some(signal) = crate::shutdown::received() {
+                return Ok(worst.max(signal.exit_code()));
+            }
         }
         Ok(worst)
     })
 }
 
-/// Prints `sql`'s setup statements for every selected store and store set,
-/// each led by a comment naming it when there are many.
-fn print_setup_sql(settings: &Settings, role: Option<&str>, many: bool) {
+/// `sql`'s setup statements for every selected store and store set, each
+/// led by a comment naming it when there are many.
+fn setup_sql(settings: &Settings, role: Option<&str>, many: bool) -> String {
+    let mut sql = String::new();
     for store in &settings.stores {
         if many {
-            println!("-- store {}", store.name);
+            sql.push_str(&format!("-- store {}\n", store.name));
         }
-        print!("{}", engine::setup_sql(store.engine, &store.store, role));
+        sql.push_str(&engine::setup_sql(store.engine, &store.store, role));
     }
     for set in &settings.sets {
-        println!(
-            "-- store set {}: in every database LIKE '{}'",
+        sql.push_str(&format!(
+            "-- store set {}: in every database LIKE '{}'\n",
             set.name, set.databases
-        );
-        print!(
-            "{}",
-            engine::setup_sql(set.template.engine, &set.template.store, role)
-        );
+        ));
+        sql.push_str(&engine::setup_sql(
+            set.template.engine,
+            &set.template.store,
+            role,
+        ));
     }
+    sql
+}
+
+/// Writes a command's whole output to stdout. A reader that closes the pipe
+/// before the end (`gap-healer man | head`) is no failure: it has read what
+/// it wanted, so the command ends quietly with 0, as it would had the reader
+/// read on (under `set -o pipefail` the pipeline succeeds), instead of
+/// "Broken pipe" and exit 3.
+fn print_out(bytes: &[u8]) -> Result<u8, Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(EXIT_OK),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(EXIT_OK),
+        Err(e) => Err(anyhow::anyhow!("writing to stdout: {e}").into()),
+    }
+}
+
+/// The binary's name, as a shell completes it.
+const BIN: &str = "gap-healer";
+
+/// The name bash's script is generated under (see [`completion_script`]).
+const BASH_NAME: &str = "gap_healer";
+
+/// The documented command line as completions and man pages show it: the
+/// keys whose values are a closed set list them, so `--engine <TAB>`
+/// offers `mssql postgres`. (Parsing leaves those values to the
+/// configuration, which names every problem at once.)
+fn documented() -> clap::Command {
+    const CLOSED: [(&str, [&str; 2]); 2] = [
+        ("engine", ["mssql", "postgres"]),
+        ("log_format", ["text", "json"]),
+    ];
+    let mut cmd = Documented::command();
+    for name in MAN_PAGES {
+        cmd = cmd.mut_subcommand(name, |mut sub| {
+            for (key, values) in CLOSED {
+                if sub.get_arguments().any(|a| a.get_id() == key) {
+                    sub = sub.mut_arg(key, |a| a.value_parser(values));
+                }
+            }
+            sub
+        });
+    }
+    cmd
+}
+
+/// `gap-healer completions SHELL`: the script, made from the documented
+/// command line. clap_complete 4.6 gets bash wrong for a hyphenated name: its
+/// loop sets `cmd="gap__healer__subcmd__run"` while its case arms are named
+/// `gap__subcmd__healer__subcmd__run)`, so no flag of any subcommand
+/// completes. Generated under a name without a hyphen both agree; the
+/// script is then registered (`complete -F _gap_healer ...`) for the real
+/// name, the one word of it that names the command the shell completes.
+fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut cmd = documented();
+    let mut out = Vec::new();
+    if shell != clap_complete::Shell::Bash {
+        clap_complete::generate(shell, &mut cmd, BIN, &mut out);
+        return out;
+    }
+    clap_complete::generate(shell, &mut cmd, BASH_NAME, &mut out);
+    let mut script = String::new();
+    for line in String::from_utf8_lossy(&out).lines() {
+        match line.strip_suffix(&format!(" {BASH_NAME}")) {
+            Some(head) if head.trim_start().starts_with("complete ") => {
+                script.push_str(&format!("{head} {BIN}\n"));
+            }
+            _ => {
+                script.push_str(line);
+                script.push('\n');
+            }
+        }
+    }
+    script.into_bytes()
 }
 
 /// Where a one-shot command prints a store's lines: stdout, each line led
@@ -524,7 +601,7 @@ impl Out {
 
 /// `gap-healer man [COMMAND]`: the page, from the same definitions as the flags.
 fn man(command: Option<&str>) -> Result<u8, Failure> {
-    let mut cmd = Documented::command();
+    let mut cmd = documented();
     cmd.build();
     let page = match command {
         None => cmd,
@@ -533,13 +610,14 @@ fn man(command: Option<&str>) -> Result<u8, Failure> {
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no command {name}"))?,
     };
+    let mut roff = Vec::new();
     clap_mangen::Man::new(page)
         .date(env!("GAP_HEALER_BUILD_DATE"))
         .source(format!("gap-healer {}", env!("CARGO_PKG_VERSION")))
         .manual("gap-healer")
-        .render(&mut std::io::stdout())
-        .map_err(|e| anyhow::anyhow!("writing the man page: {e}"))?;
-    Ok(EXIT_OK)
+        .render(&mut roff)
+        .map_err(|e| anyhow::anyhow!("making the man page: {e}"))?;
+    print_out(&roff)
 }
 
 /// A one-shot command on one store, on whichever engine
@@ -714,15 +792,17 @@ impl Progress {
     }
 
     /// Clears the bar and logs the completion line: `scanning: done, 6 of
-    /// 6 positions in 4ms (1,500 positions/s)`.
-    fn finish(self, done: u64) {
+    /// 6 positions in 4ms (1,500 positions/s)`; `stopped` instead of `done`
+    /// when a signal cut the work short.
+    fn finish(self, done: u64, stopped: bool) {
         use indicatif::HumanCount;
         self.bar.finish_and_clear();
         let took = self.started.elapsed();
         let rate = done as f64 / took.as_secs_f64().max(1e-6);
         info!(
-            "{}: done, {} of {} positions in {} ({} positions/s)",
+            "{}: {}, {} of {} positions in {} ({} positions/s)",
             self.what,
+            if stopped { "stopped" } else { "done" },
             HumanCount(done),
             HumanCount(self.len.max(done)),
             humantime::format_duration(std::time::Duration::from_millis(took.as_millis() as u64)),
@@ -812,7 +892,7 @@ async fn scan_all<E: Engine>(
     };
     healer.scan_to_head(stop, &mut shown).await?;
     let done = shown.done;
-    bar.finish(done);
+    bar.finish(done, stop.is_cancelled());
     Ok(start)
 }
 
@@ -1009,9 +1089,7 @@ async fn heal_once<E: Engine>(
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let mut healer = one_shot_healer(engine, settings);
-    let Some(healed) = heal_rounds(&mut healer, settings, out, &stop).await? else {
-        return Ok(EXIT_OK);
-    };
+    let healed = heal_rounds(&mut healer, settings, out, &stop).await?;
     let left = if settings.dry_run {
         crate::gaps::Stats {
             holes: healed.holes,
@@ -1021,15 +1099,29 @@ async fn heal_once<E: Engine>(
     } else {
         healer.tracker().stats()
     };
-    let code = if healed.report.errors > 0 {
+    // Stopped by a signal: the pass did not finish, which is neither "holes
+    // held by open appends" (1) nor a failure (3).
+    let stopped = stopped_by(&stop);
+    let code = if let Some(signal) = stopped {
+        signal.exit_code()
+    } else if healed.report.errors > 0 {
         EXIT_INCOMPLETE
     } else if left.holes > 0 && !settings.dry_run {
         EXIT_HOLES_FOUND
     } else {
         EXIT_OK
     };
-    print_heal_report(settings, format, out, &healed, &left);
+    print_heal_report(settings, format, out, &healed, &left, stopped);
     Ok(code)
+}
+
+/// The signal that cancelled `stop`, if it is cancelled.
+fn stopped_by(stop: &CancellationToken) -> Option<crate::shutdown::Stop> {
+    if !stop.is_cancelled() {
+        return None;
+    }
+    // The token is cancelled only by a signal; the fallback never shows.
+    Some(crate::shutdown::received().unwrap_or(crate::shutdown::Stop::Term))
 }
 
 /// What `heal` found over all its rounds, and what its fills did.
@@ -1039,14 +1131,14 @@ struct Healed {
     report: crate::healer::FillReport,
 }
 
-/// Scans and fills in rounds until nothing is left to find; `None` when
-/// told to stop while waiting for holes to come due.
+/// Scans and fills in rounds until nothing is left to find, or until told
+/// to stop (then with what it found and filled until then).
 async fn heal_rounds<E: Engine>(
     healer: &mut Healer<E>,
     settings: &Store,
     out: &Out,
     stop: &CancellationToken,
-) -> Result<Option<Healed>, Failure> {
+) -> Result<Healed, Failure> {
     // The tracker holds at most MAX_TRACKED holes: a store with more is
     // healed in rounds, each scanning on from where the last one paused.
     let (mut holes, mut positions) = (0, 0u64);
@@ -1061,7 +1153,7 @@ async fn heal_rounds<E: Engine>(
         positions += stats.positions;
         // A dry run fills nothing, so waiting for the holes to come due
         // would only pass the time: it reports what it found at once.
-        if settings.dry_run {
+        if settings.dry_run || stop.is_cancelled() {
             break;
         }
         if let Some(due) = healer.tracker().last_due() {
@@ -1076,7 +1168,7 @@ async fn heal_rounds<E: Engine>(
             ));
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
-                _ = stop.cancelled() => return Ok(None),
+                _ = stop.cancelled() => break,
             }
         }
         let bar = progress(stats.positions, "filling");
@@ -1088,17 +1180,17 @@ async fn heal_rounds<E: Engine>(
         let round = healer.fill_due_with(stop, &mut shown).await;
         let filled = shown.done;
         healer.publish_watermark().await;
-        bar.finish(filled);
+        bar.finish(filled, stop.is_cancelled());
         report.add(&round);
         if !healer.scan_paused() || round.tombstones == 0 || stop.is_cancelled() {
             break;
         }
     }
-    Ok(Some(Healed {
+    Ok(Healed {
         holes,
         positions,
         report,
-    }))
+    })
 }
 
 /// Prints what `heal` found, filled and left, as one JSON object or one line.
@@ -1108,6 +1200,7 @@ fn print_heal_report(
     out: &Out,
     healed: &Healed,
     left: &crate::gaps::Stats,
+    stopped: Option<crate::shutdown::Stop>,
 ) {
     let Healed {
         holes,
@@ -1133,11 +1226,21 @@ fn print_heal_report(
                     "failed": report.errors,
                 },
                 "left": { "holes": left.holes, "positions": left.positions },
+                "stopped": stopped.map(crate::shutdown::Stop::name),
             })
         );
         return;
     }
-    if holes == 0 {
+    if let Some(signal) = stopped {
+        out.line(format_args!(
+            "stopped by {} before the pass ended: filled {} position(s) with {} statement(s); {} position(s) in {} hole(s) found and not filled (run it again)",
+            signal.name(),
+            report.tombstones,
+            report.statements,
+            left.positions,
+            left.holes
+        ));
+    } else if holes == 0 {
         out.line("no holes: nothing to fill");
     } else if settings.dry_run {
         let unless = if settings.gap_timeout.is_zero() {

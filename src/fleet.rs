@@ -52,6 +52,7 @@ impl Running {
             return;
         }
         let health = Health::for_store(&store.name, store.poll_interval, store.lock_timeout);
+        health.dry_run(store.dry_run);
         self.board.add(health.clone());
         let own = stop.child_token();
         let task = HealTask {

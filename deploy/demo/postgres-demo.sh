@@ -71,8 +71,12 @@ port=$((20000 + RANDOM % 20000))
 cs="host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE"
 bin=${CARGO_TARGET_DIR:-target}/debug/gap-healer
 
-say "building gap-healer (debug)"
-cargo build --quiet
+say "building gap-healer (debug, cargo build --locked)"
+if [ ! -x "$bin" ]; then
+    echo "The first build compiles about 200 crates: a few minutes (5 on a busy 2-core machine)."
+    echo "Cargo shows each crate as it goes; later runs build in seconds."
+fi
+cargo build --locked
 
 say "creating the Eventuous schema $schema"
 sed "s/__schema__/$schema/g" tests/fixtures/eventuous_postgres.sql | psql -q -v ON_ERROR_STOP=1

@@ -310,6 +310,37 @@ def iter_panels(panels):
         yield from iter_panels(p.get("panels", []))
 
 
+AGGREGATION_RE = re.compile(
+    r"\b(sum|min|max|avg|group|stddev|stdvar|count|count_values|bottomk|topk|quantile|limitk|limit_ratio)"
+    r"\s*(?:(by|without)\s*\(([^)]*)\))?\s*\(")
+
+
+def legend_problems(legend, expr):
+    """Labels the legend names ({{store}}) that the query's result cannot
+    carry: an aggregation keeps only its `by` labels (none at all without
+    one), so `histogram_quantile(0.99, sum by (le) (...))` shows a blank
+    {{store}} and mixes every store into one line. Aggregations written with
+    `by` after their argument are refused (this check reads the other form)."""
+    problems = []
+    wanted = re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", legend or "")
+    if re.search(r"\)\s*(by|without)\s*\(", expr):
+        problems.append("write `by (...)` before the aggregation's argument (sum by (l) (x)), as the others are")
+    for m in AGGREGATION_RE.finditer(expr):
+        op, clause, labels = m.group(1), m.group(2), m.group(3)
+        if clause == "without":
+            continue
+        kept = {l.strip() for l in (labels or "").split(",") if l.strip()}
+        lost = [l for l in wanted if l not in kept]
+        if lost:
+            problems.append("the legend shows %s, but `%s%s` keeps %s: blank in the legend, and the series of "
+                            "every %s are added into one" % (
+                                ", ".join("{{%s}}" % l for l in lost), op,
+                                " by (%s)" % labels if clause else "",
+                                "only " + ", ".join(sorted(kept)) if kept else "no label at all",
+                                "/".join(lost)))
+    return problems
+
+
 def cmd_dashboard(args):
     path, rules_out = args
     with open(path, encoding="utf-8") as fh:
@@ -357,6 +388,10 @@ def cmd_dashboard(args):
             if t.get("datasource", {}).get("uid") != "${datasource}":
                 errs.append("panel %s target %s must use ${datasource}" % (pid, t.get("refId")))
             exprs.append((pid, t.get("refId"), p.get("title"), t["expr"]))
+    for pid, ref, title, e in exprs:
+        t = next(t for p in panels if p.get("id") == pid for t in p.get("targets", []) if t.get("refId") == ref)
+        errs.extend("panel %s (%s) query %s: %s" % (pid, title, ref, m)
+                    for m in legend_problems(t.get("legendFormat", ""), e))
     if errs:
         fail("dashboard %s:\n  %s" % (path, "\n  ".join(errs)))
     # Substitute Grafana variables so promtool can parse each query.

@@ -317,7 +317,7 @@ pub const KEYS: &[Key] = &[
         name: "gap_timeout",
         heading: Heading::Fill,
         commands: RUN | HEAL | CHECK,
-        help: "Age a hole must reach before it is filled (Eventuous' GapHandlingTimeoutMs)",
+        help: "How long gap-healer waits, from when it first sees a hole, before filling it",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
         scope: Scope::store(

@@ -109,6 +109,11 @@ impl Health {
         }
     }
 
+    /// Says in the store's series whether it is healed as a dry run.
+    pub fn dry_run(&self, on: bool) {
+        self.series.set_dry_run(on);
+    }
+
     /// The store's name, the `store` label of its series.
     pub fn store(&self) -> &str {
         &self.store

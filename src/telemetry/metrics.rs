@@ -32,6 +32,7 @@ pub const BUILD_INFO: &str = "gap_healer_build_info";
 pub const STORES: &str = "gap_healer_stores";
 pub const CONTIGUOUS_POSITION: &str = "gap_healer_contiguous_position";
 pub const BLOCKING_TRANSACTION_AGE: &str = "gap_healer_blocking_transaction_age_seconds";
+pub const DRY_RUN: &str = "gap_healer_dry_run";
 
 /// The label every per-store series carries.
 pub const STORE_LABEL: &str = "store";
@@ -239,6 +240,10 @@ pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandl
         CONTIGUOUS_POSITION,
         "The highest position at or below which every position, from the scan's start on, is a committed event or a tombstone."
     );
+    describe_gauge!(
+        DRY_RUN,
+        "1 when the store is healed as a dry run (it finds holes, never fills, never leads), else 0."
+    );
     build_info().set(1.0);
     Ok(handle)
 }
@@ -310,6 +315,7 @@ pub struct Series {
     oldest_gap_age: Gauge,
     blocking_age: Gauge,
     leader: Gauge,
+    dry_run: Gauge,
     tombstones: Counter,
     /// By [`Outcome`], in `Outcome::ALL`'s order.
     fills: Vec<Counter>,
@@ -347,6 +353,7 @@ impl Series {
             oldest_gap_age: zero(metrics::gauge!(OLDEST_GAP_AGE, &[label()])),
             blocking_age: zero(metrics::gauge!(BLOCKING_TRANSACTION_AGE, &[label()])),
             leader: zero(metrics::gauge!(LEADER, &[label()])),
+            dry_run: zero(metrics::gauge!(DRY_RUN, &[label()])),
             tombstones,
             fills,
             db_errors,
@@ -365,6 +372,7 @@ impl Series {
             &self.oldest_gap_age,
             &self.blocking_age,
             &self.leader,
+            &self.dry_run,
         ];
         for g in gauges
             .into_iter()
@@ -424,6 +432,12 @@ impl Series {
                 .clone(),
             Err(_) => make(checkpoint),
         }
+    }
+
+    /// [`DRY_RUN`]: whether the store is healed as a dry run, so an alert
+    /// can tell "no leader" from "none may lead".
+    pub(super) fn set_dry_run(&self, on: bool) {
+        self.dry_run.set(f64::from(u8::from(on)));
     }
 
     fn head(&self) -> &Gauge {

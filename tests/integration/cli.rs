@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
-use gap_healer_testkit::bin::{cli, timing, Daemon};
+use gap_healer_testkit::bin::{self, cli, timing, Daemon, Process};
 use gap_healer_testkit::pg::{connect, pg_port, Store};
+use nix::sys::signal::Signal;
+
+mod shells;
 
 /// How long the daemon may take to exit after SIGTERM. Its own worst case is
 /// 2.0 s: the fill in flight gets DRAIN_DEADLINE (1.5 s) before it is
@@ -851,6 +854,7 @@ async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
         "gap_healer_head_position{store=\"default\"} 7",
         "gap_healer_contiguous_position{store=\"default\"} 7",
         "gap_healer_leader{store=\"default\"} 1",
+        "gap_healer_dry_run{store=\"default\"} 0",
         "gap_healer_db_errors_total{operation=\"fill\",store=\"default\"} 0",
         "gap_healer_checkpoint_lag_positions{checkpoint=\"projection\",store=\"default\"} 4",
         "gap_healer_stores{state=\"healthy\"} 1",
@@ -902,6 +906,92 @@ async fn sigterm_during_a_lock_wait_exits_without_waiting_it_out() {
     assert_eq!(code, Some(0), "{log}");
     assert!(took < SIGTERM_BOUND, "{took:?}");
     open.commit().await.expect("the open append still commits");
+    assert!(store.tombstone_positions().await.is_empty());
+}
+
+/// `gap-healer heal --once` with this store's flags and `more`, in the
+/// background.
+fn heal_in_background(store: &Store, more: &[&str]) -> Process {
+    let args = store.argv(&[&["heal", "--once", "--start-from", "0"][..], more].concat());
+    Process::spawn(bin::command(&args, [("", ""); 0])).expect("gap-healer starts")
+}
+
+/// Issue 27: `heal --once` stopped by SIGTERM while filling logged
+/// "filling: done, 135,000 of 200,000" and exited 1, as if open appends held
+/// the rest. Now: "filling: stopped, ...", a report that says it was
+/// stopped, what it filled and what it left, and exit 143 (128 + SIGTERM).
+#[tokio::test]
+async fn heal_once_stopped_by_sigterm_while_filling_says_stopped_and_exits_143() {
+    let store = Store::new("heal_stopped").await;
+    // 200,000 one-position holes: 200 fill statements.
+    store.insert_bulk(200_000, "g * 2").await;
+    let holes = store.try_missing_count().await.unwrap();
+    let mut heal = heal_in_background(&store, &["--gap-timeout", "0s"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // SIGTERM once the first statements have committed.
+    loop {
+        let missing = store.try_missing_count().await.unwrap();
+        if missing < holes {
+            break;
+        }
+        assert!(heal.running(), "it ended first:\n{}", heal.output());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing filled in 120 s:\n{}",
+            heal.output()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    heal.signal(Signal::SIGTERM).unwrap();
+    let code = heal.wait(Duration::from_secs(10)).await;
+    let output = heal.output();
+    println!("{output}");
+    assert_eq!(code, 143, "{output}");
+    let log = heal.log();
+    assert!(log.contains("filling: stopped, "), "{log}");
+    assert!(!log.contains("filling: done"), "{log}");
+    let left = store.try_missing_count().await.unwrap();
+    assert!(
+        left > 0,
+        "everything was filled before the signal landed: {output}"
+    );
+    let filled = store.assert_tombstone_stream_consistent().await;
+    assert_eq!(filled, holes - left, "{output}");
+    assert!(
+        output.contains(&format!(
+            "stopped by SIGTERM before the pass ended: filled {filled} position(s)"
+        )) && output.contains(&format!(
+            "{left} position(s) in {left} hole(s) found and not filled"
+        )),
+        "{output}"
+    );
+}
+
+/// Stopped while waiting for its holes to come due, `heal --once` filled
+/// nothing and exited 0 as if there were nothing to do; now it says so and
+/// exits 143. JSON names the signal.
+#[tokio::test]
+async fn heal_once_stopped_while_waiting_gap_timeout_exits_143() {
+    let store = store_with_holes("heal_stopped_wait").await;
+    let mut heal = heal_in_background(&store, &["--gap-timeout", "60s", "--format", "json"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !heal.log().contains("waiting") {
+        assert!(heal.running(), "it ended first:\n{}", heal.output());
+        assert!(std::time::Instant::now() < deadline, "{}", heal.output());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    heal.signal(Signal::SIGTERM).unwrap();
+    let code = heal.wait(Duration::from_secs(10)).await;
+    let output = heal.output();
+    assert_eq!(code, 143, "{output}");
+    let json = output
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON report:\n{output}"));
+    let report: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(report["stopped"], "SIGTERM", "{json}");
+    assert_eq!(report["filled"], 0, "{json}");
+    assert_eq!(report["left"]["positions"], 4, "{json}");
     assert!(store.tombstone_positions().await.is_empty());
 }
 
@@ -1672,42 +1762,11 @@ async fn fleet_output_names_the_store_in_each_line_and_object() {
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
-/// Issue 20: shell completions and man pages come from the same
-/// definitions as the flags: each command's own.
+/// Issue 20: man pages come from the same definitions as the flags: each
+/// command's own. (Completions are tried in the shells themselves:
+/// `cli::shells`.)
 #[test]
-fn completions_and_man_pages_come_from_the_flag_definitions() {
-    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
-        let out = cli(&["completions", shell], &[]);
-        assert_eq!(out.code, 0, "{shell}: {}", out.all());
-        assert!(out.stdout.contains("start-from"), "{shell}");
-        assert!(out.stdout.contains("completions"), "{shell}");
-    }
-    let bash = cli(&["completions", "bash"], &[]).stdout;
-    // bash's `opts` for `gap-healer scan` are scan's flags only, and those
-    // before a command are the subcommands and -h, -V alone.
-    let opts = |case: &str| -> String {
-        bash.split(&format!("\n        {case})\n"))
-            .nth(1)
-            .and_then(|s| s.split("opts=\"").nth(1))
-            .and_then(|s| s.split('"').next())
-            .unwrap_or_else(|| panic!("no case {case} in\n{bash}"))
-            .to_string()
-    };
-    let scan = opts("gap__subcmd__healer__subcmd__scan");
-    assert!(
-        scan.contains("--start-from") && scan.contains("--format"),
-        "{scan}"
-    );
-    assert!(
-        !scan.contains("--metrics-addr") && !scan.contains("--dry-run"),
-        "{scan}"
-    );
-    let root = opts("gap__healer");
-    assert!(
-        root.starts_with("-h -V --help --version run scan "),
-        "{root}"
-    );
-
+fn man_pages_come_from_the_flag_definitions() {
     let man = cli(&["man"], &[]);
     assert_eq!(man.code, 0, "{}", man.all());
     assert!(
@@ -1726,6 +1785,30 @@ fn completions_and_man_pages_come_from_the_flag_definitions() {
     assert!(scan.stdout.contains("start\\-from"), "{}", scan.stdout);
     assert!(!scan.stdout.contains("metrics\\-addr"), "{}", scan.stdout);
     assert_eq!(cli(&["man", "nope"], &[]).code, 2);
+}
+
+/// Issue 27: `--gap-timeout`'s help called it Eventuous's
+/// GapHandlingTimeoutMs, a subscriber setting the README says to leave
+/// unset; it is gap-healer's own wait.
+#[test]
+fn gap_timeout_help_is_gap_healers_own_wait() {
+    for command in ["run", "heal", "check", "config"] {
+        let out = cli(&[command, "--help"], &[]);
+        assert_eq!(out.code, 0, "{}", out.all());
+        let line = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.contains("--gap-timeout"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(line.contains("gap-healer waits"), "{command}: {line}");
+        assert!(
+            !out.stdout.contains("GapHandlingTimeoutMs"),
+            "{command}: {}",
+            out.stdout
+        );
+    }
 }
 
 /// Issue 20: `--version` names the commit (this checkout's, when built

@@ -91,6 +91,10 @@ async fn a_dry_run_never_takes_the_leader_lock_from_a_healer_that_fills() {
     assert!(store.missing().await.is_empty(), "{}", filler.log());
     assert_eq!(dry.metric("gap_healer_leader").await, Some(0.0));
     assert_eq!(filler.metric("gap_healer_leader").await, Some(1.0));
+    // Issue 27: and it says it is a dry run, so GapHealerNoLeader can leave
+    // out a store that only dry runs watch (deploy/prometheus/alerts.yml).
+    assert_eq!(dry.metric("gap_healer_dry_run").await, Some(1.0));
+    assert_eq!(filler.metric("gap_healer_dry_run").await, Some(0.0));
     assert!(
         !dry.lines_containing("not taking part in the leader election")
             .is_empty(),

@@ -8,6 +8,7 @@
 
 mod cli;
 mod contract;
+mod docs;
 mod explorer;
 mod faults;
 mod fleet;

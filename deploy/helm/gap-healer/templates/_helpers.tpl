@@ -73,11 +73,16 @@ app.kubernetes.io/component: healer
 {{- end -}}
 {{- end -}}
 
+{{/*
+The image. Its repository is required: no registry serves a gap-healer image
+yet, and a default naming one would leave the pods in ImagePullBackOff.
+*/}}
 {{- define "gap-healer.image" -}}
+{{- $repository := required "image.repository is required: no registry serves a gap-healer image yet. Build one from the repository's Dockerfile (README, \"Container image\"), push it to a registry your cluster pulls from, and set image.repository (e.g. --set image.repository=registry.example.com/gap-healer), with image.tag or image.digest" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 
@@ -238,6 +243,10 @@ what would leak the connection string into the ConfigMap.
 */}}
 {{- define "gap-healer.validateConfig" -}}
 {{- $c := .Values.config -}}
+{{- $engine := required "config.engine is required: postgres or mssql, the engine of the store's database (e.g. --set config.engine=postgres)" (get $c "engine") -}}
+{{- if not (has $engine (list "postgres" "mssql")) -}}
+{{- fail (printf "config.engine is %q: it must be postgres or mssql" $engine) -}}
+{{- end -}}
 {{- if hasKey $c "connection_string" -}}
 {{- fail "config.connection_string must not be set: the connection string comes from the Secret (database.*) or from a connection_string_file" -}}
 {{- end -}}
