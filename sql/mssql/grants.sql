@@ -25,3 +25,12 @@ IF OBJECT_ID(N'__schema__.[Checkpoints]', N'U') IS NOT NULL
 --   GRANT SELECT, INSERT, UPDATE ON OBJECT::__schema__.[Streams] TO __healer_role__;
 --   GRANT SELECT ON OBJECT::__schema__.[Checkpoints] TO __healer_role__;
 -- `gap-healer check` reports which mode a login can use and what is missing.
+
+-- The transaction-end proof reads sys.dm_tran_locks (which transactions
+-- hold Messages open for writing); without the right `gap-healer check`
+-- says only the clustered key argument is in force. A server-level right
+-- of the LOGIN, granted in master:
+--   GRANT VIEW SERVER STATE TO __healer_role__;
+-- (VIEW SERVER PERFORMANCE STATE is enough from SQL Server 2022.) On Azure
+-- SQL Database, in the store's database instead:
+--   GRANT VIEW DATABASE STATE TO __healer_role__;

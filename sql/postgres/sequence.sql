@@ -4,11 +4,13 @@
 -- a CACHE above 1 lets each session pre-allocate values, so a "hole" can
 -- be a number another session will still insert; an increment other than 1
 -- or another table drawing from the same sequence breaks the order the
--- safety argument rests on. The sequence's last value (readable with
--- SELECT or USAGE on it) below the table's highest position means rows
--- were written above what the identity has handed out: the positions in
--- between will still be handed out. $1 is the table's qualified name, $2
--- its position column.
+-- safety argument rests on. Its last value (read afterwards from the
+-- sequence relation, with handed_out.sql, where the login has SELECT on it:
+-- pg_sequence_last_value() would take the RowExclusiveLock the
+-- transaction-end proof looks for) below the table's highest position means
+-- rows were written above what the identity has handed out: the positions
+-- in between will still be handed out. $1 is the table's qualified name,
+-- $2 its position column.
 WITH seq AS (
     SELECT PG_GET_SERIAL_SEQUENCE($1::text, $2::text)::regclass AS oid
 )
@@ -18,11 +20,7 @@ SELECT
     s.seqstart AS start,
     s.seqincrement AS increment,
     s.seqcache AS cache,
-    CASE
-        WHEN HAS_SEQUENCE_PRIVILEGE(q.oid, 'SELECT,USAGE')
-            THEN PG_SEQUENCE_LAST_VALUE(q.oid)
-    END AS last_value,
-    HAS_SEQUENCE_PRIVILEGE(q.oid, 'SELECT,USAGE') AS readable,
+    HAS_SEQUENCE_PRIVILEGE(q.oid, 'SELECT') AS readable,
     ARRAY(
         SELECT DISTINCT (d.refobjid::regclass)::text
         FROM pg_depend AS d

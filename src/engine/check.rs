@@ -53,6 +53,9 @@ pub enum Check {
     /// The sequence behind the position (PostgreSQL): CACHE 1, INCREMENT 1,
     /// drawn from by this table alone, not behind the table's head.
     IdentitySequence,
+    /// Which proof that a drawn position's transaction has ended is in
+    /// force, and what it may read.
+    TransactionProof,
     /// Read committed snapshot isolation (SQL Server).
     ReadCommittedSnapshot,
     /// The table the contiguous watermark is published in.
@@ -107,6 +110,7 @@ impl Check {
             Check::FillProcedure => "fill procedure",
             Check::IdentityCache => "identity cache",
             Check::IdentitySequence => "identity sequence",
+            Check::TransactionProof => "transaction-end proof",
             Check::ReadCommittedSnapshot => "READ_COMMITTED_SNAPSHOT",
             Check::OptimizedLocking => "optimized locking",
             Check::AcceleratedDatabaseRecovery => "accelerated database recovery",

@@ -532,6 +532,7 @@ impl Engine for MssqlEngine {
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
         let mut findings = self.preflight_findings().await?;
+        findings.push(self.proof_finding().await);
         findings.extend(plaintext_warning(&self.config));
         findings.extend(self.watermark_finding().await);
         Ok(findings)

@@ -15,7 +15,9 @@
 use tokio::time::Instant;
 
 use super::{get, get_integer, MssqlEngine};
-use crate::engine::{DbError, DbResult, OpenTransaction, OpenTransactions, TransactionReading};
+use crate::engine::{
+    Check, DbError, DbResult, Finding, OpenTransaction, OpenTransactions, TransactionReading,
+};
 
 /// SQL Server's refusals of a dynamic management view to a login without
 /// the right: 300 (a permission denied, naming it), 297 (no permission to
@@ -76,5 +78,97 @@ impl MssqlEngine {
             handed_out: None,
             open,
         }))
+    }
+}
+
+impl MssqlEngine {
+    /// Which proof that a drawn position's transaction has ended is in
+    /// force, for `check`: the transaction-end proof where this login may
+    /// read the locks, else the clustered key argument alone, with the
+    /// grant that upgrades it.
+    pub(crate) async fn proof_finding(&self) -> Finding {
+        let babelfish = match self.server().await {
+            Ok(server) => server.babelfish.is_some(),
+            Err(e) => return Finding::warn(Check::TransactionProof, format!("not read: {e}")),
+        };
+        let login = match self.read_first(LOGIN, &[]).await {
+            Ok(rows) => rows.first().map_or((None, 0), |row| {
+                (
+                    get::<&str>(row, "login").ok().flatten().map(str::to_string),
+                    get::<i32>(row, "edition").ok().flatten().unwrap_or(0),
+                )
+            }),
+            Err(e) => return Finding::warn(Check::TransactionProof, format!("not read: {e}")),
+        };
+        match self.read_open_transactions().await {
+            Ok(OpenTransactions::Read(_)) => Finding::pass(
+                Check::TransactionProof,
+                format!(
+                    "in force: a hole is filled only once every transaction that held {} when it \
+                     was read has ended ({})",
+                    if babelfish {
+                        "the identity's sequence"
+                    } else {
+                        "Messages open for writing"
+                    },
+                    if babelfish {
+                        "pg_locks"
+                    } else {
+                        "sys.dm_tran_locks"
+                    }
+                ),
+            ),
+            Ok(OpenTransactions::KeyOrderOnly) => Finding::warn(
+                Check::TransactionProof,
+                key_order_only(login.0.as_deref(), login.1),
+            ),
+            Err(e) => Finding::warn(Check::TransactionProof, format!("not read: {e}")),
+        }
+    }
+}
+
+/// The login and the engine edition (5: Azure SQL Database).
+const LOGIN: &str =
+    "SELECT SUSER_SNAME() AS login, CAST(SERVERPROPERTY('EngineEdition') AS INT) AS edition;";
+
+/// What `check` says without the right to read the locks. Pure.
+pub(crate) fn key_order_only(login: Option<&str>, edition: i32) -> String {
+    let who = super::sql::quote_ident(login.unwrap_or("<login>"));
+    let grant = if edition == 5 {
+        format!("GRANT VIEW DATABASE STATE TO {who}; (in the store's database)")
+    } else {
+        format!(
+            "GRANT VIEW SERVER STATE TO {who}; (in master; VIEW SERVER PERFORMANCE STATE is enough from SQL Server 2022)"
+        )
+    };
+    format!(
+        "not in force: this login may not read sys.dm_tran_locks, so only the clustered key stands: \
+         SQL Server writes the position's key before the insert's other indexes, which covers an \
+         append that waits in a unique check, but not user code that waits between the draw and \
+         the key (a CHECK constraint or DEFAULT calling a function, a trigger); {grant}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Ident;
+
+    /// The grant `check` asks for without the right to read the locks is
+    /// one `sql` prints (issue 27: `check` and `sql` must agree).
+    #[test]
+    fn the_grant_check_asks_for_is_one_sql_prints() {
+        let sql = super::super::sql::setup_script(
+            &Ident::parse("eventuous").unwrap(),
+            "__tombstones__",
+            "$tombstone",
+        )
+        .replace(crate::engine::HEALER_ROLE, "[healer]");
+        for edition in [3, 5] {
+            let advice = key_order_only(Some("healer"), edition);
+            let at = advice.find("GRANT ").expect("a grant");
+            let grant = &advice[at..=at + advice[at..].find(';').unwrap()];
+            assert!(sql.contains(grant), "{grant} is not in `sql`:\n{sql}");
+        }
     }
 }

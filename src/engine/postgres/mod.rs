@@ -410,9 +410,12 @@ impl Engine for PostgresEngine {
             &self.target.mode,
             self.target.remote_host().as_deref(),
         );
-        // The sequence is read only where the table and its position are.
+        // The sequence and the keys are read only where the table and its
+        // position are.
         if findings.iter().all(|f| f.ok || !f.check.is_shape()) {
+            findings.extend(self.position_key_finding().await);
             findings.extend(self.sequence_finding().await);
+            findings.extend(self.proof_finding().await);
         }
         findings.extend(self.watermark_finding().await);
         Ok(findings)

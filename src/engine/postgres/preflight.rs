@@ -205,7 +205,7 @@ impl Sequence {
             start: get(row, "start")?,
             increment: get(row, "increment")?,
             cache: get(row, "cache")?,
-            last_value: get(row, "last_value")?,
+            last_value: None,
             readable: get(row, "readable")?,
             other_tables: get(row, "other_tables")?,
         })
@@ -243,14 +243,115 @@ impl PostgresEngine {
             .await
             .map_err(|e| self.error(&e, "identity sequence"))?;
         let Some(row) = row else { return Ok(None) };
-        let seq = Sequence::from_row(&row)?;
-        let login: String = conn
-            .query_one("SELECT CURRENT_USER::text AS login", &[])
-            .await
-            .map_err(|e| self.error(&e, "login"))
-            .and_then(|r| get(&r, "login"))?;
+        let mut seq = Sequence::from_row(&row)?;
+        if seq.readable {
+            // From the relation: pg_sequence_last_value() would take the
+            // lock the transaction-end proof reads as a writer's.
+            let read = super::sql::HANDED_OUT
+                .replace("__n__", "0")
+                .replace("__sequence__", &seq.name);
+            let row = conn
+                .query_one(&read, &[])
+                .await
+                .map_err(|e| self.error(&e, "identity sequence"))?;
+            seq.last_value = Some(get::<i64>(&row, "h")?).filter(|v| *v >= seq.start);
+        }
+        let login = self.login(&conn).await?;
         Ok(Some(sequence(&seq, head, &login)))
     }
+
+    async fn login(&self, conn: &tokio_postgres::Client) -> DbResult<String> {
+        conn.query_one("SELECT CURRENT_USER::text AS login", &[])
+            .await
+            .map_err(|e| self.error(&e, "login"))
+            .and_then(|r| get(&r, "login"))
+    }
+
+    /// The unique keys on exactly the position: a failed position finding
+    /// when each is DEFERRABLE (checked at commit, so a fill would not wait
+    /// for an open append's key as it inserts, and would end in a
+    /// commit-time lock timeout); `None` when one is checked as rows go in,
+    /// or there is none (the position's own finding says so).
+    pub(super) async fn position_key_finding(&self) -> Option<Finding> {
+        let conn = self.pool.checkout().await.ok()?;
+        let rows = conn
+            .query(
+                super::sql::POSITION_KEYS,
+                &[&self.table_name(), &self.position_column()],
+            )
+            .await
+            .ok()?;
+        let keys: Vec<(String, bool)> = rows
+            .iter()
+            .filter_map(|r| Some((get(r, "name").ok()?, get(r, "immediate").ok()?)))
+            .collect();
+        deferrable_keys(&self.table_name(), &self.position_column(), &keys)
+    }
+
+    /// Which proof that a drawn position's transaction has ended is in
+    /// force: PostgreSQL always has one (`pg_locks` is readable by every
+    /// login); the sequence's last value, where the login may read it,
+    /// covers each hole at once instead of once a scan has examined a row
+    /// above it, and notices rows written above the identity.
+    pub(super) async fn proof_finding(&self) -> Option<Finding> {
+        let conn = self.pool.checkout().await.ok()?;
+        let row = conn
+            .query_opt(
+                super::sql::IDENTITY_SEQUENCE,
+                &[&self.table_name(), &self.position_column()],
+            )
+            .await
+            .ok()??;
+        let name: String = get(&row, "name").ok()?;
+        let readable: bool = get(&row, "readable").ok()?;
+        let login = self.login(&conn).await.ok()?;
+        Some(proof(&name, readable, &login))
+    }
+}
+
+/// The transaction-end proof's finding. Pure.
+pub(crate) fn proof(sequence: &str, readable: bool, login: &str) -> Finding {
+    let base = "in force: a hole is filled only once every transaction holding the identity's \
+                sequence when it was read has ended (pg_locks, readable by every login)";
+    if readable {
+        Finding::pass(
+            Check::TransactionProof,
+            format!("{base}; how far {sequence} has handed out is read (SELECT on it)"),
+        )
+    } else {
+        Finding::warn(
+            Check::TransactionProof,
+            format!(
+                "{base}; {sequence}'s last value is not readable, so a hole is covered only once a \
+                 scan has read a row above it, and rows written above the identity go unnoticed: \
+                 GRANT SELECT ON SEQUENCE {sequence} TO {};",
+                quote_role(login)
+            ),
+        )
+    }
+}
+
+/// A failed position finding when every unique key on the position is
+/// DEFERRABLE. Pure.
+pub(crate) fn deferrable_keys(
+    table: &str,
+    column: &str,
+    keys: &[(String, bool)],
+) -> Option<Finding> {
+    if keys.is_empty() || keys.iter().any(|(_, immediate)| *immediate) {
+        return None;
+    }
+    let names: Vec<&str> = keys.iter().map(|(n, _)| n.as_str()).collect();
+    Some(Finding::fail(
+        Check::GlobalPosition,
+        format!(
+            "{table}.{column}: its unique key ({}) is DEFERRABLE: checked at commit, a tombstone \
+             would not wait for an open append's key as it goes in; make it NOT DEFERRABLE \
+             (ALTER TABLE {table} ALTER CONSTRAINT ... NOT DEFERRABLE, or a non-deferrable \
+             unique index on {column})",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// The identity sequence's verdict. Pure. Positions must be drawn by the
@@ -302,7 +403,8 @@ pub(crate) fn sequence(seq: &Sequence, head: Option<i64>, login: &str) -> Findin
         (true, None) => "no value handed out yet".into(),
         (false, _) => format!(
             "its last value is not readable, so a sequence behind the head goes unnoticed \
-             (GRANT SELECT ON SEQUENCE {name} TO {login})"
+             (GRANT SELECT ON SEQUENCE {name} TO {};)",
+            quote_role(login)
         ),
     };
     Finding::pass(
@@ -787,6 +889,76 @@ mod tests {
         f.rights.checkpoints_select = None;
         let detail = find(&judge(&f), Check::Rights).detail.clone();
         assert!(!detail.contains("checkpoints"), "{detail}");
+    }
+
+    /// Each `GRANT ...;` statement of a text.
+    fn grants_in(text: &str) -> Vec<String> {
+        text.match_indices("GRANT ")
+            .filter_map(|(i, _)| text[i..].find(';').map(|end| text[i..=i + end].to_string()))
+            .collect()
+    }
+
+    /// Issue 27: `check` advised `GRANT SELECT ON SEQUENCE`, which `sql`
+    /// did not print. Every grant `check` can ask of a login that has
+    /// nothing is one that `sql` prints for it.
+    #[test]
+    fn every_grant_check_can_ask_for_is_one_sql_prints() {
+        let mut f = healthy();
+        f.rights = Rights {
+            schema_usage: Some(false),
+            messages_select: Some(false),
+            messages_insert: Some(false),
+            streams_select: Some(false),
+            streams_insert: Some(false),
+            streams_update: Some(false),
+            checkpoints_select: Some(false),
+        };
+        let name = "eventuous.messages_global_position_seq";
+        let unreadable = Sequence {
+            name: name.into(),
+            readable: false,
+            last_value: None,
+            ..seq()
+        };
+        let mut advised = grants_in(&find(&judge(&f), Check::Rights).detail);
+        advised.extend(grants_in(
+            &sequence(&unreadable, Some(1), "gap_healer").detail,
+        ));
+        advised.extend(grants_in(&proof(name, false, "gap_healer").detail));
+        assert_eq!(advised.len(), 6, "{advised:?}");
+        let sql = super::super::sql::setup_sql(
+            &Ident::parse("eventuous").unwrap(),
+            &crate::engine::profile::TableShape::eventuous(),
+        )
+        .replace(crate::engine::HEALER_ROLE, "gap_healer");
+        for grant in advised {
+            assert!(sql.contains(&grant), "{grant} is not in `sql`:\n{sql}");
+        }
+    }
+
+    #[test]
+    fn a_deferrable_position_key_is_refused() {
+        let keys = |k: &[(&str, bool)]| -> Vec<(String, bool)> {
+            k.iter().map(|(n, i)| (n.to_string(), *i)).collect()
+        };
+        let f = deferrable_keys(
+            "es.messages",
+            "global_position",
+            &keys(&[("messages_pkey", false)]),
+        )
+        .expect("refused");
+        assert!(!f.ok && f.check.is_shape(), "{f:?}");
+        assert!(f.detail.contains("DEFERRABLE"), "{}", f.detail);
+        // One key checked as rows go in is enough: that one makes the fill wait.
+        assert_eq!(
+            deferrable_keys(
+                "es.messages",
+                "global_position",
+                &keys(&[("messages_pkey", false), ("messages_position_key", true)])
+            ),
+            None
+        );
+        assert_eq!(deferrable_keys("es.messages", "global_position", &[]), None);
     }
 
     #[test]

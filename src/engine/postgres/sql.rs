@@ -197,11 +197,31 @@ pub fn setup_sql(schema: &Ident, shape: &TableShape) -> String {
             "-- What the healer's role needs to heal {schema}.{table} ({kind} profile),\n\
              -- run by the schema's owner.\n\
              GRANT USAGE ON SCHEMA {schema} TO {role};\n\
-             GRANT SELECT, INSERT ON {schema}.{table} TO {role};\n",
+             GRANT SELECT, INSERT ON {schema}.{table} TO {role};\n\
+             -- The identity's sequence, read by the transaction-end proof (its name is\n\
+             -- what pg_get_serial_sequence('{schema}.{table}', '{position}') gives).\n\
+             GRANT SELECT ON SEQUENCE {schema}.{sequence} TO {role};\n",
             role = crate::engine::HEALER_ROLE,
             table = shape.table.pg(),
+            position = shape.position.pg(),
             kind = shape.kind,
+            sequence = default_sequence(shape.table.as_str(), shape.position.as_str()),
         ),
+    }
+}
+
+/// The name PostgreSQL gives an identity column's sequence,
+/// `<table>_<column>_seq`, quoted when it must be.
+fn default_sequence(table: &str, column: &str) -> String {
+    let name = format!("{table}_{column}_seq");
+    if name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        name
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
     }
 }
 
