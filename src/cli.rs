@@ -1226,6 +1226,7 @@ fn print_heal_report(
                     "failed": report.errors,
                 },
                 "left": { "holes": left.holes, "positions": left.positions },
+                "waited_for_open_transactions": report.open_transaction,
                 "stopped": stopped.map(crate::shutdown::Stop::name),
             })
         );
@@ -1255,8 +1256,16 @@ fn print_heal_report(
             "dry run: would have filled {positions} position(s) in {holes} hole(s); nothing written{unless}"
         ));
     } else {
+        let waited = if report.open_transaction > 0 {
+            format!(
+                "; {} position(s) not tried: a transaction that may have drawn them was still open (run it again once it has ended)",
+                report.open_transaction
+            )
+        } else {
+            String::new()
+        };
         out.line(format_args!(
-            "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left",
+            "filled {} position(s) with {} statement(s) ({filling} wrote tombstones, {} refused by a committed append, {} by a held position, {} failed); {} position(s) in {} hole(s) left{waited}",
             report.tombstones,
             report.statements,
             report.committed,

@@ -42,6 +42,22 @@ pk AS (
         AND k.contype = 'p'
 ),
 
+-- The sequence the position is drawn from, found through pg_depend (not
+-- pg_get_serial_sequence, which needs USAGE on the schema): the
+-- transaction-end proof reads how far it has handed out (SELECT on it).
+seq AS (
+    SELECT d.objid AS oid
+    FROM pg_depend AS d
+    INNER JOIN pg_class AS c ON d.objid = c.oid
+    WHERE
+        d.refobjid = (SELECT t.oid FROM tables AS t WHERE t.table_name = 'messages')
+        AND d.classid = 'pg_class'::regclass
+        AND d.refclassid = 'pg_class'::regclass
+        AND d.deptype IN ('a', 'i')
+        AND c.relkind = 'S'
+    LIMIT 1
+),
+
 oids AS (
     SELECT
         (SELECT t.oid FROM tables AS t WHERE t.table_name = 'messages') AS messages,
@@ -70,5 +86,7 @@ SELECT
     HAS_TABLE_PRIVILEGE(o.streams, 'SELECT') AS streams_select,
     HAS_ANY_COLUMN_PRIVILEGE(o.streams, 'INSERT') AS streams_insert,
     HAS_ANY_COLUMN_PRIVILEGE(o.streams, 'UPDATE') AS streams_update,
-    HAS_TABLE_PRIVILEGE(o.checkpoints, 'SELECT') AS checkpoints_select
+    HAS_TABLE_PRIVILEGE(o.checkpoints, 'SELECT') AS checkpoints_select,
+    (SELECT q.oid::regclass::text FROM seq AS q) AS sequence_name,
+    (SELECT HAS_SEQUENCE_PRIVILEGE(q.oid, 'SELECT') FROM seq AS q) AS sequence_select
 FROM oids AS o;

@@ -754,6 +754,10 @@ pub async fn judge<B: Backend>(
         "fill statements        {:?}; {} tombstones logged as filled; {} fill transactions in the database",
         outcomes, logged_rows, fill_txs
     );
+    fig!(
+        "waits for open txns    {} fill cycles left due holes waiting for a transaction that may have drawn them",
+        facts.iter().map(|f| f.waited).sum::<usize>()
+    );
     fig!("fills per healer run   {fillers:?}");
     fig!(
         "healer processes       {} runs, {kills} killed with SIGKILL, {became} times became the leader (leader changes), {stepped} step-downs",

@@ -238,9 +238,10 @@ async fn scan_lists_at_most_a_limit_of_holes_and_counts_the_rest() {
 /// statements (probes) but is one position left, never counted as filled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heal_once_summary_counts_positions_statements_and_what_is_left() {
-    // Holes at 2 and 4..=6; then 9, taken by an append left open.
+    // Holes at 2 and 4..=6; then 9, whose key an insert left open holds
+    // (an explicit insert: it draws nothing, so its key decides).
     let store = Store::with_holes("summary", &[1, 3]).await;
-    let open = store.open_append_between(1).await;
+    let open = store.open_insert_between().await;
     assert_eq!(open.positions, vec![9]);
     let out = store.heal_once("0s", &["--lock-timeout", "300ms"]);
     // Exit 1: a hole is left (issue 20; it was 0).
@@ -478,7 +479,8 @@ async fn check_names_each_missing_right_with_the_grant_to_run() {
         format!(
             "GRANT USAGE ON SCHEMA {s} TO {role}; GRANT SELECT, INSERT ON {s}.messages TO {role}; \
              GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role}; \
-             GRANT SELECT ON {s}.checkpoints TO {role};"
+             GRANT SELECT ON {s}.checkpoints TO {role}; \
+             GRANT SELECT ON SEQUENCE {s}.messages_global_position_seq TO {role};"
         )
     );
     let out = store.cli_at(&cs, &["scan", "--start-from", "0"]);
@@ -1474,7 +1476,7 @@ fn each_command_lists_and_takes_only_the_flags_it_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heal_once_reports_in_json_and_exits_1_while_holes_are_left() {
     let store = Store::with_holes("heal_json", &[1, 3]).await;
-    let open = store.open_append_between(1).await;
+    let open = store.open_insert_between().await;
     let out = store.heal_once("0s", &["--lock-timeout", "300ms", "--format", "json"]);
     assert_eq!(out.code, 1, "{}", out.all());
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
@@ -1511,6 +1513,40 @@ async fn heal_once_reports_in_json_and_exits_1_while_holes_are_left() {
         serde_json::json!({"holes": 0, "positions": 0}),
         "{v}"
     );
+}
+
+/// The transaction-end proof in `heal --once`: an append that drew a
+/// position and stays open holds every hole read while it is open (it may
+/// have drawn any of them): nothing is tried, the summary says why, and
+/// the exit code is 1 (holes left). Once it has ended, a second run fills
+/// them.
+#[tokio::test]
+async fn heal_once_leaves_holes_an_open_transaction_may_hold_and_says_so() {
+    let store = Store::with_holes("heal_open_tx", &[1, 3]).await;
+    let open = store.open_append_between(1).await;
+    let out = store.heal_once("0s", &["--lock-timeout", "300ms"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert_eq!(
+        out.stdout,
+        "filled 0 position(s) with 0 statement(s) (0 wrote tombstones, 0 refused by a committed append, 0 by a held position, 0 failed); 5 position(s) in 3 hole(s) left; 5 position(s) not tried: a transaction that may have drawn them was still open (run it again once it has ended)\n",
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(
+            "not filling yet: a transaction that may have drawn these positions is still open"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(store.tombstone_positions().await.is_empty());
+    let json = store.heal_once("0s", &["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["waited_for_open_transactions"], 5, "{v}");
+    open.commit().await.unwrap();
+    let out = store.heal_once("0s", &[]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(store.tombstone_positions().await, vec![2, 4, 5, 6]);
 }
 
 /// Issue 20: a dry run fills nothing, so it does not wait gap_timeout: it

@@ -219,7 +219,10 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     let store = Store::new("fault_kill").await;
     let app = format!("gh-{}", store.schema);
     let cs = pg::named(&store.url(), &app);
-    let open = store.open_append_between(1).await;
+    // A key held by a writer that draws nothing (an explicit insert), so
+    // the fill itself waits on it: the transaction-end proof waits for a
+    // drawing append before any fill runs.
+    let open = store.open_insert_between().await;
     let mut d = Daemon::with_connection_string(
         &cs,
         &store.schema,
@@ -255,9 +258,9 @@ async fn connection_killed_while_a_fill_waits_rolls_back_and_is_retried() {
     assert_eq!(store.assert_tombstone_stream_consistent().await, 1);
 
     // 2. Killed while waiting on an append that then commits: the event stays.
-    let open = store.append_open("slow2", 1).await;
-    let held = open.positions[0];
+    let held = store.append("Y", 1, Ending::RollbackAfterInsert).await[0];
     store.append("C", 1, Ending::Commit).await;
+    let open = store.insert_open_at("slow2", held).await;
     kill_while_fill_waits(&store, &app).await;
     open.commit()
         .await
@@ -338,7 +341,8 @@ async fn statement_timeout_is_reported_and_retried() {
         ))
         .await
         .unwrap();
-    let open = store.open_append_between(1).await;
+    // A key held by an explicit insert: the fill waits on it.
+    let open = store.open_insert_between().await;
     let mut d = Daemon::with_connection_string(
         &cs,
         &store.schema,

@@ -224,12 +224,14 @@ async fn ten_thousand_wide_hole_filled_in_one_cycle() {
 async fn not_filled_before_gap_timeout_and_tail_never_filled() {
     let store = Store::new("timing").await;
     store.append_holes(&[1]).await;
-    // An append in flight at the tail: above the highest committed row.
-    let tail = store.append_open("tail", 1).await;
     let gap_timeout = Duration::from_secs(2);
     let started = Instant::now();
     let (stop, task) = spawn_healer(&store, options(gap_timeout));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The healer has seen the hole; then an append in flight at the tail,
+    // above the highest committed row.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tail = store.append_open("tail", 1).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(
         store.tombstone_positions().await.is_empty(),
         "filled before gap_timeout"
@@ -246,6 +248,33 @@ async fn not_filled_before_gap_timeout_and_tail_never_filled() {
         .await
         .expect("the tail append commits: the healer never touched it");
     assert_eq!(store.tombstone_positions().await, vec![2]);
+    stop.cancel();
+    assert_eq!(task.await.unwrap(), Ended::Stopped);
+}
+
+/// The transaction-end proof at the tail: an append open when the healer
+/// first reads a hole may have drawn it, whatever position it shows later,
+/// so the hole waits for it, past gap_timeout, and is filled once it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hole_read_while_an_append_is_open_waits_for_it() {
+    let store = Store::new("timing_open").await;
+    store.append_holes(&[1]).await;
+    let tail = store.append_open("tail", 1).await;
+    let gap_timeout = Duration::from_millis(500);
+    let (stop, task) = spawn_healer(&store, options(gap_timeout));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        store.tombstone_positions().await.is_empty(),
+        "filled while a transaction that may have drawn the hole was open"
+    );
+    let ended = Instant::now();
+    tail.commit().await.expect("the tail append commits");
+    let at = time_until(ended, Duration::from_secs(5), || async {
+        store.tombstone_positions().await == vec![2]
+    })
+    .await
+    .expect("the hole is filled once the append has ended");
+    println!("filled {at:?} after the open append ended");
     stop.cancel();
     assert_eq!(task.await.unwrap(), Ended::Stopped);
 }

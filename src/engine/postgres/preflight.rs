@@ -41,6 +41,9 @@ pub(crate) struct Rights {
     pub streams_insert: Option<bool>,
     pub streams_update: Option<bool>,
     pub checkpoints_select: Option<bool>,
+    /// The identity's sequence (as the catalog names it) and SELECT on it,
+    /// which the transaction-end proof reads; `None`: no sequence found.
+    pub sequence: Option<(String, bool)>,
 }
 
 /// The tombstone stream's Version beside its rows.
@@ -131,6 +134,8 @@ impl Facts {
                 streams_insert: get(row, "streams_insert")?,
                 streams_update: get(row, "streams_update")?,
                 checkpoints_select: get(row, "checkpoints_select")?,
+                sequence: get::<Option<String>>(row, "sequence_name")?
+                    .zip(get::<Option<bool>>(row, "sequence_select")?),
             },
             tombstones: Tombstones::Unread,
         })
@@ -323,8 +328,8 @@ pub(crate) fn proof(sequence: &str, readable: bool, login: &str) -> Finding {
             Check::TransactionProof,
             format!(
                 "{base}; {sequence}'s last value is not readable, so a hole is covered only once a \
-                 scan has read a row above it, and rows written above the identity go unnoticed: \
-                 GRANT SELECT ON SEQUENCE {sequence} TO {};",
+                 scan has read a row above it, and rows written above the identity go unnoticed \
+                 (the rights finding names the grant: SELECT on it for {})",
                 quote_role(login)
             ),
         )
@@ -630,10 +635,14 @@ fn rights(f: &Facts, schema: &str) -> Finding {
             lacking.join(", ")
         ));
     }
+    if let Some((sequence, false)) = &r.sequence {
+        missing.push(format!("SELECT on sequence {sequence}"));
+        grants.push(format!("GRANT SELECT ON SEQUENCE {sequence} TO {to};"));
+    }
     if missing.is_empty() {
         Finding::pass(
             Check::Rights,
-            "USAGE on the schema; SELECT, INSERT on messages; SELECT, INSERT, UPDATE on streams; SELECT on checkpoints",
+            "USAGE on the schema; SELECT, INSERT on messages; SELECT, INSERT, UPDATE on streams; SELECT on checkpoints and on the identity's sequence",
         )
     } else {
         Finding::fail(
@@ -756,6 +765,7 @@ mod tests {
                 streams_insert: yes,
                 streams_update: yes,
                 checkpoints_select: yes,
+                sequence: Some(("eventuous.messages_global_position_seq".into(), true)),
             },
             tombstones: Tombstones::Absent,
         }
@@ -875,6 +885,7 @@ mod tests {
             streams_insert: Some(false),
             streams_update: Some(false),
             checkpoints_select: Some(false),
+            sequence: Some(("eventuous.messages_global_position_seq".into(), false)),
         };
         let detail = find(&judge(&f), Check::Rights).detail.clone();
         for grant in [
@@ -912,6 +923,7 @@ mod tests {
             streams_insert: Some(false),
             streams_update: Some(false),
             checkpoints_select: Some(false),
+            sequence: Some(("eventuous.messages_global_position_seq".into(), false)),
         };
         let name = "eventuous.messages_global_position_seq";
         let unreadable = Sequence {
@@ -920,12 +932,15 @@ mod tests {
             last_value: None,
             ..seq()
         };
-        let mut advised = grants_in(&find(&judge(&f), Check::Rights).detail);
+        let mut advised: std::collections::BTreeSet<String> =
+            grants_in(&find(&judge(&f), Check::Rights).detail)
+                .into_iter()
+                .collect();
         advised.extend(grants_in(
             &sequence(&unreadable, Some(1), "gap_healer").detail,
         ));
         advised.extend(grants_in(&proof(name, false, "gap_healer").detail));
-        assert_eq!(advised.len(), 6, "{advised:?}");
+        assert_eq!(advised.len(), 5, "{advised:?}");
         let sql = super::super::sql::setup_sql(
             &Ident::parse("eventuous").unwrap(),
             &crate::engine::profile::TableShape::eventuous(),

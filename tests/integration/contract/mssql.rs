@@ -130,6 +130,14 @@ impl Server for MssqlStore {
         self.0.begin_append(stream, count).await
     }
 
+    async fn begin_explicit(&self, stream: &str, position: i64) -> ms::OpenAppend {
+        self.0.begin_explicit(stream, position).await
+    }
+
+    async fn explicit_insert_is_read(&self) -> bool {
+        ms::is_babelfish().await
+    }
+
     fn positions(open: &ms::OpenAppend) -> Vec<i64> {
         open.positions.clone()
     }

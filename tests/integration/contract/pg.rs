@@ -74,6 +74,14 @@ impl Server for PgStore {
         self.store.append_open(stream, count).await
     }
 
+    async fn begin_explicit(&self, stream: &str, position: i64) -> OpenAppend {
+        self.store.insert_open_at(stream, position).await
+    }
+
+    async fn explicit_insert_is_read(&self) -> bool {
+        false
+    }
+
     fn positions(open: &OpenAppend) -> Vec<i64> {
         open.positions.clone()
     }

@@ -79,6 +79,10 @@ pub struct LogFacts {
     pub errors: Vec<String>,
     pub unparsed: usize,
     pub panicked: bool,
+    /// Fill cycles whose due holes waited for an open transaction that may
+    /// have drawn them (one line each, `outcome` "open_transaction", no `ms`:
+    /// no statement ran).
+    pub waited: usize,
 }
 
 /// Reads a process's JSON log into leadership intervals and fill attempts;
@@ -115,6 +119,9 @@ pub fn facts<S: AsRef<str>>(lines: &[S], instance: usize, end_us: i64) -> LogFac
         }
         if v["level"] == "ERROR" {
             f.errors.push(line.to_string());
+        }
+        if v["outcome"] == "open_transaction" && v["ms"].is_null() {
+            f.waited += 1;
         }
         if let (Some(outcome), Some(ms)) = (v["outcome"].as_str(), v["ms"].as_u64()) {
             f.fills.push(FillAttempt {

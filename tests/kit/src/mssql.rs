@@ -506,6 +506,40 @@ impl TestDb {
         }
     }
 
+    /// An insert of one event of `stream` at `position` itself
+    /// (`IDENTITY_INSERT`: as a second filler or an import writes), left
+    /// open: it holds the position's key. On SQL Server it takes no lock the
+    /// transaction-end proof reads as a drawer's beyond the table's IX; on
+    /// Babelfish it takes the identity's sequence lock too.
+    pub async fn begin_explicit(&self, stream: &str, position: i64) -> OpenAppend {
+        let mut c = self.client().await;
+        let stream_sql = stream.replace('\'', "''");
+        exec(
+            &mut c,
+            &format!(
+                "IF NOT EXISTS (SELECT 1 FROM eventuous.Streams WHERE StreamName = N'{stream_sql}')
+                     INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (N'{stream_sql}', -1);"
+            ),
+        )
+        .await;
+        exec(
+            &mut c,
+            &format!(
+                "SET XACT_ABORT ON; BEGIN TRANSACTION;
+                 SET IDENTITY_INSERT eventuous.Messages ON;
+                 INSERT INTO eventuous.Messages (GlobalPosition, MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
+                 SELECT {position}, NEWID(), N'{EVENT_TYPE}', StreamId, [Version] + 1, N'{DATA}', SYSUTCDATETIME()
+                 FROM eventuous.Streams WHERE StreamName = N'{stream_sql}';
+                 SET IDENTITY_INSERT eventuous.Messages OFF;"
+            ),
+        )
+        .await;
+        OpenAppend {
+            client: c,
+            positions: vec![position],
+        }
+    }
+
     /// A hole at a rolled-back append's positions; returns them.
     pub async fn rolled_back_append(&self, stream: &str, count: usize) -> Vec<i64> {
         let open = self.begin_append(stream, count).await;

@@ -623,6 +623,53 @@ impl Store {
         }
     }
 
+    /// Inserts one event of `stream` at `position` itself, with `OVERRIDING
+    /// SYSTEM VALUE` (no draw from the identity: as a second filler or an
+    /// import writes), and leaves its transaction open: it holds the
+    /// position's key, and no lock on the identity's sequence, so the
+    /// transaction-end proof does not see it and the fill's key wait
+    /// decides.
+    pub async fn insert_open_at(&self, stream: &str, position: i64) -> OpenAppend {
+        let s = &self.schema;
+        let client = connect_to(&self.url).await;
+        client
+            .execute(
+                &format!("INSERT INTO {s}.streams (stream_name) VALUES ($1) ON CONFLICT (stream_name) DO NOTHING"),
+                &[&stream],
+            )
+            .await
+            .expect("the stream's row");
+        client.batch_execute("BEGIN").await.unwrap();
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+                     OVERRIDING SYSTEM VALUE
+                     SELECT gen_random_uuid(), '{EVENT_TYPE}', stream_id, version + 1, $2, '{{}}', now()
+                     FROM {s}.streams WHERE stream_name = $1"
+                ),
+                &[&stream, &position],
+            )
+            .await
+            .expect("the explicit insert");
+        OpenAppend {
+            client,
+            positions: vec![position],
+            stream: stream.into(),
+        }
+    }
+
+    /// An event on stream A, a rolled-back append, an event on stream B, and
+    /// an insert at the rolled-back position left open
+    /// ([`Store::insert_open_at`]): a hole below the head whose key an open
+    /// transaction holds, which the transaction-end proof does not see.
+    pub async fn open_insert_between(&self) -> OpenAppend {
+        self.append("A", 1, Ending::Commit).await;
+        let hole = self.append("X", 1, Ending::RollbackAfterInsert).await[0];
+        self.append("B", 1, Ending::Commit).await;
+        self.insert_open_at("slow", hole).await
+    }
+
     /// An event on stream A, then for each width a rolled-back append of that
     /// many events (streams X, Y, Z, ...) and an event (streams B, C, D,
     /// ...): holes of those widths between committed events. The holes'
