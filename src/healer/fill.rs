@@ -133,8 +133,11 @@ impl<E: Engine> Healer<E> {
         };
         let cycle = cycle::plan(due, &probe.committed, &probe.in_flight, head, now, limits);
         self.apply(&cycle, head);
+        let planned: u64 = cycle.statements.iter().flatten().map(PosRange::width).sum();
         let mut queue = cycle.statements;
         queue.reverse();
+        let started = Instant::now();
+        let (mut said, mut published) = (started, started);
         while let Some(batch) = queue.pop() {
             if stop.is_cancelled() {
                 break;
@@ -143,11 +146,71 @@ impl<E: Engine> Healer<E> {
             let Some(fence) = self.leader.fence() else {
                 break;
             };
-            self.fill_batch(batch, &fence, &mut queue, &mut report, !progress.shown())
+            self.fill_batch(batch, &fence, &mut queue, &mut report)
                 .await;
             progress.filled(&report);
+            // A long cycle shows its progress: the gauges move, and the
+            // log says how far it is (a one-shot command shows its own).
+            let now = Instant::now();
+            if now.duration_since(published) >= PUBLISH_EVERY {
+                self.publish();
+                published = now;
+            }
+            if !progress.shown() && now.duration_since(said) >= PROGRESS_EVERY {
+                log_progress(&report, planned, now.duration_since(started));
+                said = now;
+            }
         }
+        self.log_cycle(&report, planned, started.elapsed());
         report
+    }
+
+    /// The cycle's line: at INFO when it wrote tombstones; a cycle that
+    /// wrote none (held, busy, committed) is counted and said at most once
+    /// a [`QUIET_EVERY`], with how many there were.
+    fn log_cycle(&mut self, report: &FillReport, planned: u64, took: Duration) {
+        if report.statements == 0 {
+            return;
+        }
+        let ms = took.as_millis() as u64;
+        if report.tombstones > 0 {
+            info!(
+                filled = report.tombstones,
+                planned,
+                statements = report.statements,
+                committed = report.committed,
+                held = report.held,
+                failed = report.errors,
+                ms,
+                "filled holes with tombstones"
+            );
+            return;
+        }
+        let now = Instant::now();
+        match &mut self.quiet_cycles {
+            Some((since, quiet)) if now.duration_since(*since) < QUIET_EVERY => {
+                *quiet += 1;
+                debug!(
+                    planned,
+                    statements = report.statements,
+                    held = report.held,
+                    "filled nothing this cycle"
+                );
+            }
+            slot => {
+                let cycles = slot.map_or(1, |(_, quiet)| quiet + 1);
+                info!(
+                    planned,
+                    statements = report.statements,
+                    committed = report.committed,
+                    held = report.held,
+                    failed = report.errors,
+                    cycles,
+                    "filled nothing: the due positions were held by open appends, committed or refused ({cycles} such cycle(s) since the last line)"
+                );
+                *slot = Some((now, 0));
+            }
+        }
     }
 
     /// Applies a planned cycle to the tracker in one step: committed
@@ -186,7 +249,6 @@ impl<E: Engine> Healer<E> {
         fence: &Fence,
         queue: &mut Vec<plan::Batch>,
         report: &mut FillReport,
-        log_each: bool,
     ) {
         let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
         let what = describe(&batch);
@@ -201,7 +263,7 @@ impl<E: Engine> Healer<E> {
             report,
         };
         match outcome {
-            Ok(FillOutcome::Filled { rows }) => self.filled(a, rows, log_each),
+            Ok(FillOutcome::Filled { rows }) => self.filled(a, rows),
             Ok(FillOutcome::Committed) => self.fill_around_committed(a).await,
             Ok(FillOutcome::Busy) => self.retry_when_not_busy(a),
             Ok(FillOutcome::TableLocked) => self.back_off_from_locked_table(a),
@@ -211,16 +273,12 @@ impl<E: Engine> Healer<E> {
     }
 
     /// Tombstones went in for the whole batch: its ranges are healed.
-    fn filled(&mut self, a: Answered<'_>, rows: u64, log_each: bool) {
+    fn filled(&mut self, a: Answered<'_>, rows: u64) {
         let Answered {
             batch, what, ms, ..
         } = a;
         self.health.forget_fill_refusal();
-        if log_each {
-            info!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
-        } else {
-            debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
-        }
+        debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
         self.observer.filled(Outcome::Filled, rows);
         a.report.tombstones += rows;
         for range in batch {
@@ -234,7 +292,7 @@ impl<E: Engine> Healer<E> {
         let Answered { what, ms, .. } = a;
         self.observer.filled(Outcome::Held, 0);
         a.report.held += 1;
-        info!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
+        debug!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
         let at = Instant::now() + self.opts.poll_interval;
         // The same holds for the rest of this cycle's batches.
         for range in a
@@ -307,7 +365,7 @@ impl<E: Engine> Healer<E> {
                 return;
             }
         };
-        info!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
+        debug!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
         self.tracker.remove_positions(&found);
         self.requeue(
             plan::after_committed(batch, &found, limits.rows, limits.ranges, limits.range_cost),
@@ -322,7 +380,7 @@ impl<E: Engine> Healer<E> {
                 queue.extend(batches);
             }
             AfterRefusal::Defer(p) => {
-                info!(
+                debug!(
                     position = p.start,
                     outcome = "held",
                     "an open append holds this position; retrying later"
@@ -372,4 +430,31 @@ struct Answered<'c> {
     /// The cycle's batches still to run.
     queue: &'c mut Vec<plan::Batch>,
     report: &'c mut FillReport,
+}
+
+/// How often a long fill cycle publishes its gauges.
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+/// How often a long fill cycle of the daemon says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How often cycles that filled nothing are said (with their count).
+const QUIET_EVERY: Duration = Duration::from_secs(60);
+
+/// A long cycle's progress line: positions filled of those planned,
+/// statements, and how long the rest should take at this rate.
+fn log_progress(report: &FillReport, planned: u64, took: Duration) {
+    let done = report.tombstones;
+    let left = planned.saturating_sub(done);
+    let eta_s = if done == 0 {
+        None
+    } else {
+        Some((took.as_secs_f64() * left as f64 / done as f64).round() as u64)
+    };
+    info!(
+        filled = done,
+        planned,
+        statements = report.statements,
+        elapsed_s = took.as_secs(),
+        eta_s = ?eta_s,
+        "filling: {done} of {planned} positions so far"
+    );
 }

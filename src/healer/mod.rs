@@ -235,9 +235,9 @@ impl FillReport {
 /// Who follows a healer's steps as they go: the daemon's log alone
 /// ([`LogOnly`]), or a one-shot command that shows its own progress.
 pub trait Progress: Send {
-    /// Whether someone is shown the figures as they come: then each fill
-    /// statement is logged at DEBUG (the figures tell), else at INFO (the
-    /// log is the only report).
+    /// Whether someone is shown the figures as they come: else a long fill
+    /// cycle logs its progress every few seconds (each statement is logged
+    /// at DEBUG, each cycle at INFO, either way).
     fn shown(&self) -> bool {
         true
     }
@@ -302,6 +302,9 @@ pub struct Healer<E: Engine> {
     blocked_since: Option<Instant>,
     /// The last "waiting for an open transaction" line: when, and for which.
     waits_logged: Option<(Instant, String)>,
+    /// Fill cycles that wrote nothing since their last line: since when,
+    /// and how many.
+    quiet_cycles: Option<(Instant, u64)>,
 }
 
 impl<E: Engine> Healer<E> {
@@ -325,6 +328,7 @@ impl<E: Engine> Healer<E> {
             handed_out: None,
             blocked_since: None,
             waits_logged: None,
+            quiet_cycles: None,
         }
     }
 

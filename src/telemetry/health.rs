@@ -35,6 +35,35 @@ impl std::fmt::Display for CannotFill {
     }
 }
 
+/// A store's state in `/status` and [`m::STORES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreState {
+    /// No scan has ended yet, and none has failed: it has just started
+    /// (never counted as failing).
+    Starting,
+    /// Its last scan succeeded.
+    Healthy,
+    /// Its last scan failed.
+    Failing,
+}
+
+impl StoreState {
+    /// Every state, as [`m::STORES`] exports them.
+    pub const ALL: [StoreState; 3] = [
+        StoreState::Starting,
+        StoreState::Healthy,
+        StoreState::Failing,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreState::Starting => "starting",
+            StoreState::Healthy => "healthy",
+            StoreState::Failing => "failing",
+        }
+    }
+}
+
 /// What one store reports: written by its healer loop, read by the
 /// endpoints.
 #[derive(Debug)]
@@ -214,7 +243,20 @@ impl Health {
         None
     }
 
-    /// Its last scan failed (and none has succeeded since).
+    /// Where the store stands: starting (no scan has ended yet, none
+    /// failed), healthy (its last scan succeeded) or failing.
+    pub fn state(&self) -> StoreState {
+        let never_scanned = self.last_scan_ms.load(Ordering::Relaxed) == u64::MAX;
+        let failing = self.failing_since_ms.load(Ordering::Relaxed) != u64::MAX;
+        match (never_scanned, failing) {
+            (_, true) => StoreState::Failing,
+            (true, false) => StoreState::Starting,
+            (false, false) => StoreState::Healthy,
+        }
+    }
+
+    /// Its last scan failed (and none has succeeded since), or none has
+    /// ended yet: it cannot fill.
     pub fn failing(&self) -> bool {
         self.failing_since_ms.load(Ordering::Relaxed) != u64::MAX
             || self.last_scan_ms.load(Ordering::Relaxed) == u64::MAX
@@ -254,7 +296,7 @@ impl Health {
         }
         if last == u64::MAX {
             return Err(format!(
-                "store {}: no scan has completed since start (the first is under way){}",
+                "store {}: no scan has completed since start (starting: the first is under way){}",
                 self.store,
                 error()
             ));
@@ -391,7 +433,7 @@ impl Board {
         let stores: Vec<serde_json::Value> = self.each(|h| {
             let mut v = serde_json::to_value(h.status()).unwrap_or_default();
             v["store"] = h.store().into();
-            v["state"] = if h.failing() { "failing" } else { "healthy" }.into();
+            v["state"] = h.state().label().into();
             v["ready"] = h.ready().is_ok().into();
             v
         });
@@ -400,15 +442,45 @@ impl Board {
 
     /// Sets [`m::STORES`] from the stores' states.
     pub(super) fn count_states(&self) {
-        let failing = self.each(Health::failing);
-        let n = failing.iter().filter(|f| **f).count();
-        m::count_stores(n, failing.len() - n);
+        let states = self.each(Health::state);
+        m::count_stores(|state| states.iter().filter(|s| **s == state).count());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27: while its first scan ran, a store was `failing` in
+    /// `/status` and `gap_healer_stores`: every restart looked like a
+    /// failure. It is `starting` until a scan ends.
+    #[test]
+    fn a_store_is_starting_until_its_first_scan_ends() {
+        let board = Board::new();
+        let h = Health::for_store("s", Duration::from_millis(250), Duration::from_secs(2));
+        board.add(h.clone());
+        board.open();
+        assert_eq!(h.state(), StoreState::Starting);
+        assert_eq!(board.status()["stores"][0]["state"], "starting");
+        let why = board.ready().unwrap_err();
+        assert!(
+            why.contains("store s: no scan has completed since start (starting:"),
+            "{why}"
+        );
+        assert!(h.cannot_fill().is_some(), "it does not lead before a scan");
+        h.scan_completed();
+        assert_eq!(h.state(), StoreState::Healthy);
+        assert_eq!(board.status()["stores"][0]["state"], "healthy");
+        h.scan_failed("boom");
+        assert_eq!(h.state(), StoreState::Failing);
+        let never = Health::for_store("t", Duration::from_millis(250), Duration::from_secs(2));
+        never.scan_failed("refused");
+        assert_eq!(
+            never.state(),
+            StoreState::Failing,
+            "a first scan that failed"
+        );
+    }
 
     #[test]
     fn readiness_needs_a_scan_and_the_database() {

@@ -229,7 +229,7 @@ pub fn install_metrics(retire_after: Duration) -> anyhow::Result<PrometheusHandl
     );
     describe_gauge!(
         STORES,
-        "Stores this process heals, by state: healthy (its last scan succeeded) or failing."
+        "Stores this process heals, by state: starting (no scan has ended yet), healthy (its last scan succeeded) or failing."
     );
     describe_gauge!(
         BLOCKING_TRANSACTION_AGE,
@@ -252,10 +252,11 @@ pub(super) fn build_info() -> Gauge {
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"))
 }
 
-/// [`STORES`], by state.
-pub(super) fn count_stores(failing: usize, healthy: usize) {
-    metrics::gauge!(STORES, "state" => "failing").set(failing as f64);
-    metrics::gauge!(STORES, "state" => "healthy").set(healthy as f64);
+/// [`STORES`], by state: how many stores are in each.
+pub(super) fn count_stores(count: impl Fn(super::health::StoreState) -> usize) {
+    for state in super::health::StoreState::ALL {
+        metrics::gauge!(STORES, "state" => state.label()).set(count(state) as f64);
+    }
 }
 
 /// A store set's discovery errors ([`DB_ERRORS`] for

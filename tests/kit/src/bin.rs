@@ -385,6 +385,10 @@ pub async fn run(cmd: Command, limit: Duration) -> (i32, String) {
     (code, process.output())
 }
 
+/// The log level the kit's daemons run at unless told otherwise: INFO,
+/// and each fill statement's DEBUG line.
+pub const FILL_STATEMENTS: &str = "info,gap_healer::healer::fill=debug";
+
 /// `gap-healer run` in the background, serving HTTP on a free port.
 pub struct Daemon {
     process: Process,
@@ -429,6 +433,11 @@ impl Daemon {
         let mut cmd = command(args, env.iter().copied());
         if !args.iter().any(|a| a == "--metrics-addr") {
             cmd.args(["--metrics-addr", "127.0.0.1:0"]);
+        }
+        // Each fill statement's line (range, outcome, ms) is at DEBUG, which
+        // the tests read; the rest of the log stays at INFO.
+        if !args.iter().any(|a| a == "--log-level") {
+            cmd.args(["--log-level", FILL_STATEMENTS]);
         }
         let mut process = Process::spawn_keeping(cmd, keep).context("start gap-healer run")?;
         let Some(addr) = process.listening(Duration::from_secs(20)) else {
