@@ -1,22 +1,35 @@
-//! Connection strings carry passwords; this type keeps them out of every
+//! Connection strings carry passwords; this module keeps them out of every
 //! `Debug`, `Display`, log line, metric and error message.
 //!
+//! It also reads them, one parser per form: [`libpq`] key/value, [`url`],
+//! and [`ado`] (Npgsql's and SqlClient's `;`-separated pairs), with
+//! [`form`] choosing among them. The parsers' errors are built from our
+//! own words, key names from our own tables and positions (`pair 3 (of
+//! 5)`), never from text of the string, so no message needs a password
+//! masked out of it. Redaction reads the string with the same parsers and
+//! masks values where they are written.
+//!
 //! Architecture invariant: the only way to read the raw string is
-//! [`ConnectionString::expose`], and its callers hand the result straight to a
-//! database driver.
+//! [`ConnectionString::expose`], and its callers hand the result to a
+//! parser here, whose values go straight to a database driver.
 
 use std::fmt;
 
-/// Keys whose values are secret in ADO.NET (`Password=`, `Pwd=`) and libpq
-/// (`password=`) key/value connection strings.
-const SECRET_KEYS: [&str; 2] = ["password", "pwd"];
+pub mod ado;
+pub mod form;
+pub mod libpq;
+pub mod url;
+
+use form::Reading;
+
 const MASK: &str = "***";
 
+/// What [`redact`] shows of a string no syntax reads.
+const UNREADABLE: &str = "*** (not shown: no connection-string syntax reads it)";
+
 /// A host name (or socket directory) as a message may show it, or `None`
-/// when it is not one: a string mangled by a missing quote (`host=db
-/// password=ab cd=Ef`, read as one Npgsql value) can carry the rest of a
-/// password into the host, and scrubbing catches only the password's part
-/// it can find.
+/// when it is not one (a name no server has, such as one holding `;` or
+/// `=`: better not shown than shown with a piece of something else).
 pub fn shown_host(host: &str) -> Option<&str> {
     let plain = |c: char| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%' | '/');
     (!host.is_empty() && host.len() <= 255 && host.chars().all(plain)).then_some(host)
@@ -30,7 +43,8 @@ impl ConnectionString {
         ConnectionString(raw.into())
     }
 
-    /// The raw string, password included. Only for handing to a driver.
+    /// The raw string, password included. Only for handing to a parser
+    /// here, whose values go to a driver.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -39,7 +53,7 @@ impl ConnectionString {
         self.0.trim().is_empty()
     }
 
-    /// The string with every password replaced by `***`.
+    /// The string with every secret replaced by `***` ([`redact`]).
     pub fn redacted(&self) -> String {
         redact(&self.0)
     }
@@ -70,37 +84,86 @@ impl fmt::Display for ConnectionString {
     }
 }
 
-/// Redacts a URL (`postgres://user:pass@host/db`) or a key/value string
-/// (`Server=..;Password=..` or `host=.. password=..`). When the shape is not
-/// recognised and the text mentions a password at all, the whole string is
-/// masked: better an unhelpful log line than a leaked secret.
-pub fn redact(raw: &str) -> String {
-    if let Some(redacted) = redact_url(raw) {
-        return redacted;
-    }
-    let lower = raw.to_ascii_lowercase();
-    if !SECRET_KEYS.iter().any(|k| lower.contains(k)) {
-        return raw.to_string();
-    }
+/// Whether a value that is no secret may be shown: one holding `=` or `;`
+/// may have swallowed the pair after it (`user=app;password=x`, read by
+/// libpq as one user name), so it is masked too.
+fn plain_value(value: &str) -> bool {
+    !value.contains(['=', ';'])
+}
+
+/// `raw` with each of `masked` (byte ranges, in any order, not
+/// overlapping) replaced by `***`.
+fn mask(raw: &str, mut masked: Vec<std::ops::Range<usize>>) -> String {
+    masked.sort_by_key(|r| r.start);
     let mut out = String::with_capacity(raw.len());
-    let mut rest = raw;
-    while !rest.is_empty() {
-        let lower_rest = rest.to_ascii_lowercase();
-        let next = SECRET_KEYS
-            .iter()
-            .filter_map(|k| find_key(&lower_rest, k))
-            .min();
-        let Some((_, eq)) = next else {
-            out.push_str(rest);
-            break;
-        };
-        out.push_str(&rest[..=eq]);
-        let value_end = value_end(&rest[eq + 1..]);
+    let mut at = 0;
+    for range in masked {
+        if range.start < at {
+            continue;
+        }
+        out.push_str(&raw[at..range.start]);
         out.push_str(MASK);
-        rest = &rest[eq + 1 + value_end..];
+        at = range.end;
     }
+    out.push_str(&raw[at..]);
     out
 }
+
+/// `raw` as it may be shown: read by the same parsers the engines use
+/// ([`form::for_display`]), every secret value masked where it is written
+/// (`password=***`, `Pwd=***`, `postgres://user:***@...`), and so is every
+/// pair whose key neither libpq, Npgsql nor SqlClient has (it may be the
+/// rest of a password holding a space or a `;`) and every value holding
+/// `=` or `;`. A string no syntax reads is not shown at all.
+pub fn redact(raw: &str) -> String {
+    let masked =
+        match form::for_display(raw) {
+            None => return UNREADABLE.to_string(),
+            Some(Reading::Libpq(pairs)) => pairs
+                .into_iter()
+                .filter_map(|p| match libpq::keyword(&p.key) {
+                    None => Some(p.whole),
+                    Some(k) if libpq::SECRET_KEYWORDS.contains(&k) => Some(p.span),
+                    Some(_) => (!plain_value(&p.value)).then_some(p.span),
+                })
+                .collect(),
+            Some(Reading::Ado(pairs)) => pairs
+                .into_iter()
+                .filter_map(|p| {
+                    if !ado::is_known_key(&p.key) {
+                        Some(p.whole)
+                    } else if ado::is_secret_key(&p.key) || !plain_value(&p.value) {
+                        Some(p.span)
+                    } else {
+                        None
+                    }
+                })
+                .collect(),
+            Some(Reading::Url(url)) => {
+                let parts = [&url.user, &url.hosts, &url.dbname];
+                let mut masked: Vec<_> = parts
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| !plain_value(&p.value))
+                    .map(|p| p.span.clone())
+                    .collect();
+                masked.extend(url.password.map(|p| p.span));
+                masked.extend(url.params.into_iter().filter_map(|p| {
+                    match libpq::keyword(&p.key) {
+                        None => Some(p.whole),
+                        Some(k) if libpq::SECRET_KEYWORDS.contains(&k) => Some(p.span),
+                        Some(_) => (!plain_value(&p.value)).then_some(p.span),
+                    }
+                }));
+                masked
+            }
+        };
+    mask(raw, masked)
+}
+
+/// Keys whose values are secret in ADO.NET (`Password=`, `Pwd=`) and libpq
+/// (`password=`) key/value connection strings, for [`ConnectionString::scrub`].
+const SECRET_KEYS: [&str; 2] = ["password", "pwd"];
 
 /// Every password value in the string, unquoted, for scrubbing driver messages.
 fn secrets(raw: &str) -> Vec<String> {
@@ -198,45 +261,6 @@ fn url_userinfo(raw: &str) -> Option<(usize, usize)> {
     Some((start, at))
 }
 
-fn redact_url(raw: &str) -> Option<String> {
-    let scheme_end = raw.find("://")?;
-    if !raw[..scheme_end]
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '+')
-    {
-        return None;
-    }
-    let mut out = match url_userinfo(raw) {
-        Some((start, at)) => {
-            let userinfo = &raw[start..at];
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:{MASK}")
-            } else {
-                user.to_string()
-            };
-            format!("{}{}{}", &raw[..start], masked, &raw[at..])
-        }
-        None => raw.to_string(),
-    };
-    // Query parameters may carry `password=` too.
-    if let Some(q) = out.find('?') {
-        let (head, query) = out.split_at(q + 1);
-        let query = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if SECRET_KEYS.contains(&k.to_ascii_lowercase().as_str()) => {
-                    format!("{k}={MASK}")
-                }
-                _ => kv.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("&");
-        out = format!("{head}{query}");
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,10 +330,12 @@ mod tests {
 
     #[test]
     fn key_must_be_whole() {
-        // `NoPassword=` is not the password key; the real one still is.
+        // `NoPassword=` is no key either driver has: masked whole, as the
+        // rest of a password would be; the real one masked too.
+        assert_eq!(redact("NoPassword=1;Password=x"), "***;Password=***");
         assert_eq!(
-            redact("NoPassword=1;Password=x"),
-            "NoPassword=1;Password=***"
+            redact("Server=db;Password=ab;cd=ef;Database=es"),
+            "Server=db;Password=***;***;Database=es"
         );
     }
 
@@ -319,6 +345,34 @@ mod tests {
         let msg = "login failed for sa using hunter2 on Server=db;Password=hunter2;User Id=sa";
         let out = cs.scrub(msg);
         assert!(!out.contains("hunter2"), "{out}");
+    }
+
+    #[test]
+    fn redaction_masks_values_that_may_hold_another_pair() {
+        for (raw, shown) in [
+            ("host=db passwd=Zq7Secret", "host=db ***"),
+            (
+                "host=db password=Zq7 Secret9x=y",
+                "host=db password=*** ***",
+            ),
+            ("host=db user=app;password=Zq7Secret", "host=db user=***"),
+            (
+                "host=db;username=app;password=Zq7Secret",
+                "host=db;username=app;password=***",
+            ),
+            ("Host=db password=Zq7Secret;Port=5", "Host=***;Port=5"),
+            (
+                "postgres://u:Zq7Secret@db/es?sslmode=require&Zq7Secret=x",
+                "postgres://u:***@db/es?sslmode=require&***",
+            ),
+            (
+                "postgres://u@db/es?password=Zq7Secret",
+                "postgres://u@db/es?password=***",
+            ),
+            ("a b;Zq7Secret", UNREADABLE),
+        ] {
+            assert_eq!(redact(raw), shown, "{raw}");
+        }
     }
 
     proptest! {
