@@ -4,11 +4,3 @@
 //! engines use; this module names it for the engines.
 
 pub use crate::secret::ado::{last, pairs, split_ado, AdoError, Pair};
-
-/// [`pairs`] as `(key, value, quoted)`.
-pub fn split_ado_marked(raw: &str) -> Result<Vec<(String, String, bool)>, AdoError> {
-    Ok(pairs(raw)?
-        .into_iter()
-        .map(|p| (p.key, p.value, p.quoted))
-        .collect())
-}

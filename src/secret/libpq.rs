@@ -279,7 +279,10 @@ pub fn unknown_key(n: usize, of: usize, after_password: bool) -> String {
     } else {
         ""
     };
-    format!("an unknown key at pair {n} (of {of}){hint}; libpq's keys are case-sensitive")
+    format!(
+        "an unknown key at pair {n} (of {of}){hint}; libpq's keys, case-sensitive, are {}",
+        KEYWORDS.join(", ")
+    )
 }
 
 /// The first pair whose key libpq does not have, as [`unknown_key`] says it.

@@ -280,9 +280,11 @@ pub fn first_unknown(url: &Url) -> Option<String> {
         ""
     };
     Some(format!(
-        "query parameter {} (of {}) of the URL is not a libpq key{hint}",
+        "query parameter {} (of {}) of the URL is not a libpq key{hint}; libpq's keys, \
+         case-sensitive, are {}",
         at + 1,
-        url.params.len()
+        url.params.len(),
+        libpq::KEYWORDS.join(", ")
     ))
 }
 

@@ -53,7 +53,7 @@ impl Target {
             mut config,
             tls,
             mode,
-        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&tls::refusal(&e))))?;
+        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(tls::refusal(&e)))?;
         if config.get_application_name().is_none() {
             config.application_name("gap-healer");
         }
