@@ -17,4 +17,5 @@ mod mssql;
 mod pg;
 mod profiles;
 mod sequence;
+mod tls;
 mod watermark;

@@ -8,9 +8,15 @@
 //! messages can repeat a piece of it. Every refusal names a key of our
 //! tables and where it was written, never a value.
 //!
-//! `sslmode`:
-//! - `disable`, `allow`, `prefer` (the default): no TLS (libpq tries it
-//!   for the last two: not yet here);
+//! `sslmode`, as libpq:
+//! - `disable`: no TLS;
+//! - `allow`: plain first; if the server refuses that session (a
+//!   `hostssl`-only `pg_hba.conf`, or any refusal of the login), once more
+//!   with TLS, the server's certificate not verified;
+//! - `prefer` (the default, also Npgsql's): TLS first, not verified; plain
+//!   if the server has no TLS (it answers the SSL request with `N`), the
+//!   handshake fails, or the server refuses the encrypted session (a
+//!   `hostnossl` entry, or any refusal of the login);
 //! - `require`: TLS, not verified (with `sslrootcert` given, verified as
 //!   `verify-ca`, as libpq does);
 //! - `verify-ca`: TLS, the certificate chain verified against `sslrootcert`
@@ -18,7 +24,10 @@
 //!   name not checked;
 //! - `verify-full`: the chain and the host name verified.
 //!
-//! `sslrootcert=system` asks for `verify-full`, as in libpq 16.
+//! [`TlsMode`] says which applies; which one a session of `allow` or
+//! `prefer` got is the server's to say (`check` asks `pg_stat_ssl`).
+//! `sslrootcert=system` asks for `verify-full`, as in libpq 16. TLS is
+//! never tried over a Unix socket (the server answers `N` there).
 
 use std::sync::Arc;
 
@@ -33,10 +42,17 @@ pub(crate) mod settings;
 
 use settings::{Setting, SslMode, TlsWanted};
 
-/// Whether connections use TLS, for `check` and logs.
+/// Which TLS a connection string asks for, for `check` and logs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TlsMode {
+    /// `sslmode=disable`.
     Off,
+    /// `sslmode=allow`: plain, or TLS (not verified) if the server refuses
+    /// a plain session.
+    Allow,
+    /// `sslmode=prefer`, the default: TLS (not verified), or plain if the
+    /// server has none or refuses an encrypted session.
+    Prefer,
     /// Encrypted, the server's certificate not verified (`sslmode=require`).
     Encrypted,
     Verified {
@@ -44,6 +60,41 @@ pub enum TlsMode {
         /// the host name is not.
         roots: String,
     },
+}
+
+impl TlsMode {
+    /// The driver's mode for a session's first attempt: `prefer`'s is the
+    /// driver's prefer (TLS, or plain on the same connection when the
+    /// server answers `N`); [`super::conn::Target`] retries `allow` and
+    /// `prefer` the other way.
+    pub(crate) fn first_attempt(&self) -> DriverMode {
+        match self {
+            TlsMode::Off | TlsMode::Allow => DriverMode::Disable,
+            TlsMode::Prefer => DriverMode::Prefer,
+            TlsMode::Encrypted | TlsMode::Verified { .. } => DriverMode::Require,
+        }
+    }
+}
+
+impl TlsMode {
+    /// For `allow` and `prefer`, how the session came to be encrypted or
+    /// not, for `check` (which asks the server whether it is).
+    pub(crate) fn as_attempted(&self, encrypted: bool) -> &'static str {
+        match (self, encrypted) {
+            (TlsMode::Prefer, true) => "sslmode=prefer: TLS is tried first, and the server took it",
+            (TlsMode::Prefer, false) => {
+                "sslmode=prefer: the server refused TLS, so the session is plain, as libpq's \
+                 would be"
+            }
+            (TlsMode::Allow, true) => {
+                "sslmode=allow: the server refused a plain session, so TLS was tried next"
+            }
+            (TlsMode::Allow, false) => {
+                "sslmode=allow: plain is tried first, and the server took it"
+            }
+            _ => "",
+        }
+    }
 }
 
 pub struct Target {
@@ -116,10 +167,7 @@ fn read(raw: &str) -> Result<Vec<Setting>, String> {
 pub fn parse(raw: &str) -> Result<Target, String> {
     let (mut config, wanted) = settings::apply(&read(raw)?)?;
     let (tls, mode) = tls(&wanted)?;
-    config.ssl_mode(match mode {
-        TlsMode::Off => DriverMode::Disable,
-        _ => DriverMode::Require,
-    });
+    config.ssl_mode(mode.first_attempt());
     config.ssl_negotiation(settings::negotiation(
         &wanted,
         wanted.mode.unwrap_or(SslMode::Prefer),
@@ -191,7 +239,9 @@ fn tls(wanted: &TlsWanted) -> Result<(rustls::ClientConfig, TlsMode), String> {
             .with_custom_certificate_verifier(Arc::new(Unverified(provider())))
             .with_no_client_auth();
         let mode = match mode {
-            SslMode::Disable | SslMode::Allow | SslMode::Prefer => TlsMode::Off,
+            SslMode::Disable => TlsMode::Off,
+            SslMode::Allow => TlsMode::Allow,
+            SslMode::Prefer => TlsMode::Prefer,
             _ => TlsMode::Encrypted,
         };
         (unverified, mode)
@@ -369,9 +419,9 @@ mod tests {
 
     #[test]
     fn modes_are_libpqs() {
-        assert_eq!(mode("host=db user=app"), TlsMode::Off);
-        assert_eq!(mode("host=db sslmode=prefer"), TlsMode::Off);
-        assert_eq!(mode("host=db sslmode=allow"), TlsMode::Off);
+        assert_eq!(mode("host=db user=app"), TlsMode::Prefer);
+        assert_eq!(mode("host=db sslmode=prefer"), TlsMode::Prefer);
+        assert_eq!(mode("host=db sslmode=allow"), TlsMode::Allow);
         assert_eq!(mode("host=db sslmode=disable"), TlsMode::Off);
         assert_eq!(mode("host=db requiressl=1"), TlsMode::Encrypted);
         assert_eq!(mode("postgres://db/es?ssl=true"), TlsMode::Encrypted);
@@ -380,9 +430,9 @@ mod tests {
             mode("Host=db;Username=app;SSL Mode=Require;Trust Server Certificate=true"),
             TlsMode::Encrypted
         );
-        assert_eq!(mode("Host=db;Username=app"), TlsMode::Off);
+        assert_eq!(mode("Host=db;Username=app"), TlsMode::Prefer);
         for (raw, first) in [
-            ("host=db", DriverMode::Disable),
+            ("host=db", DriverMode::Prefer),
             ("host=db sslmode=allow", DriverMode::Disable),
             ("host=db sslmode=disable", DriverMode::Disable),
             ("host=db sslmode=require", DriverMode::Require),
@@ -544,5 +594,52 @@ mod tests {
         assert!(e.starts_with("a `%` in the URL's query parameter 2"), "{e}");
         let t = parse("postgres://app@db/es?sslmode=require&application_name=%e2%82%ac").unwrap();
         assert_eq!(t.config.get_application_name(), Some("€"));
+    }
+
+    /// `check` says which one an `allow` or `prefer` session got, from the
+    /// server's answer (`pg_stat_ssl`), and warns only of a plain one to
+    /// another machine.
+    #[test]
+    fn check_says_which_one_the_session_got() {
+        use super::super::preflight::{plaintext_warning, session, Session};
+        use crate::engine::Check;
+        let facts = |encrypted| Session {
+            version: "15".into(),
+            version_num: 150_000,
+            encrypted: Some(encrypted),
+            login: "app".into(),
+            schema_exists: true,
+        };
+        for (mode, encrypted, said) in [
+            (
+                TlsMode::Prefer,
+                true,
+                "on, server certificate NOT verified (sslmode=prefer: TLS is tried first, and the server took it)",
+            ),
+            (
+                TlsMode::Prefer,
+                false,
+                "off: not encrypted (sslmode=prefer: the server refused TLS, so the session is plain",
+            ),
+            (
+                TlsMode::Allow,
+                false,
+                "off: not encrypted (sslmode=allow: plain is tried first, and the server took it)",
+            ),
+            (
+                TlsMode::Allow,
+                true,
+                "on, server certificate NOT verified (sslmode=allow: the server refused a plain session",
+            ),
+        ] {
+            let mut findings = session(&facts(encrypted), &mode, "es");
+            let tls = |f: &[crate::engine::Finding]| {
+                f.iter().find(|f| f.check == Check::Tls).cloned().unwrap()
+            };
+            let found = tls(&findings);
+            assert!(found.ok && found.detail.starts_with(said), "{mode:?}: {}", found.detail);
+            plaintext_warning(&mut findings, &mode, Some("db.example.com"));
+            assert_eq!(tls(&findings).warning, !encrypted, "{mode:?} {encrypted}");
+        }
     }
 }
