@@ -339,6 +339,9 @@ impl Openable for MssqlEngine {
 }
 
 #[cfg(test)]
+mod secrecy;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::tests_support::mssql_settings;

@@ -11,9 +11,14 @@
 //!    number: [`libpq::never_holds_semicolon`]) holds one, as in
 //!    `host=db;username=app` (libpq would look for a host named
 //!    `db;username=app`): the string is Npgsql;
-//! 3. a string libpq's syntax reads whose first key is libpq's but a later
-//!    one is not is a libpq string with an unknown key (an error);
-//! 4. anything else that the ADO.NET syntax reads is Npgsql.
+//! 3. a string whose first key is libpq's, but which has a later key that
+//!    is not libpq's or a mistake of libpq's syntax, is a libpq string with
+//!    that error;
+//! 4. anything else is Npgsql (an error is then Npgsql's).
+//!
+//! What decides is the first key and rule 2's `;`, never what a quoted
+//! value holds, so a password written as its form allows never changes
+//! how its string is read.
 //!
 //! SQL Server takes only ADO.NET strings ([`super::ado`]).
 //!
@@ -25,7 +30,7 @@ use super::{ado, libpq, url};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reading {
     Libpq(Vec<libpq::Pair>),
-    Url(url::Url),
+    Url(Box<url::Url>),
     /// ADO.NET syntax: Npgsql's, or SqlClient's.
     Ado(Vec<ado::Pair>),
 }
@@ -45,56 +50,55 @@ fn npgsql(raw: &str) -> Result<Reading, String> {
         .map_err(|ado::AdoError(e)| format!("read as Npgsql, {e}"))
 }
 
+/// Whether the first key, as libpq's syntax reads keys (up to `=` or
+/// whitespace), is libpq's; true of a string with no key at all.
+fn libpq_first(raw: &str) -> bool {
+    let key: String = raw
+        .trim_start_matches(|c: char| c.is_ascii_whitespace() || c == '\x0b')
+        .chars()
+        .take_while(|&c| c != '=' && !c.is_ascii_whitespace() && c != '\x0b')
+        .collect();
+    key.is_empty() && raw.trim().is_empty() || libpq::keyword(&key).is_some()
+}
+
 /// How the PostgreSQL engine reads `raw`, by the rules above. An `Ado`
-/// reading is Npgsql's, its keys not yet checked.
+/// reading is Npgsql's, its keys not yet checked. Which form a string was
+/// meant in is told by its first key and the `;` of rule 2's exception,
+/// never by what a quoted value holds.
 pub fn postgres(raw: &str) -> Result<Reading, String> {
     if url::is_url(raw) {
-        return url::parse(raw).map(Reading::Url);
+        return url::parse(raw).map(|u| Reading::Url(Box::new(u)));
     }
-    match libpq::split(raw) {
-        Ok(pairs) if runs_on(&pairs) => npgsql(raw),
-        Ok(pairs) => match libpq::first_unknown(&pairs) {
-            None => Ok(Reading::Libpq(pairs)),
-            Some(e) if libpq::keyword(&pairs[0].key).is_some() => Err(e),
-            Some(_) => npgsql(raw),
-        },
-        Err(libpq_error) => match ado::pairs(raw) {
-            Ok(pairs)
-                if raw.contains(';')
-                    || pairs
-                        .first()
-                        .is_some_and(|p| libpq::keyword(&p.key).is_none()) =>
-            {
-                Ok(Reading::Ado(pairs))
-            }
-            Err(ado::AdoError(e)) if raw.contains(';') => Err(format!(
-                "neither form reads it: as libpq key/value, {libpq_error}; as Npgsql, {e}"
-            )),
-            _ => Err(libpq_error),
-        },
+    let (pairs, error) = libpq::split_partial(raw);
+    if runs_on(&pairs) || !libpq_first(raw) {
+        return npgsql(raw);
+    }
+    match (error, libpq::first_unknown(&pairs)) {
+        (None, None) => Ok(Reading::Libpq(pairs)),
+        (Some(e), _) | (None, Some(e)) => Err(e),
     }
 }
 
 /// How `raw` is read to be shown (redacted), whatever its engine: as
-/// [`postgres`] reads it where that works, else by whichever syntax reads
-/// it, keys unchecked (a SQL Server string, a string with a wrong key);
-/// `None` when no syntax does.
-pub fn for_display(raw: &str) -> Option<Reading> {
+/// [`postgres`] reads it, keys unchecked (a SQL Server string is read as
+/// ADO.NET, a string with a wrong key as its form); `None` when its
+/// form's syntax does not read it. With it, where the text that was not
+/// read begins (a libpq string with a mistake in it: the pairs before the
+/// mistake are read, the rest is not shown).
+pub fn for_display(raw: &str) -> Option<(Reading, Option<usize>)> {
     if url::is_url(raw) {
-        return url::parse(raw).ok().map(Reading::Url);
+        return url::parse(raw)
+            .ok()
+            .map(|u| (Reading::Url(Box::new(u)), None));
     }
-    if let Ok(pairs) = libpq::split(raw) {
-        let libpq_first = pairs
-            .first()
-            .is_none_or(|p| libpq::keyword(&p.key).is_some());
-        if libpq_first && !runs_on(&pairs) {
-            return Some(Reading::Libpq(pairs));
-        }
+    let (pairs, error) = libpq::split_partial(raw);
+    if runs_on(&pairs) || !libpq_first(raw) {
+        return ado::pairs(raw)
+            .ok()
+            .map(|pairs| (Reading::Ado(pairs), None));
     }
-    if let Ok(pairs) = ado::pairs(raw) {
-        return Some(Reading::Ado(pairs));
-    }
-    libpq::split(raw).ok().map(Reading::Libpq)
+    let unread = error.map(|_| pairs.last().map_or(0, |p| p.whole.end));
+    Some((Reading::Libpq(pairs), unread))
 }
 
 #[cfg(test)]
@@ -154,14 +158,14 @@ mod tests {
             "{e}"
         );
         let e = postgres("a b;Zq7Secret").unwrap_err();
-        assert!(e.starts_with("neither form reads it"), "{e}");
+        assert!(e.starts_with("read as Npgsql, pair 1 has no `=`"), "{e}");
         assert!(!e.contains("Zq7"), "{e}");
     }
 
     #[test]
     fn display_reads_what_the_engines_read_and_the_rest_by_syntax() {
-        let libpq = |raw: &str| matches!(for_display(raw), Some(Reading::Libpq(_)));
-        let ado = |raw: &str| matches!(for_display(raw), Some(Reading::Ado(_)));
+        let libpq = |raw: &str| matches!(for_display(raw), Some((Reading::Libpq(_), _)));
+        let ado = |raw: &str| matches!(for_display(raw), Some((Reading::Ado(_), _)));
         assert!(libpq("host=db passwd=Zq7"));
         assert!(libpq("host=db password=a;b"));
         assert!(ado("Server=db;User Id=app;Password=x"));

@@ -220,6 +220,15 @@ impl Cursor<'_> {
 /// The pairs of a key/value string, by libpq's syntax alone (any key).
 /// Errors name the pair, never its text.
 pub fn split(raw: &str) -> Result<Vec<Pair>, String> {
+    match split_partial(raw) {
+        (pairs, None) => Ok(pairs),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// [`split`], with the pairs read before an error: what the string began
+/// as tells which form it was written in ([`super::form`]).
+pub fn split_partial(raw: &str) -> (Vec<Pair>, Option<String>) {
     let mut c = Cursor {
         bytes: raw.as_bytes(),
         at: 0,
@@ -228,44 +237,51 @@ pub fn split(raw: &str) -> Result<Vec<Pair>, String> {
     loop {
         c.skip_spaces();
         let Some(_) = c.peek() else {
-            return Ok(pairs);
+            return (pairs, None);
         };
-        let n = pairs.len() + 1;
-        let key_start = c.at;
-        while c.peek().is_some_and(|b| b != b'=' && !is_space(b)) {
-            c.at += 1;
+        match next_pair(raw, &mut c, pairs.len() + 1) {
+            Ok(pair) => pairs.push(pair),
+            Err(e) => return (pairs, Some(e)),
         }
-        let key = raw[key_start..c.at].to_string();
-        c.skip_spaces();
-        if c.peek() != Some(b'=') {
-            return Err(format!(
-                "pair {n} has no `=` after its key (libpq key/value pairs are separated by \
-                 spaces: quote a value that holds one, key='a b')"
-            ));
-        }
-        c.at += 1;
-        c.skip_spaces();
-        let value_start = c.at;
-        let quoted = c.peek() == Some(b'\'');
-        let value = if quoted {
-            c.quoted().ok_or_else(|| {
-                format!(
-                    "the quoted value of pair {n} has no closing `'` (a `'` inside a quoted \
-                     value is written \\')"
-                )
-            })?
-        } else {
-            c.plain()
-        };
-        pairs.push(Pair {
-            key,
-            value: String::from_utf8(value)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-            span: value_start..c.at,
-            whole: key_start..c.at,
-            quoted,
-        });
     }
+}
+
+/// Pair `n`, from the cursor on.
+fn next_pair(raw: &str, c: &mut Cursor<'_>, n: usize) -> Result<Pair, String> {
+    let key_start = c.at;
+    while c.peek().is_some_and(|b| b != b'=' && !is_space(b)) {
+        c.at += 1;
+    }
+    let key = raw[key_start..c.at].to_string();
+    c.skip_spaces();
+    if c.peek() != Some(b'=') {
+        return Err(format!(
+            "pair {n} has no `=` after its key (libpq key/value pairs are separated by \
+             spaces: quote a value that holds one, key='a b')"
+        ));
+    }
+    c.at += 1;
+    c.skip_spaces();
+    let value_start = c.at;
+    let quoted = c.peek() == Some(b'\'');
+    let value = if quoted {
+        c.quoted().ok_or_else(|| {
+            format!(
+                "the quoted value of pair {n} has no closing `'` (a `'` inside a quoted \
+                 value is written \\')"
+            )
+        })?
+    } else {
+        c.plain()
+    };
+    Ok(Pair {
+        key,
+        value: String::from_utf8(value)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        span: value_start..c.at,
+        whole: key_start..c.at,
+        quoted,
+    })
 }
 
 /// The refusal of a string whose pair `n` (of `of`) has a key libpq does

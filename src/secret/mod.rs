@@ -24,6 +24,11 @@ use form::Reading;
 
 const MASK: &str = "***";
 
+/// What [`redact`] shows of a URL after its scheme when it has an `@`
+/// other than its credentials' ([`url::Url::stray_at`]).
+const STRAY_AT: &str = "*** (not shown: it has an `@` that does not end its credentials, so a \
+                        password may not have percent-encoded an `@` or a `/`)";
+
 /// What [`redact`] shows of a string no syntax reads.
 const UNREADABLE: &str = "*** (not shown: no connection-string syntax reads it)";
 
@@ -120,52 +125,91 @@ fn mask(raw: &str, mut masked: Vec<std::ops::Range<usize>>) -> String {
 /// ([`form::for_display`]), every secret value masked where it is written
 /// (`password=***`, `Pwd=***`, `postgres://user:***@...`), and so is every
 /// pair whose key neither libpq, Npgsql nor SqlClient has (it may be the
-/// rest of a password holding a space or a `;`) and every value holding
-/// `=` or `;`. A string no syntax reads is not shown at all.
+/// rest of a password holding a space or a `;`) and every value that may
+/// have swallowed a piece of one. A string no syntax reads is not shown.
 pub fn redact(raw: &str) -> String {
-    let masked =
-        match form::for_display(raw) {
-            None => return UNREADABLE.to_string(),
-            Some(Reading::Libpq(pairs)) => pairs
-                .into_iter()
-                .filter_map(|p| match libpq::keyword(&p.key) {
-                    None => Some(p.whole),
-                    Some(k) if libpq::SECRET_KEYWORDS.contains(&k) => Some(p.span),
-                    Some(_) => (!plain_value(&p.value)).then_some(p.span),
-                })
-                .collect(),
-            Some(Reading::Ado(pairs)) => pairs
-                .into_iter()
-                .filter_map(|p| {
-                    if !ado::is_known_key(&p.key) {
-                        Some(p.whole)
-                    } else if ado::is_secret_key(&p.key) || !plain_value(&p.value) {
-                        Some(p.span)
-                    } else {
-                        None
-                    }
-                })
-                .collect(),
-            Some(Reading::Url(url)) => {
-                let parts = [&url.user, &url.hosts, &url.dbname];
-                let mut masked: Vec<_> = parts
-                    .into_iter()
-                    .flatten()
-                    .filter(|p| !plain_value(&p.value))
-                    .map(|p| p.span.clone())
-                    .collect();
-                masked.extend(url.password.map(|p| p.span));
-                masked.extend(url.params.into_iter().filter_map(|p| {
-                    match libpq::keyword(&p.key) {
-                        None => Some(p.whole),
-                        Some(k) if libpq::SECRET_KEYWORDS.contains(&k) => Some(p.span),
-                        Some(_) => (!plain_value(&p.value)).then_some(p.span),
-                    }
-                }));
-                masked
-            }
-        };
+    let Some((reading, unread)) = form::for_display(raw) else {
+        return UNREADABLE.to_string();
+    };
+    let mut masked: Vec<_> = match reading {
+        Reading::Libpq(pairs) => pairs.into_iter().filter_map(libpq_mask).collect(),
+        Reading::Ado(pairs) => pairs.into_iter().filter_map(ado_mask).collect(),
+        Reading::Url(url) if url.stray_at => {
+            let scheme = raw.find("://").map_or(0, |i| i + 3);
+            return format!("{}{STRAY_AT}", &raw[..scheme]);
+        }
+        Reading::Url(url) => url_masks(*url),
+    };
+    masked.extend(unread.map(|from| from..raw.len()));
     mask(raw, masked)
+}
+
+/// What of a libpq pair is masked: the whole pair when libpq has no such
+/// key, the value of a secret or of a value holding `=` or `;`.
+fn libpq_mask(p: libpq::Pair) -> Option<std::ops::Range<usize>> {
+    match libpq::keyword(&p.key) {
+        None => Some(p.whole),
+        Some(k) if libpq::SECRET_KEYWORDS.contains(&k) => Some(p.span),
+        Some(_) => (!plain_value(&p.value)).then_some(p.span),
+    }
+}
+
+/// What of an ADO.NET pair is masked, as [`libpq_mask`].
+fn ado_mask(p: ado::Pair) -> Option<std::ops::Range<usize>> {
+    if !ado::is_known_key(&p.key) {
+        Some(p.whole)
+    } else if ado::is_secret_key(&p.key) || !plain_value(&p.value) {
+        Some(p.span)
+    } else {
+        None
+    }
+}
+
+/// What of a URL is masked: the password, query parameters as
+/// [`libpq_mask`], and the hosts, ports, user and database name unless
+/// each is plainly one. An `@` or `/` that a password did not
+/// percent-encode ends the credentials early, and the password's rest
+/// reads as hosts, ports or a database name.
+fn url_masks(url: url::Url) -> Vec<std::ops::Range<usize>> {
+    let name = |v: &str| {
+        v.chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    };
+    let hosts_plain = url
+        .hosts
+        .iter()
+        .flat_map(|h| h.value.split(','))
+        .all(|h| h.is_empty() || shown_host(h).is_some());
+    let ports_plain = url
+        .ports
+        .iter()
+        .flat_map(|p| p.value.split(','))
+        .all(|p| p.chars().all(|c| c.is_ascii_digit()));
+    let mut masked = Vec::new();
+    for (part, plain) in [
+        (&url.user, url.user.as_ref().is_none_or(|p| name(&p.value))),
+        (
+            &url.dbname,
+            url.dbname.as_ref().is_none_or(|p| name(&p.value)),
+        ),
+        (&url.hosts, hosts_plain && ports_plain),
+        (&url.ports, hosts_plain && ports_plain),
+    ] {
+        if let Some(p) = part.as_ref().filter(|_| !plain) {
+            masked.push(p.span.clone());
+        }
+    }
+    masked.extend(url.password.map(|p| p.span));
+    masked.extend(url.params.into_iter().filter_map(|p| {
+        libpq_mask(libpq::Pair {
+            key: p.key,
+            value: p.value,
+            span: p.span,
+            whole: p.whole,
+            quoted: false,
+        })
+    }));
+    masked
 }
 
 #[cfg(test)]
@@ -283,6 +327,23 @@ mod tests {
                 "postgres://u@db/es?password=***",
             ),
             ("a b;Zq7Secret", UNREADABLE),
+            // A libpq string with a mistake: what follows it is not shown.
+            ("host=db password Zq7Secret", "host=db***"),
+            ("host=db port=5 password='Zq7Secret", "host=db port=5***"),
+            // A password's unencoded `@` or `/` ends the credentials early.
+            (
+                "postgres://u:Zq7@Secret@db/es",
+                &format!("postgres://{STRAY_AT}"),
+            ),
+            (
+                "postgres://u:Zq7/Secret@db/es",
+                &format!("postgres://{STRAY_AT}"),
+            ),
+            ("postgres://Zq7:Secret/db/es", "postgres://***/***"),
+            (
+                "postgres://app@db1:5432,[::1]:7/es",
+                "postgres://app@db1:5432,[::1]:7/es",
+            ),
         ] {
             assert_eq!(redact(raw), shown, "{raw}");
         }

@@ -51,6 +51,11 @@ pub struct Url {
     pub ports: Option<Part>,
     pub dbname: Option<Part>,
     pub params: Vec<Param>,
+    /// Whether the URL holds an `@` other than the one that ends its
+    /// credentials: a password or user name that did not percent-encode
+    /// an `@` or a `/`, whose rest libpq reads as hosts, a database name
+    /// or query parameters (or, rarely, an `@` of a query value).
+    pub stray_at: bool,
 }
 
 /// The schemes libpq reads as a URL.
@@ -125,6 +130,8 @@ pub fn parse(raw: &str) -> Result<Url, String> {
         }
         p = at + 1;
     }
+    let credentials = usize::from(bytes.get(at) == Some(&b'@'));
+    url.stray_at = raw.matches('@').count() > credentials;
     let (hosts, ports, next) = netlocs(raw, p)?;
     p = next;
     if !hosts.value.is_empty() {
