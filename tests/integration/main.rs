@@ -14,6 +14,7 @@ mod fleet;
 mod hostile;
 mod leader;
 mod mssql;
+mod passwords;
 mod pg;
 mod profiles;
 mod sequence;
