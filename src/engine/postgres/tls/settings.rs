@@ -260,7 +260,7 @@ fn connection(config: &mut Config, s: &Setting) -> Result<bool, String> {
     Ok(true)
 }
 
-/// The session's own settings: timeouts, keepalive, attributes, names.
+/// The session's own settings: names, options, timeouts, keepalive.
 /// Whether `s` was one of them.
 fn session(config: &mut Config, s: &Setting) -> Result<bool, String> {
     let value = s.value.as_str();
@@ -299,6 +299,17 @@ fn session(config: &mut Config, s: &Setting) -> Result<bool, String> {
             let n = u32::try_from(number(s, i64::from(u32::MAX))?).map_err(|_| invalid(s))?;
             config.keepalives_retries(n);
         }
+        _ => return server(config, s),
+    }
+    Ok(true)
+}
+
+/// Which server, and what of it: session attributes, channel binding,
+/// load balancing, and the keys that change nothing for this driver but
+/// must hold a value it can honour. Whether `s` was one of them.
+fn server(config: &mut Config, s: &Setting) -> Result<bool, String> {
+    let value = s.value.as_str();
+    match s.key {
         "target_session_attrs" => {
             config.target_session_attrs(
                 match one_of(
