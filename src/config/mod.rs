@@ -1175,7 +1175,7 @@ impl<'a> Validator<'a> {
         }
         if let Some(engine) = engine {
             if let Err(message) = crate::engine::check_connection_string(engine, &cs) {
-                self.problem("connection_string", &origin, cs.scrub(&message));
+                self.problem("connection_string", &origin, message);
                 return None;
             }
         }

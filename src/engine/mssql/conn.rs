@@ -118,14 +118,12 @@ pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Resul
     if !wants_login_encryption_only(config) {
         return login(config.clone(), secret)
             .await
-            .map_err(|e| e.into_db(&addr, secret));
+            .map_err(|e| e.into_db(&addr));
     }
     let mut plain = config.clone();
     plain.encryption(EncryptionLevel::NotSupported);
     if offers_no_tls(&addr) {
-        return login(plain, secret)
-            .await
-            .map_err(|e| e.into_db(&addr, secret));
+        return login(plain, secret).await.map_err(|e| e.into_db(&addr));
     }
     // A server without TLS answers the TLS handshake with EOF, or (seen on
     // Babelfish) not at all: a login that hangs past LOGIN_WAIT is taken
@@ -137,11 +135,9 @@ pub(crate) async fn connect(config: &Config, secret: &ConnectionString) -> Resul
                 server = %addr,
                 "the server offers no TLS and the connection string says Encrypt=false: connecting unencrypted"
             );
-            login(plain, secret)
-                .await
-                .map_err(|e| e.into_db(&addr, secret))
+            login(plain, secret).await.map_err(|e| e.into_db(&addr))
         }
-        Ok(other) => other.map_err(|e| e.into_db(&addr, secret)),
+        Ok(other) => other.map_err(|e| e.into_db(&addr)),
     }
 }
 
@@ -183,13 +179,13 @@ enum Refused {
 
 impl Refused {
     /// `addr`: the server the login went to.
-    fn into_db(self, addr: &str, secret: &ConnectionString) -> DbError {
+    fn into_db(self, addr: &str) -> DbError {
         match self {
-            Refused::NoTls => DbError::permanent(secret.scrub(&format!(
+            Refused::NoTls => DbError::permanent(format!(
                 "SQL Server at {} offers no TLS and the connection string asks for encryption \
                  (Encrypt=true or strict): not connecting unencrypted",
                 shown_addr(addr)
-            ))),
+            )),
             Refused::Other(e) => e,
         }
     }

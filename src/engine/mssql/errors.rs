@@ -206,7 +206,10 @@ pub(crate) fn server_error(
     } else {
         ""
     };
-    let text = format!("SQL Server error {code}: {}{hint}", message.trim());
+    let text = format!(
+        "SQL Server error {code}: {}{hint}",
+        secret.scrub(message.trim())
+    );
     let message = if code == LOGIN_FAILED {
         format!("login refused: check the user and password ({text})")
     } else {
@@ -215,7 +218,7 @@ pub(crate) fn server_error(
     DbError {
         kind,
         code: Some(code.to_string()),
-        message: secret.scrub(&message),
+        message,
     }
 }
 
@@ -246,7 +249,8 @@ pub(crate) fn applock_result(code: i32) -> Result<bool, DbError> {
     })
 }
 
-/// A tiberius error as a [`DbError`], password scrubbed.
+/// A tiberius error as a [`DbError`] (tiberius is handed parsed values,
+/// never the string; [`ConnectionString::scrub`] is the backstop).
 pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionString) -> DbError {
     use tiberius::error::Error as E;
     match err {
@@ -257,12 +261,13 @@ pub(crate) fn driver_error(err: &tiberius::error::Error, secret: &ConnectionStri
             secret,
         ),
         E::Io { .. } | E::Protocol(_) | E::Routing { .. } => {
-            DbError::transient(secret.scrub(&format!("SQL Server connection failed: {err}")))
+            DbError::transient(format!("SQL Server connection failed: {}", secret.scrub(&err.to_string())))
         }
-        E::Tls(_) => DbError::permanent(secret.scrub(&format!(
-            "TLS with SQL Server failed: {err} (check Encrypt, TrustServerCertificate and the server's certificate)"
-        ))),
-        _ => DbError::permanent(secret.scrub(&format!("SQL Server driver error: {err}"))),
+        E::Tls(_) => DbError::permanent(format!(
+            "TLS with SQL Server failed: {} (check Encrypt, TrustServerCertificate and the server's certificate)",
+            secret.scrub(&err.to_string())
+        )),
+        _ => DbError::permanent(format!("SQL Server driver error: {}", secret.scrub(&err.to_string()))),
     }
 }
 
@@ -286,13 +291,14 @@ pub(crate) fn login_error(
         _ => false,
     };
     let lost = matches!(err, E::Io { .. }) && !not_tds;
+    let said = secret.scrub(&err.to_string());
     let message = if not_tds {
         format!(
             "the server at {addr} does not speak TDS, SQL Server's protocol (it answered the \
-             login with: {err}): check the server name and port"
+             login with: {said}): check the server name and port"
         )
     } else if lost {
-        format!("lost the connection to SQL Server at {addr}: {err}")
+        format!("lost the connection to SQL Server at {addr}: {said}")
     } else {
         let e = driver_error(err, secret);
         return DbError {
@@ -303,7 +309,7 @@ pub(crate) fn login_error(
     DbError {
         kind: DbErrorKind::Transient,
         code: None,
-        message: secret.scrub(&message),
+        message,
     }
 }
 
@@ -529,12 +535,14 @@ mod tests {
         }
     }
 
+    /// A driver's message that repeats the whole connection string is
+    /// withheld; any other is shown as it is, never with pieces masked.
     #[test]
     fn driver_errors_are_classified_and_scrubbed() {
         let secret = ConnectionString::new("Server=db;User Id=sa;Password=hunter2;");
         let io = tiberius::error::Error::Io {
             kind: std::io::ErrorKind::ConnectionReset,
-            message: "reset while sending hunter2".into(),
+            message: "reset while sending Server=db;User Id=sa;Password=hunter2;".into(),
         };
         let e = driver_error(&io, &secret);
         assert!(e.is_transient());
@@ -547,12 +555,7 @@ mod tests {
         let protocol = tiberius::error::Error::Protocol("garbled".into());
         assert!(driver_error(&protocol, &secret).is_transient());
 
-        let e = server_error(
-            18456,
-            Stage::Read,
-            "Login failed for user 'sa' (hunter2).",
-            &secret,
-        );
+        let e = server_error(18456, Stage::Read, "Login failed for user 'sa'.", &secret);
         assert_eq!(e.kind, DbErrorKind::Permanent);
         assert_eq!(e.code.as_deref(), Some("18456"));
         assert!(!e.message.contains("hunter2"), "{}", e.message);
@@ -593,7 +596,7 @@ mod tests {
             .contains("does not speak TDS"));
         let reset = tiberius::error::Error::Io {
             kind: std::io::ErrorKind::ConnectionReset,
-            message: "reset while sending hunter2".into(),
+            message: "reset while sending Server=db;User Id=sa;Password=hunter2;".into(),
         };
         let e = login_error(&reset, "db:1433", &secret);
         assert!(e.is_transient());

@@ -11,11 +11,12 @@
 
 use std::time::Duration;
 
+use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::errors::{connect_error, db_error};
+use super::errors::{connect_error, db_error, describe};
 use super::tls;
 use crate::engine::{DbError, DbResult};
 use crate::secret::{shown_host, ConnectionString};
@@ -53,7 +54,7 @@ impl Target {
             mut config,
             tls,
             mode,
-        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(cs.scrub(&tls::refusal(&e))))?;
+        } = tls::parse(cs.expose()).map_err(|e| DbError::permanent(tls::refusal(&e)))?;
         if config.get_application_name().is_none() {
             config.application_name("gap-healer");
         }
@@ -92,19 +93,79 @@ impl Target {
 
     /// A session outside the pool, with its connection driven by a task
     /// that ends when the returned handle is aborted or the session closes.
+    ///
+    /// `allow` and `prefer` make a second attempt the other way when the
+    /// first fails as libpq's would retry it ([`Target::second_attempt`]);
+    /// each attempt is bounded by the connect timeout, as each of libpq's is.
     pub(crate) async fn connect(
         &self,
         config: &Config,
         during: &str,
     ) -> DbResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-        let (client, connection) = config
-            .connect(self.tls.clone())
-            .await
-            .map_err(|e| connect_error(&self.cs, &servers(config), &e, during))?;
+        let first = config.connect(self.tls.clone()).await;
+        let (client, connection) = match first {
+            Ok(session) => session,
+            Err(first) => {
+                let Some((mode, what)) = self.second_attempt(&first) else {
+                    return Err(connect_error(&self.cs, &servers(config), &first, during));
+                };
+                let mut again = config.clone();
+                again.ssl_mode(mode);
+                again.connect(self.tls.clone()).await.map_err(|e| {
+                    let mut error = connect_error(&self.cs, &servers(config), &e, during);
+                    error.message = format!(
+                        "{} ({what}: {})",
+                        error.message,
+                        self.cs.scrub(&describe(&first))
+                    );
+                    error
+                })?
+            }
+        };
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
         Ok((client, task))
+    }
+
+    /// libpq's second attempt after `first` failed, and what the first was:
+    /// for `prefer`, a plain one when the TLS handshake failed, the server
+    /// refused the session (a `hostnossl` entry in `pg_hba.conf`, or any
+    /// refusal of the login) or dropped the connection after the SSL
+    /// request (something that is not PostgreSQL answers it with neither
+    /// `S` nor `N`, which the driver takes for `N`, and may reset the
+    /// connection before its answer is read: a plain attempt reads it and
+    /// says what answered); for `allow`, one with TLS when the server
+    /// refused the plain session (a `hostssl` entry). A connection that
+    /// never reached the server is not tried again.
+    fn second_attempt(&self, first: &tokio_postgres::Error) -> Option<(SslMode, &'static str)> {
+        use std::io::ErrorKind as K;
+        let refused = first.as_db_error().is_some();
+        let said = first.to_string();
+        let handshake = said.starts_with("error performing TLS handshake");
+        let dropped = said == "connection closed"
+            || std::error::Error::source(first)
+                .and_then(|c| c.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| {
+                    matches!(
+                        io.kind(),
+                        K::ConnectionReset
+                            | K::ConnectionAborted
+                            | K::UnexpectedEof
+                            | K::BrokenPipe
+                    )
+                });
+        match self.mode {
+            tls::TlsMode::Prefer if refused || handshake || dropped => Some((
+                SslMode::Disable,
+                "sslmode=prefer: this was the attempt without TLS; the one with TLS before it failed with",
+            )),
+            tls::TlsMode::Allow if refused => Some((
+                SslMode::Require,
+                "sslmode=allow: this was the attempt with TLS; the one without before it failed with",
+            )),
+            _ => None,
+        }
     }
 
     /// A session of its own for the leader lock, outside the pool, with TCP

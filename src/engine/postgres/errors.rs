@@ -58,11 +58,13 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Classifies a driver error and scrubs its text of the connection string's
-/// secrets. A refused login (28P01, 28000) says so first; a missing right
-/// (42501) says where to find which.
+/// Classifies a driver error. Its text is the server's (which never repeats
+/// a password) or the driver's (which is never handed the string, only
+/// parsed values), passed through [`ConnectionString::scrub`] as a backstop.
+/// A refused login (28P01, 28000) says so first; a missing right (42501)
+/// says where to find which.
 pub(crate) fn db_error(cs: &ConnectionString, e: &tokio_postgres::Error, during: &str) -> DbError {
-    let text = describe(e);
+    let text = cs.scrub(&describe(e));
     let message = match e.code().map(SqlState::code) {
         Some("28P01" | "28000") => {
             format!("login refused: check the user and password ({text})")
@@ -80,7 +82,7 @@ pub(crate) fn db_error(cs: &ConnectionString, e: &tokio_postgres::Error, during:
     DbError {
         kind: classify(e),
         code: e.code().map(|c| c.code().to_string()),
-        message: cs.scrub(&message),
+        message,
     }
 }
 
@@ -121,12 +123,12 @@ pub(crate) fn connect_error(
     let body = if e.as_db_error().is_some() {
         format!("PostgreSQL at {servers}: {}", db_error(cs, e, "").message)
     } else if said == "error connecting to server" {
-        let cause = cause.map_or_else(String::new, |c| format!(": {c}"));
+        let cause = cause.map_or_else(String::new, |c| format!(": {}", cs.scrub(&c.to_string())));
         format!("cannot connect to PostgreSQL at {servers}{cause}")
     } else if lost {
         format!(
             "lost the connection to PostgreSQL at {servers}: {}",
-            describe(e)
+            cs.scrub(&describe(e))
         )
     } else if matches!(
         said.as_str(),
@@ -138,10 +140,10 @@ pub(crate) fn connect_error(
         format!(
             "the server at {servers} does not speak the PostgreSQL protocol (it answered the \
              startup message with: {}): check the host and port",
-            describe(e)
+            cs.scrub(&describe(e))
         )
     } else {
-        format!("PostgreSQL at {servers}: {}", describe(e))
+        format!("PostgreSQL at {servers}: {}", cs.scrub(&describe(e)))
     };
     let message = if during.is_empty() {
         body
@@ -151,7 +153,7 @@ pub(crate) fn connect_error(
     DbError {
         kind: classify(e),
         code: e.code().map(|c| c.code().to_string()),
-        message: cs.scrub(&message),
+        message,
     }
 }
 

@@ -515,6 +515,14 @@ pub(super) fn session(s: &Session, tls: &TlsMode, schema: &str) -> Vec<Finding> 
             Check::Tls,
             "on, server certificate NOT verified (sslmode=require): use verify-full with sslrootcert=FILE to know whom gap-healer writes to",
         ),
+        (TlsMode::Allow | TlsMode::Prefer, Some(true)) => Finding::pass(
+            Check::Tls,
+            format!("on, server certificate NOT verified ({}): use verify-full with sslrootcert=FILE to know whom gap-healer writes to", tls.as_attempted(true)),
+        ),
+        (TlsMode::Allow | TlsMode::Prefer, _) => Finding::pass(
+            Check::Tls,
+            format!("off: not encrypted ({}): sslmode=require or verify-full refuses a server without TLS", tls.as_attempted(false)),
+        ),
         (TlsMode::Verified { roots }, Some(true)) => Finding::pass(
             Check::Tls,
             format!("on, server certificate verified against {roots}"),
@@ -540,12 +548,12 @@ const TLS_FIX: &str =
 /// finding is a warning instead of a pass: never a failure, since a
 /// private network may be trusted on purpose.
 pub(super) fn plaintext_warning(findings: &mut [Finding], tls: &TlsMode, remote: Option<&str>) {
-    let (TlsMode::Off, Some(host)) = (tls, remote) else {
+    let (TlsMode::Off | TlsMode::Allow | TlsMode::Prefer, Some(host)) = (tls, remote) else {
         return;
     };
     for f in findings
         .iter_mut()
-        .filter(|f| f.check == Check::Tls && f.ok)
+        .filter(|f| f.check == Check::Tls && f.ok && f.detail.starts_with("off"))
     {
         *f = crate::engine::check::plaintext_to(host, TLS_FIX);
     }

@@ -1,42 +1,100 @@
-//! TLS for PostgreSQL, from the libpq options users already have in their
-//! connection strings.
+//! The PostgreSQL connection string, read into the driver's `Config`, and
+//! TLS as libpq's `sslmode` means it.
 //!
-//! tokio-postgres knows `sslmode=disable|prefer|require` and rejects
-//! `verify-ca`, `verify-full` and `sslrootcert`. This module takes those out
-//! before tokio-postgres parses the string and decides:
-//! - `disable`, `allow`, `prefer` (the default): no TLS;
-//! - `require`: TLS without verifying the server's certificate, as libpq and
-//!   Npgsql mean it (the usual cloud setting): encrypted, but it does not
-//!   prove whom it talks to, which `check` says; with `sslrootcert` given it
-//!   verifies, as libpq does;
-//! - `verify-ca`, `verify-full`: TLS with the server's certificate verified
-//!   (chain and host name, so `verify-ca` is as strict as `verify-full`)
-//!   against `sslrootcert` when given, else the system's roots.
+//! [`parse`] reads any of the three forms ([`crate::secret::form::postgres`]
+//! chooses), turns each into libpq [`settings::Setting`]s (Npgsql through
+//! [`super::npgsql`]) and builds the `Config` from them with the driver's
+//! setters: the driver's own parser never sees the string, so none of its
+//! messages can repeat a piece of it. Every refusal names a key of our
+//! tables and where it was written, never a value.
 //!
-//! Npgsql strings (`Host=..;SSL Mode=Require`) are turned into the libpq
-//! form first ([`super::npgsql`]).
+//! `sslmode`, as libpq:
+//! - `disable`: no TLS;
+//! - `allow`: plain first; if the server refuses that session (a
+//!   `hostssl`-only `pg_hba.conf`, or any refusal of the login), once more
+//!   with TLS, the server's certificate not verified;
+//! - `prefer` (the default, also Npgsql's): TLS first, not verified; plain
+//!   if the server has no TLS (it answers the SSL request with `N`), the
+//!   handshake fails, or the server refuses the encrypted session (a
+//!   `hostnossl` entry, or any refusal of the login);
+//! - `require`: TLS, not verified (with `sslrootcert` given, verified as
+//!   `verify-ca`, as libpq does);
+//! - `verify-ca`: TLS, the certificate chain verified against `sslrootcert`
+//!   (or, with `sslrootcert=system` or none, the system's roots), the host
+//!   name not checked;
+//! - `verify-full`: the chain and the host name verified.
 //!
-//! [`parse`] is also where a string is refused: a key tokio-postgres does
-//! not take is named before it parses (its own refusal reads only "invalid
-//! connection string"), with the keys it does take; a value it cannot read
-//! is named by its key. Never by the value: it may be a password.
+//! [`TlsMode`] says which applies; which one a session of `allow` or
+//! `prefer` got is the server's to say (`check` asks `pg_stat_ssl`).
+//! `sslrootcert=system` asks for `verify-full`, as in libpq 16. TLS is
+//! never tried over a Unix socket (the server answers `N` there).
 
-use std::str::FromStr;
 use std::sync::Arc;
 
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::SslMode as DriverMode;
 use tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-/// Whether connections use TLS, for `check` and logs.
+use crate::secret::form::{self, Reading};
+use crate::secret::{libpq, url};
+
+pub(crate) mod settings;
+
+use settings::{Setting, SslMode, TlsWanted};
+
+/// Which TLS a connection string asks for, for `check` and logs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TlsMode {
+    /// `sslmode=disable`.
     Off,
+    /// `sslmode=allow`: plain, or TLS (not verified) if the server refuses
+    /// a plain session.
+    Allow,
+    /// `sslmode=prefer`, the default: TLS (not verified), or plain if the
+    /// server has none or refuses an encrypted session.
+    Prefer,
     /// Encrypted, the server's certificate not verified (`sslmode=require`).
     Encrypted,
     Verified {
+        /// What the chain is verified against, and, for `verify-ca`, that
+        /// the host name is not.
         roots: String,
     },
+}
+
+impl TlsMode {
+    /// The driver's mode for a session's first attempt: `prefer`'s is the
+    /// driver's prefer (TLS, or plain on the same connection when the
+    /// server answers `N`); [`super::conn::Target`] retries `allow` and
+    /// `prefer` the other way.
+    pub(crate) fn first_attempt(&self) -> DriverMode {
+        match self {
+            TlsMode::Off | TlsMode::Allow => DriverMode::Disable,
+            TlsMode::Prefer => DriverMode::Prefer,
+            TlsMode::Encrypted | TlsMode::Verified { .. } => DriverMode::Require,
+        }
+    }
+}
+
+impl TlsMode {
+    /// For `allow` and `prefer`, how the session came to be encrypted or
+    /// not, for `check` (which asks the server whether it is).
+    pub(crate) fn as_attempted(&self, encrypted: bool) -> &'static str {
+        match (self, encrypted) {
+            (TlsMode::Prefer, true) => "sslmode=prefer: TLS is tried first, and the server took it",
+            (TlsMode::Prefer, false) => {
+                "sslmode=prefer: the server refused TLS, so the session is plain, as libpq's \
+                 would be"
+            }
+            (TlsMode::Allow, true) => {
+                "sslmode=allow: the server refused a plain session, so TLS was tried next"
+            }
+            (TlsMode::Allow, false) => {
+                "sslmode=allow: plain is tried first, and the server took it"
+            }
+            _ => "",
+        }
+    }
 }
 
 pub struct Target {
@@ -44,90 +102,6 @@ pub struct Target {
     pub tls: MakeRustlsConnect,
     pub mode: TlsMode,
 }
-
-/// The libpq keys gap-healer takes, and what each takes (for the message
-/// when a value is refused): tokio-postgres's own (its `Config::param`)
-/// and the two this module takes out before it parses.
-const KEYS: &[(&str, &str)] = &[
-    (
-        "host",
-        "host names, IP addresses or socket directories, separated by commas",
-    ),
-    ("hostaddr", "IP addresses, separated by commas"),
-    ("port", "port numbers up to 65535, separated by commas"),
-    ("user", "a role name"),
-    ("password", "a password"),
-    ("dbname", "a database name"),
-    ("options", "server settings (-c name=value)"),
-    ("application_name", "a name"),
-    (
-        "sslmode",
-        "disable, allow, prefer, require, verify-ca or verify-full",
-    ),
-    ("sslrootcert", "a file of PEM certificates"),
-    ("sslnegotiation", "postgres or direct"),
-    ("connect_timeout", "whole seconds"),
-    ("tcp_user_timeout", "whole seconds"),
-    ("keepalives", "1 or 0"),
-    ("keepalives_idle", "whole seconds"),
-    ("keepalives_interval", "whole seconds"),
-    ("keepalives_retries", "a whole number"),
-    (
-        "target_session_attrs",
-        "any or read-write (read-write connects only to a server that takes writes, which \
-         gap-healer needs; the driver has no primary, standby or prefer-standby)",
-    ),
-    ("channel_binding", "disable, prefer or require"),
-    ("load_balance_hosts", "disable or random"),
-];
-
-/// libpq keys the driver has no use for, and why: "unknown" would mislead
-/// for a key the operator read in libpq's manual.
-const UNSUPPORTED: &[(&[&str], &str)] = &[
-    (
-        &["sslcert", "sslkey", "sslpassword", "sslcertmode"],
-        "client certificates are not supported: the login is user and password",
-    ),
-    (
-        &["sslcrl", "sslcrldir"],
-        "certificate revocation lists are not read",
-    ),
-    (
-        &[
-            "sslcompression",
-            "sslsni",
-            "ssl_min_protocol_version",
-            "ssl_max_protocol_version",
-            "requiressl",
-        ],
-        "TLS is set by sslmode and sslrootcert alone",
-    ),
-    (
-        &["passfile"],
-        "password files are not read: give password, or keep the whole connection string in a file (connection_string_file)",
-    ),
-    (&["service"], "service files are not read"),
-    (
-        &["gssencmode", "krbsrvname", "gsslib", "gssdelegation"],
-        "Kerberos and GSSAPI are not supported: the login is user and password",
-    ),
-    (
-        &["require_auth", "requirepeer"],
-        "the driver does not restrict the server's authentication",
-    ),
-    (
-        &["client_encoding"],
-        "the driver always speaks UTF8",
-    ),
-    (
-        &["fallback_application_name"],
-        "give application_name",
-    ),
-    (
-        &["replication"],
-        "a replication session cannot run the healer's statements",
-    ),
-];
 
 /// A refusal of a PostgreSQL connection string, as configuration checks and
 /// the engine both report it.
@@ -138,188 +112,196 @@ pub fn refusal(e: &str) -> String {
     )
 }
 
-/// The libpq keys gap-healer takes, for a refusal.
-fn accepted_keys(url: bool) -> String {
-    let keys: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
-    if url {
-        format!(
-            "the query parameters gap-healer takes are the libpq keys {}",
-            keys.join(", ")
-        )
-    } else {
-        format!("the keys gap-healer takes are {}", keys.join(", "))
-    }
-}
-
-/// Refuses a key gap-healer does not take, naming it, never its value:
-/// pair `n` of a key/value string or query parameter `n` of a URL.
-/// `follows_password`: it comes right after an unquoted password, so it
-/// may be the rest of that password (`password=ab cd=ef`), and is not named
-/// unless it is a libpq key.
-fn check_key(
-    n: usize,
-    key: &str,
-    value: &str,
-    follows_password: bool,
-    url: bool,
-) -> Result<(), String> {
-    if KEYS.iter().any(|(k, _)| *k == key) {
-        if key == "target_session_attrs" && value == "read-only" {
-            return Err(
-                "target_session_attrs=read-only connects only to a server that takes no writes, \
-                 and gap-healer writes tombstones: give read-write or any"
-                    .into(),
-            );
-        }
-        return Ok(());
-    }
-    let accepted = accepted_keys(url);
-    let what = if url { "URL query parameter" } else { "key" };
-    // A libpq key by name is no fragment of a password: always named.
-    if let Some((_, why)) = UNSUPPORTED.iter().find(|(keys, _)| keys.contains(&key)) {
-        return Err(format!(
-            "libpq {what} {key:?} is not supported ({why}); {accepted}"
-        ));
-    }
-    if follows_password {
-        return Err(if url {
-            format!(
-                "query parameter {n}, right after password, is not one gap-healer takes (not \
-                 shown: it may be the rest of a password that holds a `&`; percent-encode it, \
-                 %26); {accepted}"
-            )
-        } else {
-            format!(
-                "the key of pair {n}, right after an unquoted password, is not one gap-healer \
-                 takes (not shown: it may be the rest of a password that holds a space; quote \
-                 the password, password='...'); {accepted}"
-            )
-        });
-    }
-    let close = KEYS
-        .iter()
-        .map(|(k, _)| (strsim::levenshtein(key, k), *k))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, k)| format!(" (did you mean {k:?}?)"))
-        .unwrap_or_default();
-    Err(format!("unknown {what} {key:?}{close}; {accepted}"))
-}
-
-/// tokio-postgres's refusal of what the checks above let through (a value
-/// it cannot read: `port=abc`, a URL's `db:abc`) as a message naming the
-/// key. Its causes name keys only (``invalid value for option `port` ``),
-/// except the key/value parser's "unexpected character", which names a
-/// character of the string: only the known shapes are passed on.
-fn driver_refusal(e: &tokio_postgres::Error, url: bool) -> String {
-    let cause = std::error::Error::source(e)
-        .map(|c| c.to_string())
-        .unwrap_or_default();
-    let named = |prefix: &str| {
-        cause
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.strip_suffix('`'))
-            .map(str::to_string)
+/// The string's settings, whichever form it is in.
+fn read(raw: &str) -> Result<Vec<Setting>, String> {
+    let setting = |key, value: &str, said: String| Setting {
+        key,
+        value: value.to_string(),
+        said,
     };
-    if let Some(key) = named("invalid value for option `") {
-        return match (url, key.as_str()) {
-            (true, "port") => "the port in the URL is not valid: expected a number up to 65535, \
-                               as in postgres://app@db:5432/es"
-                .into(),
-            (true, "host") => "the host in the URL is not valid: expected a name, an IP \
-                               address, or an IPv6 address in brackets (postgres://app@[::1]:5432/es)"
-                .into(),
-            _ => {
-                let expected = KEYS.iter().find(|(k, _)| *k == key).map_or("", |(_, x)| *x);
-                format!("the value of {key:?} is not valid: expected {expected}")
+    match form::postgres(raw)? {
+        Reading::Libpq(pairs) => Ok(pairs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let key = libpq::keyword(&p.key)?;
+                Some(setting(
+                    key,
+                    &p.value,
+                    format!("\"{key}\" (pair {})", i + 1),
+                ))
+            })
+            .collect()),
+        Reading::Url(u) => {
+            if let Some(e) = url::first_unknown(&u) {
+                return Err(e);
             }
-        };
-    }
-    if let Some(key) = named("unknown option `") {
-        return check_key(1, &key, "", false, url)
-            .err()
-            .unwrap_or_else(|| format!("the driver does not take the key {key:?}"));
-    }
-    let fixed = [
-        "unterminated parameter",
-        "unexpected EOF",
-        "unterminated quoted connection parameter value",
-    ];
-    if fixed.contains(&cause.as_str()) || cause.contains("utf-8") {
-        format!("{e}: {cause}")
-    } else {
-        e.to_string()
+            let parts = [
+                ("user", &u.user, "the URL's user name"),
+                ("password", &u.password, "the URL's password"),
+                ("host", &u.hosts, "the URL's host"),
+                ("port", &u.ports, "the URL's port"),
+                ("dbname", &u.dbname, "the URL's database name"),
+            ];
+            let mut out: Vec<Setting> = parts
+                .into_iter()
+                .filter_map(|(key, part, said)| {
+                    part.as_ref()
+                        .map(|p| setting(key, &p.value, said.to_string()))
+                })
+                .collect();
+            out.extend(u.params.iter().enumerate().filter_map(|(i, p)| {
+                let key = libpq::keyword(&p.key)?;
+                let said = format!("\"{key}\" (query parameter {} of the URL)", i + 1);
+                Some(setting(key, &p.value, said))
+            }));
+            Ok(out)
+        }
+        Reading::Ado(pairs) => super::npgsql::settings(&pairs),
     }
 }
 
-/// Parses a libpq key/value string or URL. Errors name keys, never a value.
+/// Reads a connection string in any of its forms into the driver's
+/// `Config` and the TLS it asks for. Errors name keys and positions, never
+/// a value.
 pub fn parse(raw: &str) -> Result<Target, String> {
-    let converted;
-    let url = raw.starts_with("postgres://") || raw.starts_with("postgresql://");
-    let libpq = if url { None } else { key_values(raw).ok() };
-    let raw = if !url && super::npgsql::is_npgsql(raw, libpq.as_deref()) {
-        converted = super::npgsql::to_libpq(raw)?;
-        converted.as_str()
-    } else {
-        raw
-    };
-    let (rest, options) = take_tls_options(raw)?;
-    let mut config = Config::from_str(&rest).map_err(|e| driver_refusal(&e, url))?;
-    let verify = match options.sslmode.as_deref() {
-        None | Some("disable" | "allow" | "prefer") => false,
-        // As in libpq: with a root certificate given, require verifies.
-        Some("require") if options.sslrootcert.is_some() => true,
-        Some("require") => {
-            config.ssl_mode(SslMode::Require);
-            let tls = rustls::ClientConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS setup: {e}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unverified(provider())))
-                .with_no_client_auth();
-            return Ok(Target {
-                config,
-                tls: MakeRustlsConnect::new(tls),
-                mode: TlsMode::Encrypted,
-            });
-        }
-        Some("verify-ca" | "verify-full") => true,
-        Some(_) => return Err(
-            "invalid sslmode: expected disable, allow, prefer, require, verify-ca or verify-full"
-                .into(),
-        ),
-    };
-    let (tls_config, mode) = if verify {
-        config.ssl_mode(SslMode::Require);
-        let (roots, described) = roots(options.sslrootcert.as_deref())?;
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        (tls, TlsMode::Verified { roots: described })
-    } else {
-        config.ssl_mode(SslMode::Disable);
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-        (tls, TlsMode::Off)
-    };
+    let (mut config, wanted) = settings::apply(&read(raw)?)?;
+    let (tls, mode) = tls(&wanted)?;
+    config.ssl_mode(mode.first_attempt());
+    config.ssl_negotiation(settings::negotiation(
+        &wanted,
+        wanted.mode.unwrap_or(SslMode::Prefer),
+    )?);
     Ok(Target {
         config,
-        tls: MakeRustlsConnect::new(tls_config),
+        tls: MakeRustlsConnect::new(tls),
         mode,
     })
 }
 
+/// The rustls configuration and the [`TlsMode`] of what the string asks for.
+fn tls(wanted: &TlsWanted) -> Result<(rustls::ClientConfig, TlsMode), String> {
+    let system = wanted.rootcert.as_deref() == Some("system");
+    let mode =
+        match (wanted.mode, system) {
+            (None, true) => SslMode::VerifyFull,
+            (Some(m), true) if m != SslMode::VerifyFull => return Err(
+                "sslrootcert=system needs sslmode=verify-full (libpq's rule: the system's roots \
+                 vouch for names, so the name is checked)"
+                    .into(),
+            ),
+            (m, _) => m.unwrap_or(SslMode::Prefer),
+        };
+    let versions: &[&rustls::SupportedProtocolVersion] = match (
+        wanted.only_tls13,
+        wanted.only_tls12,
+    ) {
+        (true, true) => return Err(
+            "ssl_min_protocol_version is above ssl_max_protocol_version: no TLS version is left"
+                .into(),
+        ),
+        (true, false) => &[&rustls::version::TLS13],
+        (false, true) => &[&rustls::version::TLS12],
+        (false, false) => rustls::ALL_VERSIONS,
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("TLS setup: {e}"))?;
+    let file = wanted.rootcert.as_deref().filter(|_| !system);
+    let verify_ca = mode == SslMode::VerifyCa || (mode == SslMode::Require && file.is_some());
+    let (mut config, mode) = if verify_ca || mode == SslMode::VerifyFull {
+        let (roots, described) = roots(file)?;
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .map_err(|e| format!("TLS setup: {e}"))?;
+        let (verifier, roots): (Arc<dyn rustls::client::danger::ServerCertVerifier>, String) =
+            if verify_ca {
+                (
+                    Arc::new(ChainOnly(verifier)),
+                    format!("{described}, the host name not checked (sslmode=verify-ca)"),
+                )
+            } else {
+                (verifier, described)
+            };
+        (
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_no_client_auth(),
+            TlsMode::Verified { roots },
+        )
+    } else {
+        let unverified = builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Unverified(provider())))
+            .with_no_client_auth();
+        let mode = match mode {
+            SslMode::Disable => TlsMode::Off,
+            SslMode::Allow => TlsMode::Allow,
+            SslMode::Prefer => TlsMode::Prefer,
+            _ => TlsMode::Encrypted,
+        };
+        (unverified, mode)
+    };
+    config.enable_sni = !wanted.no_sni;
+    Ok((config, mode))
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `sslmode=verify-ca`: the chain verified as for `verify-full`, a
+/// certificate for another name accepted (webpki checks the chain first,
+/// so a name mismatch means the chain held).
+#[derive(Debug)]
+struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl rustls::client::danger::ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                NotValidForName | NotValidForNameContext { .. },
+            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 /// `sslmode=require`: any certificate is accepted, but the handshake's
@@ -373,19 +355,28 @@ impl rustls::client::danger::ServerCertVerifier for Unverified {
     }
 }
 
+/// The roots a verifying mode checks against: the PEM certificates of
+/// `file`, or the system's. An error names `sslrootcert` and the file's
+/// trouble, not its path (the path is text of the string).
 fn roots(file: Option<&str>) -> Result<(rustls::RootCertStore, String), String> {
-    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::pem::{self, PemObject};
     use rustls::pki_types::CertificateDer;
     let mut store = rustls::RootCertStore::empty();
     match file {
         Some(path) => {
+            let unreadable = |e: pem::Error| match e {
+                pem::Error::Io(io) => {
+                    format!("the file sslrootcert names cannot be read: {}", io.kind())
+                }
+                _ => "the file sslrootcert names holds no PEM certificate that can be read".into(),
+            };
             let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("sslrootcert {path}: {e}"))?
+                .map_err(unreadable)?
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+                .map_err(unreadable)?;
             let (added, _) = store.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(format!("sslrootcert {path}: no certificate in it"));
+                return Err("the file sslrootcert names holds no certificate".into());
             }
             Ok((store, format!("{added} certificate(s) from {path}")))
         }
@@ -393,336 +384,195 @@ fn roots(file: Option<&str>) -> Result<(rustls::RootCertStore, String), String> 
             let found = rustls_native_certs::load_native_certs();
             let (added, _) = store.add_parsable_certificates(found.certs);
             if added == 0 {
-                return Err("sslmode asks for TLS but the system has no root certificates: give sslrootcert=FILE".into());
+                return Err("sslmode asks for a verified server but the system has no root certificates: give sslrootcert=FILE".into());
             }
             Ok((store, format!("{added} system root certificate(s)")))
         }
     }
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-struct TlsOptions {
-    sslmode: Option<String>,
-    sslrootcert: Option<String>,
-}
-
-/// Where a URL's query begins: at the first `?` after the credentials,
-/// which end at the first `@` (as tokio-postgres reads them), so a `?` in a
-/// password is not taken for the query.
-fn url_query(raw: &str) -> Option<usize> {
-    let after_scheme = raw.find("://")? + 3;
-    let from = raw[after_scheme..]
-        .find('@')
-        .map_or(after_scheme, |at| after_scheme + at + 1);
-    raw[from..].find('?').map(|q| from + q)
-}
-
-/// Removes `sslmode` and `sslrootcert` from a key/value string or a URL's
-/// query, returning the rest for tokio-postgres and the two values, and
-/// refuses any key gap-healer does not take ([`check_key`]).
-fn take_tls_options(raw: &str) -> Result<(String, TlsOptions), String> {
-    let mut options = TlsOptions::default();
-    if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
-        let Some(q) = url_query(raw) else {
-            return Ok((raw.to_string(), options));
-        };
-        let (base, query) = (&raw[..q], &raw[q + 1..]);
-        let mut kept = Vec::new();
-        let mut follows_password = false;
-        for (n, pair) in query.split('&').enumerate() {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let key = percent_decode(k);
-            check_key(n + 1, &key, &percent_decode(v), follows_password, true)?;
-            follows_password = key == "password";
-            match key.as_str() {
-                "sslmode" => options.sslmode = Some(percent_decode(v)),
-                "sslrootcert" => options.sslrootcert = Some(percent_decode(v)),
-                _ => kept.push(pair),
-            }
-        }
-        let rest = if kept.is_empty() {
-            base.to_string()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
-        return Ok((rest, options));
-    }
-    let mut kept = Vec::new();
-    let mut follows_password = false;
-    for (n, (key, raw_value, value)) in key_values(raw)?.into_iter().enumerate() {
-        check_key(n + 1, &key, &value, follows_password, false)?;
-        follows_password = key == "password" && !raw_value.starts_with('\'');
-        if raw_value.is_empty() {
-            // tokio-postgres would say only "unexpected EOF".
-            return Err(format!(
-                "key {key:?} has no value: give one, or quote an empty one ({key}='')"
-            ));
-        }
-        match key.as_str() {
-            "sslmode" => options.sslmode = Some(value),
-            "sslrootcert" => options.sslrootcert = Some(value),
-            _ => kept.push(format!("{key}={raw_value}")),
-        }
-    }
-    Ok((kept.join(" "), options))
-}
-
-/// libpq key/value pairs: `key = value`, values bare or single-quoted with
-/// backslash escapes. Returns (key, value as written, value unescaped).
-fn key_values(raw: &str) -> Result<Vec<(String, String, String)>, String> {
-    let chars: Vec<char> = raw.chars().collect();
-    let mut i = 0;
-    let mut out = Vec::new();
-    let skip_ws = |i: &mut usize| {
-        while *i < chars.len() && chars[*i].is_whitespace() {
-            *i += 1;
-        }
-    };
-    loop {
-        skip_ws(&mut i);
-        if i >= chars.len() {
-            return Ok(out);
-        }
-        let key_start = i;
-        while i < chars.len() && chars[i] != '=' && !chars[i].is_whitespace() {
-            i += 1;
-        }
-        let key: String = chars[key_start..i].iter().collect();
-        skip_ws(&mut i);
-        if i >= chars.len() || chars[i] != '=' {
-            // Position only: a malformed string may be all password.
-            return Err(format!(
-                "expected `key=value` at character {}",
-                key_start + 1
-            ));
-        }
-        i += 1;
-        skip_ws(&mut i);
-        let value_start = i;
-        let mut value = String::new();
-        if i < chars.len() && chars[i] == '\'' {
-            i += 1;
-            loop {
-                match chars.get(i) {
-                    None => {
-                        return Err(format!(
-                            "unterminated quoted value starting at character {}",
-                            value_start + 1
-                        ))
-                    }
-                    Some('\\') => {
-                        if let Some(c) = chars.get(i + 1) {
-                            value.push(*c);
-                        }
-                        i += 2;
-                    }
-                    Some('\'') => {
-                        i += 1;
-                        break;
-                    }
-                    Some(c) => {
-                        value.push(*c);
-                        i += 1;
-                    }
-                }
-            }
-        } else {
-            while i < chars.len() && !chars[i].is_whitespace() {
-                if chars[i] == '\\' && i + 1 < chars.len() {
-                    i += 1;
-                }
-                value.push(chars[i]);
-                i += 1;
-            }
-        }
-        let raw_value: String = chars[value_start..i].iter().collect();
-        out.push((key, raw_value, value));
-    }
-}
-
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn mode(raw: &str) -> TlsMode {
+        parse(raw).unwrap_or_else(|e| panic!("{raw}: {e}")).mode
+    }
+
+    /// Issue 27: a valid libpq string whose password holds `;` and `=` was
+    /// refused as Npgsql, naming a piece of the password as a key.
     #[test]
-    fn tls_options_are_taken_out_of_key_values() {
-        let (rest, o) =
-            take_tls_options("host=db sslmode=verify-full sslrootcert='/etc/ca dir/ca.pem' password='a\\'b c' user=app")
-                .unwrap();
-        assert_eq!(rest, "host=db password='a\\'b c' user=app");
-        assert_eq!(o.sslmode.as_deref(), Some("verify-full"));
-        assert_eq!(o.sslrootcert.as_deref(), Some("/etc/ca dir/ca.pem"));
-        assert!(Config::from_str(&rest).is_ok());
+    fn the_issues_string_is_libpq_and_its_password_whole() {
+        let t =
+            parse("host=127.0.0.1 user=u dbname=store password=Tr0ub4dor;horse=staple").unwrap();
+        assert_eq!(
+            t.config.get_password(),
+            Some(&b"Tr0ub4dor;horse=staple"[..])
+        );
+        assert_eq!(t.config.get_user(), Some("u"));
+        assert_eq!(t.config.get_dbname(), Some("store"));
+        let t = parse("postgres://u:p%40ss;w=rd@db/es").unwrap();
+        assert_eq!(t.config.get_password(), Some(&b"p@ss;w=rd"[..]));
+        let t = parse("Host=db;Username=u;Password='a;b=c''d'").unwrap();
+        assert_eq!(t.config.get_password(), Some(&b"a;b=c'd"[..]));
     }
 
     #[test]
-    fn tls_options_are_taken_out_of_urls() {
-        let (rest, o) = take_tls_options(
-            "postgres://app:pw@db:5432/es?sslmode=require&sslrootcert=%2Fca.pem&application_name=x",
-        )
-        .unwrap();
-        assert_eq!(rest, "postgres://app:pw@db:5432/es?application_name=x");
+    fn modes_are_libpqs() {
+        assert_eq!(mode("host=db user=app"), TlsMode::Prefer);
+        assert_eq!(mode("host=db sslmode=prefer"), TlsMode::Prefer);
+        assert_eq!(mode("host=db sslmode=allow"), TlsMode::Allow);
+        assert_eq!(mode("host=db sslmode=disable"), TlsMode::Off);
+        assert_eq!(mode("host=db requiressl=1"), TlsMode::Encrypted);
+        assert_eq!(mode("postgres://db/es?ssl=true"), TlsMode::Encrypted);
+        assert_eq!(mode("host=db sslmode=require"), TlsMode::Encrypted);
         assert_eq!(
-            o,
-            TlsOptions {
-                sslmode: Some("require".into()),
-                sslrootcert: Some("/ca.pem".into())
-            }
-        );
-    }
-
-    #[test]
-    fn modes() {
-        assert_eq!(parse("host=db user=app").unwrap().mode, TlsMode::Off);
-        assert_eq!(parse("host=db sslmode=prefer").unwrap().mode, TlsMode::Off);
-        assert_eq!(
-            parse("host=db sslmode=require").unwrap().mode,
+            mode("Host=db;Username=app;SSL Mode=Require;Trust Server Certificate=true"),
             TlsMode::Encrypted
         );
-        assert_eq!(
-            parse("Host=db;Username=app;SSL Mode=Require;Trust Server Certificate=true")
-                .unwrap()
-                .mode,
-            TlsMode::Encrypted
-        );
+        assert_eq!(mode("Host=db;Username=app"), TlsMode::Prefer);
+        for (raw, first) in [
+            ("host=db", DriverMode::Prefer),
+            ("host=db sslmode=allow", DriverMode::Disable),
+            ("host=db sslmode=disable", DriverMode::Disable),
+            ("host=db sslmode=require", DriverMode::Require),
+        ] {
+            assert_eq!(parse(raw).unwrap().config.get_ssl_mode(), first, "{raw}");
+        }
         assert!(matches!(
             parse("host=db sslmode=verify-full").map(|t| t.mode),
             Ok(TlsMode::Verified { .. }) | Err(_)
         ));
-        let e = parse("host=db sslmode=sometimes password=hunter2")
-            .err()
-            .unwrap();
-        assert!(e.contains("sslmode") && !e.contains("hunter2"), "{e}");
-        let e = parse("host=db sslmode=require sslrootcert=/nonexistent.pem")
-            .err()
-            .unwrap();
-        assert!(e.contains("/nonexistent.pem"), "{e}");
-        assert!(key_values("host=db password='open").is_err());
-        for malformed in ["Zq71;o", "host=db Secret9x", "host=db password='Secret9x"] {
-            let e = parse(malformed).err().unwrap();
-            assert!(!e.contains("Zq71") && !e.contains("Secret9x"), "{e}");
+        // As in libpq: require with a root certificate verifies as verify-ca.
+        let ca = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+        if std::path::Path::new(ca).is_file() {
+            for raw in [
+                format!("host=db sslmode=require sslrootcert={ca}"),
+                format!("host=db sslmode=verify-ca sslrootcert={ca}"),
+            ] {
+                let TlsMode::Verified { roots } = mode(&raw) else {
+                    panic!("{raw}")
+                };
+                assert!(
+                    roots.ends_with("the host name not checked (sslmode=verify-ca)"),
+                    "{roots}"
+                );
+            }
+            let TlsMode::Verified { roots } =
+                mode(&format!("host=db sslmode=verify-full sslrootcert={ca}"))
+            else {
+                panic!("verify-full")
+            };
+            assert_eq!(roots, format!("1 certificate(s) from {ca}"));
         }
+        let e = parse("host=db sslmode=require sslrootcert=system")
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("sslrootcert=system needs sslmode=verify-full"),
+            "{e}"
+        );
+        assert!(matches!(
+            parse("host=db sslrootcert=system").map(|t| t.mode),
+            Ok(TlsMode::Verified { .. }) | Err(_)
+        ));
+        let e = parse("host=db sslnegotiation=direct").err().unwrap();
+        assert!(
+            e.starts_with("sslnegotiation=direct needs sslmode require"),
+            "{e}"
+        );
+        let e = parse("host=db ssl_min_protocol_version=TLSv1.3 ssl_max_protocol_version=TLSv1.2")
+            .err()
+            .unwrap();
+        assert!(e.contains("no TLS version is left"), "{e}");
     }
 
-    /// Issue 20: unknown and unsupported libpq keys, URL query parameters
-    /// and bad values all read "invalid connection string", naming no key.
-    /// Each refusal names the key, never the value, and lists the keys
-    /// taken.
+    /// A missing CA file is named by its key, not its path.
     #[test]
-    fn refusals_name_the_key_never_the_value_and_list_the_keys_taken() {
-        let list = "the keys gap-healer takes are host, hostaddr, port, user, password, dbname";
-        let url_list = "the query parameters gap-healer takes are the libpq keys host, hostaddr";
-        for (raw, said, listed) in [
-            (
-                "host=db usr=Zq7Secret password=Zq7Secret",
-                "unknown key \"usr\" (did you mean \"user\"?)",
-                list,
-            ),
+    fn a_missing_root_certificate_file_is_named_by_its_key() {
+        let e = parse("host=db sslmode=verify-full sslrootcert=/nonexistent/Zq7Secret.pem")
+            .err()
+            .unwrap();
+        assert_eq!(
+            e,
+            "the file sslrootcert names cannot be read: entity not found"
+        );
+    }
+
+    /// Each refusal names the key by our tables' spelling and where it
+    /// was written, never a value, never a key that is not in a table.
+    #[test]
+    fn refusals_name_keys_of_our_tables_and_positions_never_text() {
+        for (raw, said) in [
+            ("host=db usr=Zq7Secret password=Zq7Secret", "an unknown key at pair 2 (of 3)"),
             (
                 "host=db sslcert=/Zq7Secret.pem password=Zq7Secret",
-                "libpq key \"sslcert\" is not supported (client certificates",
-                list,
+                "\"sslcert\" (pair 2) is not supported (client certificates",
             ),
-            (
-                "host=db passfile=/Zq7Secret",
-                "libpq key \"passfile\" is not supported (password files are not read",
-                list,
-            ),
+            ("host=db passfile=/Zq7Secret", "\"passfile\" (pair 2) is not supported (password files"),
             (
                 "postgres://app:Zq7Secret@db/es?sslmode=require&usr=Zq7Secret",
-                "unknown URL query parameter \"usr\" (did you mean \"user\"?)",
-                url_list,
+                "query parameter 2 (of 2) of the URL is not a libpq key",
             ),
             (
                 "postgres://app:Zq7Secret@db/es?sslkey=/Zq7Secret",
-                "libpq URL query parameter \"sslkey\" is not supported",
-                url_list,
+                "\"sslkey\" (query parameter 1 of the URL) is not supported",
             ),
             (
                 "host=db port=Zq7Secret password=Zq7Secret",
-                "the value of \"port\" is not valid: expected port numbers",
-                "",
+                "the value of \"port\" (pair 2) is not valid: expected port numbers",
             ),
             (
                 "host=db keepalives_idle=Zq7Secret",
-                "the value of \"keepalives_idle\" is not valid: expected whole seconds",
-                "",
+                "the value of \"keepalives_idle\" (pair 2) is not valid: expected whole seconds",
             ),
             (
                 "postgres://app:Zq7Secret@db:Zq7Secret/es",
-                "the port in the URL is not valid: expected a number up to 65535",
-                "",
+                "the value of the URL's port is not valid: expected port numbers",
             ),
             (
                 "postgres://app:Zq7Secret@db/es?connect_timeout=Zq7Secret",
-                "the value of \"connect_timeout\" is not valid: expected whole seconds",
-                "",
+                "the value of \"connect_timeout\" (query parameter 1 of the URL) is not valid",
             ),
             (
-                "host=db target_session_attrs=primary password=Zq7Secret",
-                "the value of \"target_session_attrs\" is not valid: expected any or read-write",
-                "",
+                "host=db target_session_attrs=Zq7Secret password=Zq7Secret",
+                "the value of \"target_session_attrs\" (pair 2) is not valid: expected any, read-write or primary",
             ),
             (
                 "host=db target_session_attrs=read-only",
-                "target_session_attrs=read-only connects only to a server that takes no writes",
-                "",
+                "\"target_session_attrs\" (pair 2) asks for a server that takes no writes",
             ),
+            ("host=db sslmode=Zq7Secret password=Zq7Secret", "the value of \"sslmode\" (pair 2)"),
+            ("Host=db;Colour=blue;Password=Zq7Secret", "an unknown Npgsql key at pair 2 (of 3)"),
             (
-                "host=db password=Zq7Secret dbname=",
-                "key \"dbname\" has no value",
-                "",
+                "Host=db;Password=Zq7Secret;Zq7Secret=x",
+                "an unknown Npgsql key at pair 3 (of 3), right after an unquoted Password",
             ),
+            ("Host=db;Port=Zq7Secret", "the value of Npgsql's \"Port\" (pair 2) is not valid"),
         ] {
             let e = parse(raw).err().unwrap_or_else(|| panic!("{raw} parsed"));
             assert!(e.starts_with(said), "{raw}: {e}");
-            assert!(e.contains(listed), "{raw}: {e}");
-            assert!(!e.contains("Zq7Secret"), "{raw}: {e}");
+            assert!(!e.contains("Zq7Secret") && !e.contains("usr") && !e.contains("lour"), "{raw}: {e}");
             // One prefix, as configuration checks and the engine both say it.
             let shown = refusal(&e);
-            assert_eq!(
-                shown.matches("PostgreSQL connection string").count(),
-                1,
-                "{shown}"
-            );
-            assert!(!shown.contains("invalid connection string"), "{shown}");
+            assert_eq!(shown.matches("PostgreSQL connection string").count(), 1, "{shown}");
             assert!(shown.contains("accepted forms: libpq key/value"), "{shown}");
         }
         assert!(parse("host=db target_session_attrs=read-write").is_ok());
         assert!(parse("host=db target_session_attrs=any").is_ok());
     }
 
-    /// A "key" right after an unquoted password may be the rest of a
-    /// password holding a space (or an `&` in a URL's query): refused
-    /// without being named.
+    /// Every key libpq has is taken, ignored or refused by name: none is
+    /// "unknown", and none is silently dropped.
     #[test]
-    fn a_key_after_an_unquoted_password_is_not_named() {
-        let e = parse("host=db password=Zq7 secretx=y").err().unwrap();
-        assert!(!e.contains("secretx"), "{e}");
-        assert!(
-            e.contains("pair 3, right after an unquoted password"),
-            "{e}"
-        );
-        let e = parse("postgres://db/es?password=Zq7&Secret9x=y")
-            .err()
-            .unwrap();
-        assert!(!e.contains("Secret9x"), "{e}");
-        assert!(e.contains("query parameter 2, right after password"), "{e}");
-        // Quoted, it cannot run on: the next key is named.
-        let e = parse("host=db password='Zq7 x' colour=y").err().unwrap();
-        assert!(e.starts_with("unknown key \"colour\""), "{e}");
-        // A libpq key by name is no fragment of a password: named.
-        let e = parse("host=db password=Zq7 sslcert=/c.pem").err().unwrap();
-        assert!(
-            e.starts_with("libpq key \"sslcert\" is not supported"),
-            "{e}"
-        );
+    fn every_libpq_key_is_decided() {
+        for key in libpq::KEYWORDS {
+            let raw = format!("host=db {key}=''");
+            match parse(&raw) {
+                Ok(_) => {}
+                Err(e) => assert!(e.contains(&format!("\"{key}\" (pair 2)")), "{key}: {e}"),
+            }
+        }
     }
 
     /// A `?` in a URL's password is not the start of its query: its rest is
@@ -732,24 +582,64 @@ mod tests {
         let t = parse("postgres://app:Zq7?Secret9x=y@db/es?sslmode=require").unwrap();
         assert_eq!(t.mode, TlsMode::Encrypted);
         assert_eq!(t.config.get_password(), Some(&b"Zq7?Secret9x=y"[..]));
-        assert_eq!(url_query("postgres://db/es?a=b"), Some(16));
-        assert_eq!(url_query("postgres://a:b?c@db/es"), None);
     }
 
     /// A `%` followed by a multi-byte character used to panic (a `&str`
     /// sliced inside a character), crashing the process with exit 101.
     #[test]
     fn percent_decoding_never_panics() {
-        assert_eq!(percent_decode("%aé"), "%aé");
-        assert_eq!(percent_decode("%2Fca%20dir"), "/ca dir");
-        assert_eq!(percent_decode("%e2%82%ac"), "€");
-        assert_eq!(percent_decode("%"), "%");
-        let (_, o) =
-            take_tls_options("postgres://app@db/es?sslmode=require&sslrootcert=%a\u{e9}x").unwrap();
-        assert!(o.sslrootcert.is_some());
         let e = parse("postgres://app@db/es?sslmode=require&sslrootcert=%aé")
             .err()
             .unwrap();
-        assert!(e.contains("sslrootcert") || e.contains("%aé"), "{e}");
+        assert!(e.starts_with("a `%` in the URL's query parameter 2"), "{e}");
+        let t = parse("postgres://app@db/es?sslmode=require&application_name=%e2%82%ac").unwrap();
+        assert_eq!(t.config.get_application_name(), Some("€"));
+    }
+
+    /// `check` says which one an `allow` or `prefer` session got, from the
+    /// server's answer (`pg_stat_ssl`), and warns only of a plain one to
+    /// another machine.
+    #[test]
+    fn check_says_which_one_the_session_got() {
+        use super::super::preflight::{plaintext_warning, session, Session};
+        use crate::engine::Check;
+        let facts = |encrypted| Session {
+            version: "15".into(),
+            version_num: 150_000,
+            encrypted: Some(encrypted),
+            login: "app".into(),
+            schema_exists: true,
+        };
+        for (mode, encrypted, said) in [
+            (
+                TlsMode::Prefer,
+                true,
+                "on, server certificate NOT verified (sslmode=prefer: TLS is tried first, and the server took it)",
+            ),
+            (
+                TlsMode::Prefer,
+                false,
+                "off: not encrypted (sslmode=prefer: the server refused TLS, so the session is plain",
+            ),
+            (
+                TlsMode::Allow,
+                false,
+                "off: not encrypted (sslmode=allow: plain is tried first, and the server took it)",
+            ),
+            (
+                TlsMode::Allow,
+                true,
+                "on, server certificate NOT verified (sslmode=allow: the server refused a plain session",
+            ),
+        ] {
+            let mut findings = session(&facts(encrypted), &mode, "es");
+            let tls = |f: &[crate::engine::Finding]| {
+                f.iter().find(|f| f.check == Check::Tls).cloned().unwrap()
+            };
+            let found = tls(&findings);
+            assert!(found.ok && found.detail.starts_with(said), "{mode:?}: {}", found.detail);
+            plaintext_warning(&mut findings, &mode, Some("db.example.com"));
+            assert_eq!(tls(&findings).warning, !encrypted, "{mode:?} {encrypted}");
+        }
     }
 }

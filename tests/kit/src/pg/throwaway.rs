@@ -213,6 +213,124 @@ impl Throwaway {
         ))
     }
 
+    /// [`Throwaway::init`] with trust over TCP, then started with `ssl = on`
+    /// and a self-signed certificate for the name `localhost` alone
+    /// ([`Throwaway::certificate`], its own root), made with `openssl req
+    /// -x509` (the openssl command is a test dependency, as PostgreSQL's
+    /// server tools are; `.ci/run` installs it). TLS is set in
+    /// `postgresql.conf`, not on the command line, so that
+    /// [`Throwaway::set_ssl`] can turn it off.
+    pub fn started_with_tls(tag: &str) -> Throwaway {
+        let t = Throwaway::init(tag, "trust");
+        let (cert, key, cnf) = (
+            t.certificate(),
+            t.dir.join("server.key"),
+            t.dir.join("openssl.cnf"),
+        );
+        std::fs::write(
+            &cnf,
+            "[req]\ndistinguished_name = dn\nx509_extensions = ext\nprompt = no\n\
+             [dn]\nCN = localhost\n\
+             [ext]\nbasicConstraints = critical,CA:FALSE\nsubjectAltName = DNS:localhost\n",
+        )
+        .unwrap();
+        let out = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+            .arg("-config")
+            .arg(&cnf)
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("openssl (the TLS tests make their certificate with it): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "openssl req -x509 failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        if t.root {
+            let ok = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&key)
+                .arg(&cert)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "chown the server's key to postgres");
+        }
+        let conf = t.data().join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str(&format!(
+            "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+            cert.display(),
+            key.display()
+        ));
+        std::fs::write(&conf, text).unwrap();
+        t.start();
+        t
+    }
+
+    /// The certificate of [`Throwaway::started_with_tls`]'s server: its own
+    /// root, for `sslrootcert`.
+    pub fn certificate(&self) -> PathBuf {
+        self.dir.join("server.crt")
+    }
+
+    /// Replaces `pg_hba.conf` with trust over the socket (for
+    /// [`Throwaway::admin`]) and `tcp` for connections over TCP (lines such
+    /// as `hostssl all all 127.0.0.1/32 trust`), and has the server read it.
+    pub async fn set_hba(&self, tcp: &[&str]) {
+        let mut text = String::from("local all all trust\n");
+        for line in tcp {
+            text.push_str(line);
+            text.push('\n');
+        }
+        std::fs::write(self.data().join("pg_hba.conf"), text).unwrap();
+        self.reload().await;
+    }
+
+    /// Turns the server's TLS on or off (`ALTER SYSTEM SET ssl`).
+    pub async fn set_ssl(&self, on: bool) {
+        let admin = self.admin("postgres").await;
+        admin
+            .batch_execute(&format!("ALTER SYSTEM SET ssl = {on}"))
+            .await
+            .unwrap();
+        self.reload().await;
+        let want = if on { "on" } else { "off" };
+        for _ in 0..100 {
+            let now: String = self
+                .admin("postgres")
+                .await
+                .query_one("SHOW ssl", &[])
+                .await
+                .unwrap()
+                .get(0);
+            if now == want {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the throwaway server's ssl did not become {want}");
+    }
+
+    /// `pg_reload_conf()`, and a moment for the postmaster to act on it
+    /// (the signal is handled after the call returns).
+    async fn reload(&self) {
+        self.admin("postgres")
+            .await
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+
     /// On drop, stop the server but leave its directory (data and
     /// `server.log`) for a post-mortem, and say where it is.
     pub fn keep_files(&self) {
