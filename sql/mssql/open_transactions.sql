@@ -16,6 +16,7 @@
 -- schema name.
 
 SELECT
+    CAST(N'transaction' AS NVARCHAR(20)) AS kind,
     CAST(l.request_owner_type AS NVARCHAR(60)) + N':'
     + CAST(l.request_owner_id AS NVARCHAR(20)) AS id,
     CAST(l.request_session_id AS BIGINT) AS session_id,

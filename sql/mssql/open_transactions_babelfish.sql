@@ -9,12 +9,14 @@
 -- pg_catalog is readable by every login; OBJECT_ID is the table's
 -- PostgreSQL oid there, and the sequence is the one the table depends on.
 --
--- Two result sets: the sequence's oid (NULL: none found, and the engine
--- refuses to read no transactions as "none open"), then the transactions:
--- id, the virtualtransaction, never given to another while it runs;
--- session_id, its backend pid (@@SPID there); application, the session's
--- application_name. The reading's own session is left out. The schema
--- placeholder is replaced by the bracketed, validated schema name.
+-- One result set (a driver may drop an empty one): first a row of kind
+-- 'sequence' with the sequence's oid (NULL: none found, and the engine
+-- refuses to read no transactions as "none open"), then a row of kind
+-- 'transaction' per transaction: id, the virtualtransaction, never given to
+-- another while it runs; session_id, its backend pid (@@SPID there);
+-- application, the session's application_name. The reading's own session
+-- is left out. The schema placeholder is replaced by the bracketed,
+-- validated schema name.
 
 DECLARE @sequence BIGINT = (
     SELECT TOP (1) CAST(c.oid AS BIGINT)
@@ -26,9 +28,16 @@ DECLARE @sequence BIGINT = (
         AND c.relkind = 'S'
 );
 
-SELECT @sequence AS sequence_oid;
-
 SELECT
+    CAST(N'sequence' AS NVARCHAR(20)) AS kind,
+    @sequence AS sequence_oid,
+    CAST(NULL AS NVARCHAR(40)) AS id,
+    CAST(NULL AS BIGINT) AS session_id,
+    CAST(NULL AS NVARCHAR(256)) AS application
+UNION ALL
+SELECT
+    CAST(N'transaction' AS NVARCHAR(20)) AS kind,
+    @sequence AS sequence_oid,
     CAST(l.virtualtransaction AS NVARCHAR(40)) AS id,
     CAST(l.pid AS BIGINT) AS session_id,
     CAST(a.application_name AS NVARCHAR(256)) AS application

@@ -1967,6 +1967,22 @@ async fn append_behind_a_gate(placement: &str, with_healer: bool) {
             deferred >= 1,
             "{placement}: the hole waited for the append's transaction"
         );
+        // The readings go on proving: a rolled-back append made now is
+        // filled (a reading that never proved anything would pass the rest
+        // of this test too).
+        let hole = db.rolled_back_append("later", 1).await[0];
+        db.append("later", 1).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while db.message_at(hole).await.is_none() && Instant::now() < deadline {
+            h.scan_step().await.unwrap();
+            h.fill_due(&CancellationToken::new()).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(
+            db.message_at(hole).await.map(|m| m.message_type),
+            Some(TOMBSTONE_TYPE.to_string()),
+            "{placement}: a hole made after the append ended was not filled"
+        );
     }
     drop((h, c, holder));
 }

@@ -34,7 +34,7 @@ impl MssqlEngine {
             &self.sql.open_transactions
         };
         let began = Instant::now();
-        let mut sets = match self.read(sql, &[]).await {
+        let sets = match self.read(sql, &[]).await {
             Ok(sets) => sets,
             Err(e)
                 if !babelfish
@@ -46,24 +46,15 @@ impl MssqlEngine {
             }
             Err(e) => return Err(e),
         };
-        if babelfish {
-            // First the sequence the table draws from: without it, no row
-            // of pg_locks could be read as "none open".
-            let sequence = match sets.first().and_then(|set| set.first()) {
-                Some(row) => get_integer(row, "sequence_oid")?,
-                None => None,
-            };
-            if sequence.is_none() || sets.len() < 2 {
-                return Err(DbError::permanent(format!(
-                    "open transactions: Babelfish shows no sequence for the identity of [{}].[Messages]",
-                    self.settings.schema.as_str()
-                )));
-            }
-            sets.remove(0);
-        }
         let rows = sets.into_iter().next().unwrap_or_default();
         let mut open = Vec::with_capacity(rows.len());
+        let mut sequence = None;
         for row in &rows {
+            // Babelfish's row of the sequence the table draws from.
+            if get::<&str>(row, "kind")? == Some("sequence") {
+                sequence = get_integer(row, "sequence_oid")?;
+                continue;
+            }
             open.push(OpenTransaction {
                 id: get::<&str>(row, "id")?.unwrap_or_default().to_string(),
                 xid: None,
@@ -72,6 +63,13 @@ impl MssqlEngine {
                     .filter(|a| !a.is_empty())
                     .map(str::to_string),
             });
+        }
+        if babelfish && sequence.is_none() {
+            // Without it, no row of pg_locks could be read as "none open".
+            return Err(DbError::permanent(format!(
+                "open transactions: Babelfish shows no sequence for the identity of [{}].[Messages]",
+                self.settings.schema.as_str()
+            )));
         }
         Ok(OpenTransactions::Read(TransactionReading {
             began,

@@ -150,6 +150,7 @@ macro_rules! contract_tests {
             scan_pages_and_probe_never_wait_on_open_appends,
             ten_thousand_wide_hole_with_one_held_position,
             a_hole_waits_for_every_transaction_open_when_it_was_read,
+            open_transactions_list_an_open_append_until_it_ends,
             leader_lock_one_holder_released_on_drop_and_on_kill,
             leader_lock_follower_keeps_one_session,
             leader_lock_needs_no_rights_beyond_connecting,
@@ -624,6 +625,33 @@ async fn a_hole_waits_for_every_transaction_open_when_it_was_read<S: Server>() {
     );
     assert!(missing::<S>(&rows).is_empty());
     s.assert_tombstone_stream_consistent().await;
+}
+
+/// The engine's reading of open transactions, which the transaction-end
+/// proof rests on: none while nothing is open; an append whose transaction
+/// is open (its position drawn and keyed) is listed, once; once it has
+/// committed it is gone. The reading never lists its own session.
+async fn open_transactions_list_an_open_append_until_it_ends<S: Server>() {
+    use gap_healer::engine::OpenTransactions;
+    let s = store_with_streams::<S>().await;
+    let engine = s.engine();
+    let read = || async {
+        match engine
+            .open_transactions(tokio::time::Instant::now())
+            .await
+            .expect("a reading")
+        {
+            OpenTransactions::Read(r) => r.open,
+            OpenTransactions::KeyOrderOnly => panic!("this login may read the locks"),
+        }
+    };
+    assert_eq!(read().await, vec![], "nothing is open");
+    let open = s.begin_append("slow", 1).await;
+    let during = read().await;
+    assert_eq!(during.len(), 1, "{during:?}");
+    assert!(during[0].session.is_some(), "{during:?}");
+    S::commit(open).await;
+    assert_eq!(read().await, vec![], "the append has ended");
 }
 
 /// The positions from the store's first to the head that no row holds.

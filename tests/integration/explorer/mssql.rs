@@ -26,12 +26,20 @@ use uuid::Uuid;
 
 use super::{report, variants, Ending, Lab, Shape, World};
 
-/// The shapes explored on a TDS server.
-const MSSQL_SHAPES: [Shape; 3] = [
-    Shape::Eventuous,
-    Shape::EventuousRetry,
-    Shape::PlainUniqueFirst,
-];
+/// The shapes explored on a TDS server: on Babelfish also `CheckWaits`,
+/// whose gate is an advisory lock a T-SQL function takes (SQL Server's
+/// functions take no lock of their own).
+async fn shapes() -> Vec<Shape> {
+    let mut shapes = vec![
+        Shape::Eventuous,
+        Shape::EventuousRetry,
+        Shape::PlainUniqueFirst,
+    ];
+    if ms::is_babelfish().await {
+        shapes.push(Shape::CheckWaits);
+    }
+    shapes
+}
 
 /// One variant's database and sessions on SQL Server or Babelfish.
 pub struct MssqlWorld {
@@ -63,6 +71,22 @@ impl MssqlWorld {
                 &mut admin,
                 "ALTER TABLE eventuous.Messages DROP CONSTRAINT PK_Events;
                  ALTER TABLE eventuous.Messages ADD CONSTRAINT PK_Events PRIMARY KEY CLUSTERED (GlobalPosition);",
+            )
+            .await;
+        }
+        if shape == Shape::CheckWaits {
+            // A tenant's gate: each append takes its stream's advisory
+            // lock in the CHECK, after its position is drawn, and holds it
+            // to its end (Babelfish only: see `shapes`).
+            ms::exec(
+                &mut admin,
+                "CREATE FUNCTION eventuous.tenant_gate(@s INT) RETURNS BIT AS
+                 BEGIN DECLARE @v INT; SELECT @v = COUNT(*) FROM pg_catalog.pg_advisory_xact_lock(4243, @s); RETURN 1; END",
+            )
+            .await;
+            ms::exec(
+                &mut admin,
+                "ALTER TABLE eventuous.Messages ADD CONSTRAINT tenant_gate CHECK (eventuous.tenant_gate(StreamId) = 1);",
             )
             .await;
         }
@@ -274,7 +298,7 @@ async fn a_sample_of_the_interleavings_on_sql_server_keeps_every_event() {
     let seed = env_or("GAP_HEALER_EXPLORER_MSSQL_SEED", 1_u64);
     let mut results = Vec::new();
     let mut server = "SQL Server";
-    for (shape, endings) in variants(&MSSQL_SHAPES) {
+    for (shape, endings) in variants(&shapes().await) {
         let lab = Lab {
             shape,
             endings,
