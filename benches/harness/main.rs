@@ -6,7 +6,7 @@
 //!                                                  # prints the table, writes docs/benchmarks.md
 //! cargo bench --bench harness -- --size smoke      # under a minute, writes nothing (CI: .ci/bench-smoke)
 //! cargo bench --bench harness -- --size full       # longer runs, no extrapolation
-//!     --only footprint,latency,wide,overhead,lock,idle,fleet   sections to run (default:
+//!     --only footprint,latency,wide,overhead,lock,idle,fleet,proof   sections to run (default:
 //!                                                        all; with --only, nothing is written
 //!                                                        unless --write PATH, and then only
 //!                                                        those sections' rows and blocks are
@@ -27,6 +27,7 @@ mod idle;
 mod latency;
 mod lock;
 mod overhead;
+mod proof;
 mod support;
 mod wide;
 
@@ -38,7 +39,7 @@ use anyhow::{bail, Context, Result};
 
 use support::{Report, Size};
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "footprint",
     "latency",
     "wide",
@@ -46,6 +47,7 @@ const SECTIONS: [&str; 7] = [
     "lock",
     "idle",
     "fleet",
+    "proof",
 ];
 
 /// The number each section's summary rows (`N. ...`) and detail block
@@ -59,6 +61,7 @@ fn number(section: &str) -> &'static str {
         "lock" => "5.",
         "footprint" => "6.",
         "fleet" => "7.",
+        "proof" => "8.",
         _ => unreachable!("sections are checked when parsed"),
     }
 }
@@ -77,7 +80,7 @@ struct Args {
 
 fn usage() -> &'static str {
     "usage: cargo bench --bench harness -- [--size smoke|default|full] [--only SECTION,...] \
-     [--rows N,N,...] [--write PATH | --no-write]\nsections: footprint, latency, wide, overhead, lock, idle, fleet"
+     [--rows N,N,...] [--write PATH | --no-write]\nsections: footprint, latency, wide, overhead, lock, idle, fleet, proof"
 }
 
 fn parse_args() -> Result<Args> {
@@ -282,6 +285,7 @@ async fn run_section(section: &str, args: &Args, report: &mut Report) -> Result<
         "overhead" => overhead::run(args.size, report).await,
         "lock" => lock::run(args.size, report).await,
         "fleet" => fleet::run(args.size, report).await,
+        "proof" => proof::run(args.size, report).await,
         "idle" => {
             let polls = args.size.pick(200, 1_000, 2_000);
             idle::run(&args.rows, polls, report).await

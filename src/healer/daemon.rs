@@ -155,7 +155,7 @@ impl<E: Engine> Healer<E> {
         if e.is_transient() {
             warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed");
         } else {
-            error!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed; this needs a change in the database (run `gap-healer check`)");
+            error!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed; {}", needs(e));
         }
         pacing.next_poll = Instant::now() + delay;
         self.publish();
@@ -192,5 +192,36 @@ impl<E: Engine> Healer<E> {
             _ = &mut fill => true,
             _ = async { stop.cancelled().await; tokio::time::sleep(DRAIN_DEADLINE).await } => false,
         }
+    }
+}
+
+/// What a permanent scan failure asks of the operator: a refused login is
+/// the connection string's credentials, anything else the database's
+/// objects or rights (issue 27: a wrong password was "a change in the
+/// database").
+fn needs(e: &DbError) -> &'static str {
+    match e.code.as_deref() {
+        Some("28P01" | "28000" | "18456") => {
+            "the login was refused: check the user and password the connection string gives (run `gap-healer check`)"
+        }
+        _ => "this needs a change in the database or its rights (run `gap-healer check`)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_login_is_the_credentials_not_the_database() {
+        let login = |code: &str| DbError {
+            kind: crate::engine::DbErrorKind::Permanent,
+            code: Some(code.into()),
+            message: String::new(),
+        };
+        for code in ["28P01", "28000", "18456"] {
+            assert!(needs(&login(code)).contains("user and password"), "{code}");
+        }
+        assert!(needs(&login("42501")).contains("change in the database"));
     }
 }

@@ -296,6 +296,75 @@ async fn thirty_stores_in_one_database_share_a_handful_of_sessions() {
     std::fs::remove_dir_all(file.parent().unwrap()).ok();
 }
 
+/// The transaction-end proof's readings of open transactions (one read of
+/// `pg_locks` takes every lock partition): the stores of one database that
+/// ask at one poll share one reading, each getting its own sequence's
+/// figure and its own transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_of_one_database_share_one_reading_of_open_transactions() {
+    use gap_healer::engine::{Engine, OpenTransactions, Pools};
+    use gap_healer_testkit::engine::{postgres_sharing, settings};
+    use tokio::time::Instant as Due;
+
+    // Ten stores of one database, each asked for a reading at the same
+    // poll: one reading (two statements) for all, not ten.
+    let mut stores = Vec::new();
+    for i in 0..10 {
+        stores.push(Store::new(&format!("txr_{i}")).await);
+    }
+    let pools = Pools::default();
+    let engines: Vec<_> = stores
+        .iter()
+        .map(|s| {
+            postgres_sharing(
+                &settings(&s.url(), &s.schema, Duration::from_secs(5)),
+                &pools,
+            )
+            .unwrap()
+        })
+        .collect();
+    let open = stores[3].append_open("slow", 1).await;
+    let read = |e: &std::sync::Arc<gap_healer::engine::postgres::PostgresEngine>, due| {
+        let e = e.clone();
+        async move {
+            match e.open_transactions(due).await.unwrap() {
+                OpenTransactions::Read(r) => (r.handed_out, r.open.len()),
+                OpenTransactions::KeyOrderOnly => panic!("PostgreSQL always reads"),
+            }
+        }
+    };
+    let due = Due::now();
+    let mut seen = Vec::new();
+    for e in &engines {
+        seen.push(read(e, due).await);
+    }
+    let before = engines[0].transaction_readings();
+    // The first store to ask read for itself alone; the next asked after
+    // it and read for the ones that had asked: each store's own answer.
+    assert_eq!(seen[3], (Some(1), 1), "store 3's open append: {seen:?}");
+    assert!(
+        seen.iter().enumerate().all(|(i, s)| i == 3 || s.1 == 0),
+        "{seen:?}"
+    );
+    // The next poll: every store asked within the last minute, so one
+    // reading serves them all.
+    let due = Due::now();
+    let answers = futures_util::future::join_all(engines.iter().map(|e| read(e, due))).await;
+    assert_eq!(
+        engines[0].transaction_readings() - before,
+        1,
+        "ten stores, one reading a poll: {answers:?}"
+    );
+    assert_eq!(answers[3], (Some(1), 1));
+    open.rollback().await;
+    let due = Due::now();
+    assert_eq!(read(&engines[3], due).await, (Some(1), 0), "ended");
+    drop(engines);
+    for s in stores {
+        s.drop_schema().await;
+    }
+}
+
 /// The stores of one database poll together: one statement reads every
 /// store's head, a row committed after a poll was due shows only in a later
 /// reading, a store only joins the readings once its own scan succeeded, and

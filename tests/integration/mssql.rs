@@ -898,6 +898,52 @@ async fn login_without_fill_rights_fails_check_and_fills_nothing() {
     assert_eq!(db.tombstone_version().await, None);
 }
 
+/// `check` says which proof covers a drawn position: the transaction-end
+/// proof where the login may read the locks (the admin: VIEW SERVER STATE;
+/// Babelfish: `pg_locks`, readable by every login), else only the clustered
+/// key argument, with the grant that upgrades it (a login with only SELECT
+/// on the tables, SQL Server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn check_says_which_proof_is_in_force_and_the_grant_that_upgrades_it() {
+    let mut db = store_with_streams().await;
+    let proof = |findings: Vec<gap_healer::engine::Finding>| {
+        findings
+            .into_iter()
+            .find(|f| f.check == Check::TransactionProof)
+            .expect("a transaction-end proof finding")
+    };
+    let admin = proof(db.engine().preflight().await.unwrap());
+    println!("admin: {admin:?}");
+    assert!(admin.ok && !admin.warning, "{admin:?}");
+    assert!(admin.detail.starts_with("in force"), "{admin:?}");
+    let cs = db
+        .login_with(&[
+            "GRANT SELECT ON OBJECT::eventuous.Messages TO {user};",
+            "GRANT SELECT ON OBJECT::eventuous.Streams TO {user};",
+        ])
+        .await;
+    let reader = proof(
+        MssqlEngine::new(&db.settings_for(&cs))
+            .unwrap()
+            .preflight()
+            .await
+            .unwrap(),
+    );
+    println!("a login with SELECT only: {reader:?}");
+    if ms::is_babelfish().await {
+        // pg_locks is readable by every login there.
+        assert!(reader.detail.starts_with("in force"), "{reader:?}");
+        return;
+    }
+    assert!(reader.ok && reader.warning, "{reader:?}");
+    assert!(
+        reader.detail.starts_with("not in force")
+            && reader.detail.contains("GRANT VIEW SERVER STATE"),
+        "{reader:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Reads.
 
