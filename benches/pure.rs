@@ -71,10 +71,7 @@ impl Shape {
         (0..self.count)
             .map(|i| {
                 let start = 1 + i * (self.width + 1);
-                PosRange {
-                    start,
-                    end: start + self.width - 1,
-                }
+                PosRange::new(start, start + self.width - 1).expect("a width of one or more")
             })
             .collect()
     }
@@ -156,7 +153,7 @@ fn tracker_benches(c: &mut Criterion) {
         let step = (shape.count * shape.width / 1_000).max(1);
         let committed: Vec<i64> = ranges
             .iter()
-            .flat_map(|r| r.start..=r.end)
+            .flat_map(|r| r.start()..=r.end())
             .step_by(step as usize)
             .take(1_000)
             .collect();
@@ -178,10 +175,7 @@ fn tracker_benches(c: &mut Criterion) {
 
 fn plan_benches(c: &mut Criterion) {
     let total = positions();
-    let range = PosRange {
-        start: 1,
-        end: total,
-    };
+    let range = PosRange::new(1, total).expect("positions from 1");
     let mut g = c.benchmark_group("plan");
     g.sample_size(20)
         .warm_up_time(Duration::from_secs(1))
@@ -203,7 +197,18 @@ fn plan_benches(c: &mut Criterion) {
     g.bench_with_input(
         BenchmarkId::new("batches_20000_1000", format!("{}_pieces", singles.len())),
         &singles,
-        |b, singles| b.iter(|| black_box(plan::batches(singles, 20_000, 1_000, 0))),
+        |b, singles| {
+            b.iter(|| {
+                black_box(plan::batches(
+                    singles,
+                    gap_healer::gaps::FillLimits {
+                        rows: 20_000,
+                        ranges: 1_000,
+                        range_cost: 0,
+                    },
+                ))
+            })
+        },
     );
     g.finish();
 }

@@ -1021,7 +1021,7 @@ impl Scanned {
             "from": from,
             "head": head,
             "empty": empty,
-            "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start, "end": r.end, "width": r.width()})).collect::<Vec<_>>(),
+            "holes": holes[..shown].iter().map(|r| serde_json::json!({"start": r.start(), "end": r.end(), "width": r.width()})).collect::<Vec<_>>(),
             "hole_count": holes.len(),
             "holes_not_listed": holes.len() - shown,
             "positions": positions,

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::FillLimits;
-use crate::gaps::{Hole, PosRange};
+use crate::gaps::{FillLimits, Hole, PosRange};
 use crate::plan::{self, Batch};
 
 /// The bounds of one fill statement (the engine's), and `gap_timeout`, on
@@ -97,22 +96,17 @@ pub fn plan(
         let (below, above): (Vec<PosRange>, Vec<PosRange>) =
             plan::pieces(hole.range, &excluded, limits.fill.rows)
                 .into_iter()
-                .partition(|piece| piece.end < head);
+                .partition(|piece| piece.end() < head);
         pieces.extend(below);
         cycle.refused.extend(above);
     }
     let retried: Vec<i64> = due
         .iter()
         .filter(|h| h.retries > 0 && h.range.width() == 1)
-        .map(|h| h.range.start)
+        .map(|h| h.range.start())
         .collect();
     let (shared, alone) = plan::split_known_held(pieces, &retried);
-    cycle.statements = plan::batches(
-        &shared,
-        limits.fill.rows,
-        limits.fill.ranges,
-        limits.fill.range_cost,
-    );
+    cycle.statements = plan::batches(&shared, limits.fill);
     let advised = cycle.advised.iter().map(|s| PosRange::single(s.position));
     cycle
         .statements

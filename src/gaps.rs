@@ -14,17 +14,49 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// An inclusive range of positions, `start <= end`.
+/// How much one fill statement of an engine may take, in ranges and rows:
+/// what the planner cuts the due holes to ([`crate::plan::batches`]). The
+/// engine says it ([`crate::engine::Engine::fill_limits`]); it lives here,
+/// with the ranges, because both the engines and the planner speak of it and
+/// the engines import nothing but this module and `secret`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FillLimits {
+    /// Rows per statement. SQL Server keeps this below lock escalation
+    /// (about 5,000 locks); PostgreSQL can take more.
+    pub rows: u64,
+    /// Most ranges one statement may cover (scattered narrow holes are
+    /// filled together). 1 for an engine that fills one range at a time.
+    pub ranges: usize,
+    /// What each range of a batch after the first costs against `rows`,
+    /// besides its rows: 1 on SQL Server, where each range may lock one more
+    /// leaf page of the clustered key and page locks count towards lock
+    /// escalation; 0 where nothing escalates.
+    pub range_cost: u64,
+}
+
+/// An inclusive range of positions, `start <= end`: made only by
+/// [`PosRange::new`] (or [`PosRange::single`]), which checks it, so no range
+/// elsewhere can be empty or reversed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct PosRange {
-    pub start: i64,
-    pub end: i64,
+    start: i64,
+    end: i64,
 }
 
 impl PosRange {
     /// `None` when `start > end`.
     pub fn new(start: i64, end: i64) -> Option<Self> {
         (start <= end).then_some(PosRange { start, end })
+    }
+
+    /// The first position.
+    pub fn start(&self) -> i64 {
+        self.start
+    }
+
+    /// The last position.
+    pub fn end(&self) -> i64 {
+        self.end
     }
 
     pub fn single(p: i64) -> Self {

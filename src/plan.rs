@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::gaps::PosRange;
+use crate::gaps::{FillLimits, PosRange};
 
 /// The statements to try for `range`: its free positions in pieces of at most
 /// `max_rows`, ascending. `excluded` are positions known to be held or
@@ -23,12 +23,9 @@ pub fn pieces(range: PosRange, excluded: &[i64], max_rows: u64) -> Vec<PosRange>
         .without(within(excluded, range))
         .into_iter()
         .flat_map(|free| {
-            (free.start..=free.end)
+            (free.start()..=free.end())
                 .step_by(max_rows as usize)
-                .map(move |s| PosRange {
-                    start: s,
-                    end: (s + max_rows - 1).min(free.end),
-                })
+                .filter_map(move |s| PosRange::new(s, (s + max_rows - 1).min(free.end())))
         })
         .collect()
 }
@@ -37,8 +34,8 @@ pub fn pieces(range: PosRange, excluded: &[i64], max_rows: u64) -> Vec<PosRange>
 /// binary search: planning a million due holes against a million excluded
 /// positions stays n log n instead of n times m.
 pub fn within(sorted: &[i64], range: PosRange) -> &[i64] {
-    let from = sorted.partition_point(|p| *p < range.start);
-    let to = sorted.partition_point(|p| *p <= range.end);
+    let from = sorted.partition_point(|p| *p < range.start());
+    let to = sorted.partition_point(|p| *p <= range.end());
     &sorted[from..to.max(from)]
 }
 
@@ -51,12 +48,12 @@ pub type Batch = Vec<PosRange>;
 /// for each range after the first ([`cost`]): on SQL Server every range of a
 /// batch may lock one more leaf page of the clustered key, and page locks
 /// count towards lock escalation like key locks.
-pub fn batches(
-    pieces: &[PosRange],
-    max_rows: u64,
-    max_ranges: usize,
-    range_cost: u64,
-) -> Vec<Batch> {
+pub fn batches(pieces: &[PosRange], limits: FillLimits) -> Vec<Batch> {
+    let FillLimits {
+        rows: max_rows,
+        ranges: max_ranges,
+        range_cost,
+    } = limits;
     let (max_rows, max_ranges) = (max_rows.max(1), max_ranges.max(1));
     let mut out: Vec<Batch> = Vec::new();
     let mut spent = 0;
@@ -115,13 +112,7 @@ pub fn after_held(batch: &[PosRange]) -> AfterRefusal {
 /// committed inside it since. If the probe found nothing there (the row was
 /// visible to the insert's check but not yet to the read), split as for a
 /// held key so the loop always makes progress.
-pub fn after_committed(
-    batch: &[PosRange],
-    committed: &[i64],
-    max_rows: u64,
-    max_ranges: usize,
-    range_cost: u64,
-) -> AfterRefusal {
+pub fn after_committed(batch: &[PosRange], committed: &[i64], limits: FillLimits) -> AfterRefusal {
     let mut committed = committed.to_vec();
     committed.sort_unstable();
     committed.dedup();
@@ -130,9 +121,9 @@ pub fn after_committed(
     }
     let rest: Vec<PosRange> = batch
         .iter()
-        .flat_map(|r| pieces(*r, &committed, max_rows))
+        .flat_map(|r| pieces(*r, &committed, limits.rows))
         .collect();
-    AfterRefusal::Retry(batches(&rest, max_rows, max_ranges, range_cost))
+    AfterRefusal::Retry(batches(&rest, limits))
 }
 
 /// The lock timeout of a probe: every fill statement but a cycle's last
@@ -169,7 +160,7 @@ pub fn split_known_held(pieces: Vec<PosRange>, held: &[i64]) -> (Vec<PosRange>, 
     held.sort_unstable();
     pieces
         .into_iter()
-        .partition(|p| !(p.width() == 1 && held.binary_search(&p.start).is_ok()))
+        .partition(|p| !(p.width() == 1 && held.binary_search(&p.start()).is_ok()))
 }
 
 /// How many times a dirty read may show an open append at a due position
@@ -206,6 +197,14 @@ mod tests {
         PosRange::new(a, b).unwrap()
     }
 
+    fn limits(rows: u64, ranges: usize, range_cost: u64) -> FillLimits {
+        FillLimits {
+            rows,
+            ranges,
+            range_cost,
+        }
+    }
+
     #[test]
     fn wide_hole_in_chunks() {
         let p = pieces(r(1, 10_000), &[], 4_000);
@@ -231,12 +230,15 @@ mod tests {
             Retry(vec![vec![r(1, 1)], vec![r(3, 3), r(5, 9)]])
         );
         assert_eq!(
-            after_committed(&[r(1, 10)], &[3], 100, 10, 0),
+            after_committed(&[r(1, 10)], &[3], limits(100, 10, 0)),
             Retry(vec![vec![r(1, 2), r(4, 10)]])
         );
-        assert_eq!(after_committed(&[r(1, 1)], &[1], 100, 10, 0), Retry(vec![]));
         assert_eq!(
-            after_committed(&[r(1, 10)], &[], 100, 10, 0),
+            after_committed(&[r(1, 1)], &[1], limits(100, 10, 0)),
+            Retry(vec![])
+        );
+        assert_eq!(
+            after_committed(&[r(1, 10)], &[], limits(100, 10, 0)),
             Retry(vec![vec![r(1, 5)], vec![r(6, 10)]])
         );
     }
@@ -244,12 +246,12 @@ mod tests {
     #[test]
     fn scattered_holes_share_a_transaction() {
         let holes: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10 + 1)).collect();
-        let b = batches(&holes, 4_000, 1_000, 0);
+        let b = batches(&holes, limits(4_000, 1_000, 0));
         assert_eq!(
             b.iter().map(Vec::len).collect::<Vec<_>>(),
             vec![1_000, 1_000, 500]
         );
-        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], 4_000, 1_000, 0);
+        let b = batches(&[r(1, 3_000), r(5_000, 7_000)], limits(4_000, 1_000, 0));
         assert_eq!(
             b,
             vec![vec![r(1, 3_000)], vec![r(5_000, 7_000)]],
@@ -259,7 +261,7 @@ mod tests {
         // leaf page of the clustered key), so 2,500 one-position holes make
         // batches of at most 2,000 ranges (2,000 + 1,999 <= 4,000).
         let singles: Vec<PosRange> = (0..2_500).map(|i| r(i * 10, i * 10)).collect();
-        let b = batches(&singles, 4_000, 2_500, 1);
+        let b = batches(&singles, limits(4_000, 2_500, 1));
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![2_000, 500]);
         assert!(b.iter().all(|b| cost(b, 1) <= 4_000));
         assert_eq!(cost(&[r(1, 4_000)], 1), 4_000, "one range costs its rows");
@@ -328,29 +330,33 @@ mod tests {
             .iter()
             .flat_map(|h| pieces(*h, &[], max_rows))
             .collect();
-        let mut queue: Vec<Batch> = batches(&all, max_rows, max_ranges, range_cost);
+        let mut queue: Vec<Batch> = batches(&all, limits(max_rows, max_ranges, range_cost));
         let mut statements = 0;
         while let Some(next) = queue.pop() {
             statements += 1;
             assert!(cost(&next, range_cost) <= max_rows && next.len() <= max_ranges);
             let inside = |set: &BTreeSet<i64>| -> Vec<i64> {
                 next.iter()
-                    .flat_map(|r| set.range(r.start..=r.end).copied())
+                    .flat_map(|r| set.range(r.start()..=r.end()).copied())
                     .collect()
             };
             let hits_committed = inside(committed);
             let after = if !hits_committed.is_empty() {
-                after_committed(&next, &hits_committed, max_rows, max_ranges, range_cost)
+                after_committed(
+                    &next,
+                    &hits_committed,
+                    limits(max_rows, max_ranges, range_cost),
+                )
             } else if !inside(held).is_empty() {
                 after_held(&next)
             } else {
-                filled.extend(next.iter().flat_map(|r| r.start..=r.end));
+                filled.extend(next.iter().flat_map(|r| r.start()..=r.end()));
                 continue;
             };
             match after {
                 AfterRefusal::Retry(more) => queue.extend(more),
                 AfterRefusal::Defer(p) => {
-                    deferred.insert(p.start);
+                    deferred.insert(p.start());
                 }
             }
         }
@@ -381,12 +387,12 @@ mod tests {
             // Disjoint holes from the starts.
             let mut holes: Vec<PosRange> = Vec::new();
             for s in starts {
-                let lo = holes.last().map_or(s, |h: &PosRange| s.max(h.end + 2));
+                let lo = holes.last().map_or(s, |h: &PosRange| s.max(h.end() + 2));
                 holes.push(r(lo, lo + width - 1));
             }
             let held: BTreeSet<i64> = held.difference(&committed).copied().collect();
             let (filled, deferred, _) = simulate(&holes, &committed, &held, max_rows, max_ranges, range_cost);
-            let positions: BTreeSet<i64> = holes.iter().flat_map(|h| h.start..=h.end).collect();
+            let positions: BTreeSet<i64> = holes.iter().flat_map(|h| h.start()..=h.end()).collect();
             let free: BTreeSet<i64> = positions.iter().copied().filter(|p| !committed.contains(p) && !held.contains(p)).collect();
             prop_assert_eq!(filled, free);
             let held_inside: BTreeSet<i64> = positions.intersection(&held).copied().collect();
@@ -399,8 +405,8 @@ mod tests {
             let mut ex = ex;
             ex.sort_unstable();
             let ps = pieces(range, &ex, max_rows);
-            let got: Vec<i64> = ps.iter().flat_map(|p| p.start..=p.end).collect();
-            let want: Vec<i64> = (range.start..=range.end).filter(|p| !ex.contains(p)).collect();
+            let got: Vec<i64> = ps.iter().flat_map(|p| p.start()..=p.end()).collect();
+            let want: Vec<i64> = (range.start()..=range.end()).filter(|p| !ex.contains(p)).collect();
             prop_assert_eq!(got, want);
             prop_assert!(ps.iter().all(|p| p.width() <= max_rows));
         }

@@ -151,10 +151,7 @@ async fn measure(schema: &Store, sizes: &[i64], polls: usize) -> Result<Vec<Idle
         let (buffers, server) = explain(schema, head).await?;
         // What a poll adds once holes are tracked: one probe of their ranges.
         let ranges: Vec<PosRange> = (0..100)
-            .map(|k| PosRange {
-                start: head - 100 * k - 5,
-                end: head - 100 * k - 3,
-            })
+            .filter_map(|k| PosRange::new(head - 100 * k - 5, head - 100 * k - 3))
             .collect();
         let mut probes = Vec::new();
         for _ in 0..30 {
@@ -285,8 +282,8 @@ async fn probe_jit_ms(schema: &Store, ranges: &[PosRange]) -> Result<f64> {
         .query(
             &format!(
                 "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ghb_idle_probe('{{{}}}', '{{{}}}')",
-                list(|r| r.start),
-                list(|r| r.end)
+                list(|r| r.start()),
+                list(|r| r.end())
             ),
             &[],
         )

@@ -89,7 +89,7 @@ pub async fn run(size: Size, report: &mut Report) -> Result<()> {
     }
     report.detail(format!(
         "### 1. Heal latency\n\n\
-         Rollback holes (one burnt position each, one every 20-80 ms) among the appends of 4 steady \
+         Rollback holes (one burnt position each, one every 20-80 ms) among the appends of 8 steady \
          writers (one append per writer every 10 ms, 1-3 events); the real binary with \
          `--gap-timeout 1s` and the poll interval shown, other settings default. Latency = tombstone \
          commit - hole visible (the commit of the first append above it) - gap_timeout, both on the \
@@ -118,7 +118,7 @@ async fn measure(schema: &Store, holes: usize, poll: Duration) -> Result<Measure
     let daemon = start_healer(&schema.schema, &[("--poll-interval", &poll_flag)])?;
     let stop = Arc::new(AtomicBool::new(false));
     let load = Workload {
-        writers: 4,
+        writers: 8,
         batch: (1, 3),
         rollback: 0.0,
         slow: 0.0,

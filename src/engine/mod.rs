@@ -36,6 +36,7 @@ pub use self::open::{
     catalog_database, check_connection_string, heals_table_profiles, open, setup_sql, Catalog,
     Openable, Opened, Pools, WithEngine,
 };
+pub use crate::gaps::FillLimits;
 use crate::gaps::PosRange;
 use crate::secret::ConnectionString;
 
@@ -227,6 +228,10 @@ pub struct DbError {
     pub code: Option<String>,
     /// Human-readable; must never contain a password.
     pub message: String,
+    /// What was being done, where `message` already begins with it (the
+    /// PostgreSQL engine's "probe: 57014: ..."); `None`: the message names
+    /// no operation, and whoever reports it says which.
+    pub during: Option<String>,
 }
 
 impl DbError {
@@ -235,6 +240,7 @@ impl DbError {
             kind: DbErrorKind::Transient,
             code: None,
             message: message.into(),
+            during: None,
         }
     }
     pub fn permanent(message: impl Into<String>) -> Self {
@@ -242,31 +248,32 @@ impl DbError {
             kind: DbErrorKind::Permanent,
             code: None,
             message: message.into(),
+            during: None,
         }
     }
     pub fn is_transient(&self) -> bool {
         self.kind == DbErrorKind::Transient
     }
+
+    /// This error, its message already naming what was being done.
+    pub fn during(self, what: impl Into<String>) -> Self {
+        DbError {
+            during: Some(what.into()),
+            ..self
+        }
+    }
+
+    /// The error as a report of `operation` says it: `operation: message`,
+    /// unless the message names what was being done already ([`DbError::during`]).
+    pub fn in_words(&self, operation: &str) -> String {
+        match self.during {
+            Some(_) => self.message.clone(),
+            None => format!("{operation}: {}", self.message),
+        }
+    }
 }
 
 pub type DbResult<T> = Result<T, DbError>;
-
-/// How much one fill statement of an engine may take: what the planner
-/// cuts the due holes to ([`crate::plan::batches`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FillLimits {
-    /// Rows per statement. SQL Server keeps this below lock escalation
-    /// (about 5,000 locks); PostgreSQL can take more.
-    pub rows: u64,
-    /// Most ranges one statement may cover (scattered narrow holes are
-    /// filled together). 1 for an engine that fills one range at a time.
-    pub ranges: usize,
-    /// What each range of a batch after the first costs against `rows`,
-    /// besides its rows: 1 on SQL Server, where each range may lock one more
-    /// leaf page of the clustered key and page locks count towards lock
-    /// escalation; 0 where nothing escalates.
-    pub range_cost: u64,
-}
 
 /// A database engine gap-healer can heal: the core every engine has.
 ///

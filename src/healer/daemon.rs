@@ -218,6 +218,7 @@ mod tests {
             kind: crate::engine::DbErrorKind::Permanent,
             code: Some(code.into()),
             message: String::new(),
+            during: None,
         };
         for code in ["28P01", "28000", "18456"] {
             assert!(needs(&login(code)).contains("user and password"), "{code}");

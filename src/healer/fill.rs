@@ -341,7 +341,7 @@ impl<E: Engine> Healer<E> {
         a.report.errors += 1;
         self.db_error(Operation::Fill, e);
         if e.kind == crate::engine::DbErrorKind::Permanent {
-            self.health.fill_refused(&prefixed("fill", e));
+            self.health.fill_refused(&e.in_words("fill"));
         }
         warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
         // Whatever broke (connection, rights) will break the rest too.
@@ -367,10 +367,7 @@ impl<E: Engine> Healer<E> {
         };
         debug!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
         self.tracker.remove_positions(&found);
-        self.requeue(
-            plan::after_committed(batch, &found, limits.rows, limits.ranges, limits.range_cost),
-            a.queue,
-        );
+        self.requeue(plan::after_committed(batch, &found, limits), a.queue);
     }
 
     pub(super) fn requeue(&mut self, after: AfterRefusal, queue: &mut Vec<plan::Batch>) {
@@ -381,7 +378,7 @@ impl<E: Engine> Healer<E> {
             }
             AfterRefusal::Defer(p) => {
                 debug!(
-                    position = p.start,
+                    position = p.start(),
                     outcome = "held",
                     "an open append holds this position; retrying later"
                 );
@@ -391,7 +388,7 @@ impl<E: Engine> Healer<E> {
     }
 
     pub(super) fn defer_held(&mut self, range: PosRange) {
-        let retries = self.tracker.retries_at(range.start);
+        let retries = self.tracker.retries_at(range.start());
         let cap = self.opts.lock_timeout.max(Duration::from_secs(2));
         let delay = plan::retry_delay(retries, self.opts.poll_interval, cap);
         self.tracker.defer(range, Instant::now() + delay);
@@ -411,7 +408,7 @@ impl<E: Engine> Healer<E> {
 
     pub(super) fn defer_after_error(&mut self, batch: &[PosRange]) {
         for range in batch {
-            let retries = self.tracker.retries_at(range.start);
+            let retries = self.tracker.retries_at(range.start());
             let base = self.opts.poll_interval.max(Duration::from_millis(500));
             let delay = plan::retry_delay(retries, base, Duration::from_secs(30));
             self.tracker.defer(*range, Instant::now() + delay);

@@ -54,7 +54,7 @@ fn describe(batch: &[PosRange]) -> String {
         [first, rest @ ..] => format!(
             "{first} (+{} more up to {})",
             rest.len(),
-            rest[rest.len() - 1].end
+            rest[rest.len() - 1].end()
         ),
     }
 }
@@ -200,8 +200,8 @@ pub struct Rechecked {
 impl Rechecked {
     /// Whether `range` lies inside one of the probed ranges.
     fn covers(&self, range: PosRange) -> bool {
-        let i = self.ranges.partition_point(|r| r.start <= range.start);
-        i > 0 && self.ranges[i - 1].end >= range.end
+        let i = self.ranges.partition_point(|r| r.start() <= range.start());
+        i > 0 && self.ranges[i - 1].end() >= range.end()
     }
 }
 
@@ -351,23 +351,6 @@ impl<E: Engine> Healer<E> {
     /// [`Healer::begin`].
     pub fn examined(&self) -> Option<i64> {
         self.begun.map(|b| b.examined)
-    }
-}
-
-/// `operation: error`, unless the engine's own prefix (the message up to
-/// its first `:`) begins or ends with the operation's word: PostgreSQL's
-/// errors name it (`probe: 57014: ...`, `fill 2..=3: ...`, `read the
-/// watermark: ...`), SQL Server's do not. One prefix per message.
-fn prefixed(operation: &str, e: &DbError) -> String {
-    let lead = e.message.split(':').next().unwrap_or_default();
-    let words: Vec<&str> = lead
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
-    if words.first() == Some(&operation) || words.last() == Some(&operation) {
-        e.message.clone()
-    } else {
-        format!("{operation}: {e}")
     }
 }
 

@@ -10,7 +10,7 @@ use super::*;
 impl<E: Engine> Healer<E> {
     pub(super) fn db_error(&self, operation: Operation, e: &DbError) {
         self.observer.db_error(operation);
-        self.health.record_error(&prefixed(operation.label(), e));
+        self.health.record_error(&e.in_words(operation.label()));
     }
 
     /// Refreshes the checkpoint lag gauges, at most every few seconds.
@@ -93,7 +93,7 @@ impl<E: Engine> Healer<E> {
             }
             Err(e) => {
                 self.db_error(Operation::Watermark, &e);
-                self.health.watermark_failed(&prefixed("publish", &e));
+                self.health.watermark_failed(&e.in_words("publish"));
                 warn!(error = %e, "cannot publish the contiguous watermark; retrying next turn");
             }
         }

@@ -49,7 +49,7 @@ impl<E: Engine> Healer<E> {
         };
         let ranges = self.tracker.ranges_after(self.recheck_after, budget);
         self.recheck_after = match ranges.last() {
-            Some(last) if ranges.len() < self.tracker.len() => last.start,
+            Some(last) if ranges.len() < self.tracker.len() => last.start(),
             _ => i64::MIN,
         };
         let probe = self.engine.probe(&ranges).await?;

@@ -129,7 +129,7 @@ impl<E: Engine> Healer<E> {
             Ok(proven) => proven,
             Err(e) => {
                 self.db_error(Operation::Watermark, &e);
-                self.health.watermark_failed(&prefixed("read", &e));
+                self.health.watermark_failed(&e.in_words("read"));
                 warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
                 None
             }

@@ -90,7 +90,7 @@ impl<E: Engine> Healer<E> {
         not_before: Instant,
         report: &mut FillReport,
     ) -> Vec<Hole> {
-        if due.iter().any(|h| h.range.end > self.proof.proven()) {
+        if due.iter().any(|h| h.range.end() > self.proof.proven()) {
             self.read_transactions(not_before).await;
         }
         if self.key_order_only {
@@ -138,11 +138,11 @@ impl<E: Engine> Healer<E> {
         else {
             return;
         };
-        let e = self.engine.above_identity(last.end, handed_out);
+        let e = self.engine.above_identity(last.end(), handed_out);
         self.observer.filled(Outcome::Error, 0);
         report.errors += 1;
-        self.health.fill_refused(&prefixed("fill", &e));
-        warn!(range = %PosRange::new(first.start, last.end).unwrap_or(*first), error = %e, "fill refused; retrying later");
+        self.health.fill_refused(&e.in_words("fill"));
+        warn!(range = %PosRange::new(first.start(), last.end()).unwrap_or(*first), error = %e, "fill refused; retrying later");
         self.defer_after_error(above);
     }
 
@@ -161,9 +161,9 @@ impl<E: Engine> Healer<E> {
         let positions: u64 = waiting.iter().map(PosRange::width).sum();
         report.open_transaction += positions;
         self.observer.filled(Outcome::OpenTransaction, 0);
-        let oldest = self.proof.oldest_for(lowest.start, now);
+        let oldest = self.proof.oldest_for(lowest.start(), now);
         self.blocked_since = Some(oldest.map_or(now, |(_, age)| now - age));
-        let what = match self.proof.waiting_for(lowest.start) {
+        let what = match self.proof.waiting_for(lowest.start()) {
             Waiting::Transactions(open) => open.len(),
             Waiting::Reading | Waiting::Nothing => 0,
         };
@@ -180,7 +180,7 @@ impl<E: Engine> Healer<E> {
             info!(
                 holes = waiting.len(),
                 positions,
-                lowest = lowest.start,
+                lowest = lowest.start(),
                 transactions = what,
                 session = ?session,
                 application = application.as_deref().unwrap_or(""),
@@ -189,7 +189,7 @@ impl<E: Engine> Healer<E> {
                 "not filling yet: a transaction that may have drawn these positions is still open (it may be an append between its draw and its key); waiting for it to end"
             );
         } else {
-            debug!(holes = waiting.len(), positions, lowest = lowest.start, session = ?session, outcome = "open_transaction", "still waiting for an open transaction");
+            debug!(holes = waiting.len(), positions, lowest = lowest.start(), session = ?session, outcome = "open_transaction", "still waiting for an open transaction");
         }
     }
 
@@ -200,7 +200,7 @@ impl<E: Engine> Healer<E> {
         let unproven = self
             .tracker
             .highest()
-            .is_some_and(|h| h.range.end > self.proof.proven());
+            .is_some_and(|h| h.range.end() > self.proof.proven());
         match self.blocked_since {
             Some(since) if unproven && !self.key_order_only => now.saturating_duration_since(since),
             _ => Duration::ZERO,
@@ -211,7 +211,7 @@ impl<E: Engine> Healer<E> {
 /// `range` cut after `at`: the part at or below it and the part above.
 fn split_at(range: PosRange, at: i64) -> (Option<PosRange>, Option<PosRange>) {
     (
-        PosRange::new(range.start, range.end.min(at)),
-        PosRange::new(range.start.max(at.saturating_add(1)), range.end),
+        PosRange::new(range.start(), range.end().min(at)),
+        PosRange::new(range.start().max(at.saturating_add(1)), range.end()),
     )
 }

@@ -844,3 +844,70 @@ async fn a_store_set_lists_its_databases_on_one_kept_catalog_session() {
         "the passes since listed on it: {first:?} then {later:?}"
     );
 }
+
+/// Issue 27: during a long fill the daemon showed nothing: its hole gauges
+/// stood still for the whole cycle and it logged one INFO line per
+/// statement. Now the gauges move while the cycle runs (published every
+/// second), each statement's line is at DEBUG, and the cycle says how far
+/// it is every few seconds, then once when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_fill_moves_the_gauges_and_logs_its_progress_not_each_statement() {
+    use gap_healer_testkit::bin::{timing, Daemon};
+    let store = Store::new("progress").await;
+    // 150,000 rows at every other position: 150,000 one-position holes,
+    // 150 statements of 1,000 ranges.
+    store.insert_bulk(150_000, "g * 2").await;
+    let daemon = Daemon::start(
+        &store,
+        &timing("0s", "100ms", &["--scan-page-size", "50000"]),
+    );
+    let mut seen = Vec::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(120) {
+        let left = daemon
+            .metric(r#"gap_healer_open_gap_positions{store="default"}"#)
+            .await
+            .unwrap_or(0.0);
+        if seen.last() != Some(&left) {
+            seen.push(left);
+        }
+        if left == 0.0 && store.tombstone_positions().await.len() >= 150_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = started.elapsed();
+    println!("open positions as scraped: {seen:?} in {took:?}");
+    assert_eq!(store.tombstone_positions().await.len(), 150_000);
+    let between = seen.iter().filter(|v| **v > 0.0 && **v < 150_000.0).count();
+    assert!(
+        between >= 2,
+        "the gauge moved during the fill: {seen:?}\n{}",
+        daemon.log()
+    );
+    let lines = daemon.lines_with("filled hole with tombstones");
+    assert!(!lines.is_empty(), "{}", daemon.log());
+    assert!(
+        lines.iter().all(|l| l["level"] == "DEBUG"),
+        "a statement's line at INFO: {:?}",
+        lines.iter().find(|l| l["level"] != "DEBUG")
+    );
+    let cycles = daemon.lines_with("filled holes with tombstones");
+    assert!(cycles.iter().all(|l| l["level"] == "INFO"), "{cycles:?}");
+    assert!(!cycles.is_empty(), "{}", daemon.log());
+    let progress = daemon.lines_containing("\"filling: ");
+    if took > Duration::from_secs(6) {
+        assert!(
+            !progress.is_empty(),
+            "no progress line in {took:?}\n{}",
+            daemon.log()
+        );
+    }
+    println!(
+        "{} progress line(s), {} cycle line(s)",
+        progress.len(),
+        cycles.len()
+    );
+    drop(daemon);
+    store.drop_schema().await;
+}

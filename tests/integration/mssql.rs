@@ -553,7 +553,7 @@ async fn scattered_holes_share_one_fill_transaction() {
     for hole in &holes {
         let m = messages
             .iter()
-            .find(|m| m.position == hole.start)
+            .find(|m| m.position == hole.start())
             .expect("a tombstone");
         assert_eq!(m.message_type, TOMBSTONE_TYPE, "{hole}");
     }
@@ -717,9 +717,9 @@ async fn ident_current_unchanged_by_every_fill() {
     let page = engine.scan(-1, 10_000).await.unwrap();
     assert_eq!(page.holes, holes);
     for hole in &holes {
-        let mut start = hole.start;
-        while start <= hole.end {
-            let end = (start + engine.fill_limits().rows as i64 - 1).min(hole.end);
+        let mut start = hole.start();
+        while start <= hole.end() {
+            let end = (start + engine.fill_limits().rows as i64 - 1).min(hole.end());
             let outcome = engine
                 .fill(
                     PosRange::new(start, end).unwrap(),

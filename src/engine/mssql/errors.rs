@@ -219,6 +219,7 @@ pub(crate) fn server_error(
         kind,
         code: Some(code.to_string()),
         message,
+        during: None,
     }
 }
 
@@ -246,6 +247,7 @@ pub(crate) fn applock_result(code: i32) -> Result<bool, DbError> {
         kind,
         code: Some(format!("sp_getapplock {code}")),
         message: format!("sp_getapplock returned {code}: {what}"),
+        during: None,
     })
 }
 
@@ -310,6 +312,7 @@ pub(crate) fn login_error(
         kind: DbErrorKind::Transient,
         code: None,
         message,
+        during: None,
     }
 }
 

@@ -82,6 +82,7 @@ fn choose_mode(state: &ProcedureState, direct_alter: bool, procedure: &str) -> D
             message: format!(
                 "neither fill mode can work: {why} (direct mode is no way out: the login has no ALTER on Messages)"
             ),
+            during: None,
         });
     }
     Ok(FillMode::Direct)
@@ -154,7 +155,7 @@ fn encode_ranges(ranges: &[PosRange]) -> Result<String, String> {
             ranges.len()
         ));
     }
-    if ranges.windows(2).any(|w| w[1].start <= w[0].end) {
+    if ranges.windows(2).any(|w| w[1].start() <= w[0].end()) {
         return Err("the ranges are out of order or overlap".into());
     }
     let positions: u64 = ranges.iter().map(PosRange::width).sum();
@@ -168,7 +169,7 @@ fn encode_ranges(ranges: &[PosRange]) -> Result<String, String> {
     let mut text = String::with_capacity(RANGE_CHARS * ranges.len());
     for r in ranges {
         use std::fmt::Write as _;
-        let _ = write!(text, "{:+021}{:+021}", r.start, r.end);
+        let _ = write!(text, "{:+021}{:+021}", r.start(), r.end());
     }
     Ok(text)
 }
@@ -182,7 +183,12 @@ impl std::fmt::Display for Ranges<'_> {
             [] => Ok(()),
             [one] => write!(f, "{one}"),
             [first, .., last] => {
-                write!(f, "{first} (+{} more up to {})", self.0.len() - 1, last.end)
+                write!(
+                    f,
+                    "{first} (+{} more up to {})",
+                    self.0.len() - 1,
+                    last.end()
+                )
             }
         }
     }
@@ -383,6 +389,7 @@ impl MssqlEngine {
                     _ => None,
                 },
                 message: format!("created {procedure}, but a call of it failed: {why}"),
+                during: None,
             });
         }
         tracing::info!(

@@ -403,7 +403,7 @@ fn probe_params(chunk: &[PosRange], padded: usize) -> Vec<i64> {
         .copied()
         .chain(std::iter::repeat(last))
         .take(padded.max(chunk.len()))
-        .flat_map(|r| [r.start, r.end])
+        .flat_map(|r| [r.start(), r.end()])
         .collect()
 }
 

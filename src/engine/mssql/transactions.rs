@@ -69,7 +69,8 @@ impl MssqlEngine {
             return Err(DbError::permanent(format!(
                 "open transactions: Babelfish shows no sequence for the identity of [{}].[Messages]",
                 self.settings.schema.as_str()
-            )));
+            ))
+            .during("open transactions"));
         }
         Ok(OpenTransactions::Read(TransactionReading {
             began,

@@ -74,15 +74,16 @@ pub(crate) fn db_error(cs: &ConnectionString, e: &tokio_postgres::Error, during:
         }
         _ => text,
     };
-    let message = if during.is_empty() {
-        message
+    let (message, during) = if during.is_empty() {
+        (message, None)
     } else {
-        format!("{during}: {message}")
+        (format!("{during}: {message}"), Some(during.to_string()))
     };
     DbError {
         kind: classify(e),
         code: e.code().map(|c| c.code().to_string()),
         message,
+        during,
     }
 }
 
@@ -154,6 +155,7 @@ pub(crate) fn connect_error(
         kind: classify(e),
         code: e.code().map(|c| c.code().to_string()),
         message,
+        during: None,
     }
 }
 
@@ -164,6 +166,7 @@ pub(crate) fn get<'a, T: FromSql<'a>>(row: &'a Row, column: &str) -> DbResult<T>
         kind: DbErrorKind::Permanent,
         code: None,
         message: format!("unexpected value in column {column}: {e}"),
+        during: None,
     })
 }
 

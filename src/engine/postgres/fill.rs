@@ -64,7 +64,7 @@ pub(super) async fn set_lock_timeout(
 
 /// The ranges' starts and ends, as the fill statements bind them.
 pub(super) fn bounds(ranges: &[PosRange]) -> (Vec<i64>, Vec<i64>) {
-    ranges.iter().map(|r| (r.start, r.end)).unzip()
+    ranges.iter().map(|r| (r.start(), r.end())).unzip()
 }
 
 pub(super) fn at(stage: Stage) -> impl Fn(tokio_postgres::Error) -> Failed {
@@ -81,10 +81,8 @@ impl PostgresEngine {
         let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
             return Ok(FillOutcome::Filled { rows: 0 });
         };
-        let span = PosRange {
-            start: first.start,
-            end: last.end,
-        };
+        // The ranges ascend (the caller's guarantee): the span they cover.
+        let span = PosRange::new(first.start(), last.end()).unwrap_or(*first);
         let mut conn = self.pool.checkout().await?;
         let result = match &self.profile.tombstone {
             Tombstone::EventuousStream => {
@@ -126,6 +124,7 @@ impl PostgresEngine {
                             "fill {span}: duplicate key on {constraint}, not on a key of the position: \
                              another writer added to the tombstone stream meanwhile; retrying"
                         ),
+                        during: Some(format!("fill {span}")),
                     })
                 } else {
                     Err(DbError {
@@ -137,6 +136,7 @@ impl PostgresEngine {
                              run `gap-healer check` and repair it before healing",
                             keys.join(", ")
                         ),
+                        during: Some(format!("fill {span}")),
                     })
                 }
             }

@@ -365,8 +365,8 @@ impl Engine for PostgresEngine {
         let mut committed = Vec::new();
         let conn = self.pool.checkout().await?;
         for batch in ranges.chunks(PROBE_BATCH) {
-            let starts: Vec<i64> = batch.iter().map(|r| r.start).collect();
-            let ends: Vec<i64> = batch.iter().map(|r| r.end).collect();
+            let starts: Vec<i64> = batch.iter().map(|r| r.start()).collect();
+            let ends: Vec<i64> = batch.iter().map(|r| r.end()).collect();
             let rows = conn
                 .query_typed(
                     &self.sql.probe,

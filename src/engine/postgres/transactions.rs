@@ -201,6 +201,7 @@ impl Transactions {
                 DbError::permanent(format!(
                     "open transactions: {table}.{position} draws from no sequence"
                 ))
+                .during("open transactions")
             })?;
         Ok(Sequence {
             oid: get(&row, "oid")?,
@@ -253,7 +254,7 @@ impl Transactions {
 }
 
 fn unexpected(what: &str) -> DbError {
-    DbError::transient(format!("open transactions: unexpected {what}"))
+    DbError::transient(format!("open transactions: unexpected {what}")).during("open transactions")
 }
 
 /// A store's place in its pool's readings; leaves them when dropped.
@@ -285,7 +286,8 @@ impl Membership {
         let answer = self.from(&reading, not_before).unwrap_or_else(|| {
             Err(DbError::transient(
                 "open transactions: the reading did not read this store's sequence",
-            ))
+            )
+            .during("open transactions"))
         });
         *last = Some(reading);
         answer

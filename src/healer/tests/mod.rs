@@ -98,11 +98,11 @@ impl Engine for Fake {
         }
         let committed = ranges
             .iter()
-            .flat_map(|r| m.committed.range(r.start..=r.end).copied())
+            .flat_map(|r| m.committed.range(r.start()..=r.end()).copied())
             .collect();
         let in_flight = ranges
             .iter()
-            .flat_map(|r| m.dirty.range(r.start..=r.end).copied())
+            .flat_map(|r| m.dirty.range(r.start()..=r.end()).copied())
             .filter(|p| !m.committed.contains(p))
             .collect();
         Ok(Probe {
@@ -138,15 +138,19 @@ impl Engine for Fake {
         m.fences.push(fence.clone());
         m.attempts.push((ranges.to_vec(), lock_timeout));
         for range in ranges {
-            if m.committed.range(range.start..=range.end).next().is_some() {
+            if m.committed
+                .range(range.start()..=range.end())
+                .next()
+                .is_some()
+            {
                 return Ok(FillOutcome::Committed);
             }
-            if m.held.range(range.start..=range.end).next().is_some() {
+            if m.held.range(range.start()..=range.end()).next().is_some() {
                 return Ok(FillOutcome::Held);
             }
         }
         for range in ranges {
-            m.committed.extend(range.start..=range.end);
+            m.committed.extend(range.start()..=range.end());
             m.filled.push((*range, Instant::now()));
         }
         Ok(FillOutcome::Filled {
