@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use metrics::Counter;
 
-use super::metrics::{self as m, Gauges, Observer, Operation, Outcome, Series};
+use super::metrics::{self as m, Gauges, Observer, Operation, Outcome, Series, StoreState};
 
 /// Why a healer cannot fill its store (and so stays out of the election).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,35 +31,6 @@ impl std::fmt::Display for CannotFill {
             CannotFill::NotScannedYet => f.write_str("no scan has succeeded yet"),
             CannotFill::ScansFail(e) => write!(f, "its scans fail: {e}"),
             CannotFill::FillsRefused(e) => write!(f, "its fills are refused: {e}"),
-        }
-    }
-}
-
-/// A store's state in `/status` and [`m::STORES`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreState {
-    /// No scan has ended yet, and none has failed: it has just started
-    /// (never counted as failing).
-    Starting,
-    /// Its last scan succeeded.
-    Healthy,
-    /// Its last scan failed.
-    Failing,
-}
-
-impl StoreState {
-    /// Every state, as [`m::STORES`] exports them.
-    pub const ALL: [StoreState; 3] = [
-        StoreState::Starting,
-        StoreState::Healthy,
-        StoreState::Failing,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            StoreState::Starting => "starting",
-            StoreState::Healthy => "healthy",
-            StoreState::Failing => "failing",
         }
     }
 }

@@ -252,9 +252,38 @@ pub(super) fn build_info() -> Gauge {
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"))
 }
 
+/// A store's state in `/status` and [`STORES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreState {
+    /// No scan has ended yet, and none has failed: it has just started
+    /// (never counted as failing).
+    Starting,
+    /// Its last scan succeeded.
+    Healthy,
+    /// Its last scan failed.
+    Failing,
+}
+
+impl StoreState {
+    /// Every state, as [`m::STORES`] exports them.
+    pub const ALL: [StoreState; 3] = [
+        StoreState::Starting,
+        StoreState::Healthy,
+        StoreState::Failing,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreState::Starting => "starting",
+            StoreState::Healthy => "healthy",
+            StoreState::Failing => "failing",
+        }
+    }
+}
+
 /// [`STORES`], by state: how many stores are in each.
-pub(super) fn count_stores(count: impl Fn(super::health::StoreState) -> usize) {
-    for state in super::health::StoreState::ALL {
+pub(super) fn count_stores(count: impl Fn(StoreState) -> usize) {
+    for state in StoreState::ALL {
         metrics::gauge!(STORES, "state" => state.label()).set(count(state) as f64);
     }
 }
