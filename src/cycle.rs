@@ -114,6 +114,62 @@ pub fn plan(
     cycle
 }
 
+/// What a fill statement answered, as the planner sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Every position of the batch holds a tombstone now.
+    Filled { rows: u64 },
+    /// An append committed inside the batch (a duplicate key).
+    Committed,
+    /// An open transaction holds a position of the batch past the lock timeout.
+    Held,
+    /// Another filler holds the tombstone stream, or this healer no longer
+    /// leads: nothing was written.
+    Busy,
+    /// The table itself was locked past the lock timeout: no key was tried.
+    TableLocked,
+    /// The database failed the statement; `permanent`: retrying will not
+    /// mend it.
+    Failed { permanent: bool },
+}
+
+/// How the rest of a fill cycle waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// A poll interval, counting a retry: it may be another filler's turn.
+    Poll,
+    /// Each range its error backoff: what broke will break the rest too.
+    ErrorBackoff,
+}
+
+/// What a fill cycle does about one statement's answer: decided here,
+/// pure; the healer applies it in one place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reaction {
+    /// Forget the batch's ranges: they hold tombstones now.
+    Forget,
+    /// An append committed inside the batch: the cycle probes the batch (a
+    /// statement of its own, never inside the reaction), forgets what
+    /// committed and fills around it ([`plan::after_committed`]).
+    ProbeThenRefill,
+    /// Run these smaller batches next, or leave a held single position for
+    /// a later cycle ([`plan::after_held`]).
+    Then(plan::AfterRefusal),
+    /// The batch and the rest of the cycle wait.
+    DeferCycle(Wait),
+}
+
+/// The reaction to `answer` for `batch`.
+pub fn react(answer: Answer, batch: &[PosRange]) -> Reaction {
+    match answer {
+        Answer::Filled { .. } => Reaction::Forget,
+        Answer::Committed => Reaction::ProbeThenRefill,
+        Answer::Held => Reaction::Then(plan::after_held(batch)),
+        Answer::Busy => Reaction::DeferCycle(Wait::Poll),
+        Answer::TableLocked | Answer::Failed { .. } => Reaction::DeferCycle(Wait::ErrorBackoff),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +256,32 @@ mod tests {
         let due = [hole(r(2, 2), seen, 1, 0), hole(r(4, 5), seen, 0, 0)];
         let cycle = plan(&due, &[], &[], 100, now, limits());
         assert_eq!(cycle.statements, vec![vec![r(4, 5)], vec![r(2, 2)]]);
+    }
+
+    #[test]
+    fn each_answer_has_its_reaction() {
+        let one = [r(4, 4)];
+        let two = [r(1, 2)];
+        assert_eq!(react(Answer::Filled { rows: 2 }, &two), Reaction::Forget);
+        assert_eq!(react(Answer::Committed, &two), Reaction::ProbeThenRefill);
+        assert_eq!(
+            react(Answer::Held, &two),
+            Reaction::Then(plan::AfterRefusal::Retry(vec![
+                vec![r(1, 1)],
+                vec![r(2, 2)]
+            ]))
+        );
+        assert_eq!(
+            react(Answer::Held, &one),
+            Reaction::Then(plan::AfterRefusal::Defer(r(4, 4)))
+        );
+        assert_eq!(react(Answer::Busy, &one), Reaction::DeferCycle(Wait::Poll));
+        for answer in [Answer::TableLocked, Answer::Failed { permanent: true }] {
+            assert_eq!(
+                react(answer, &one),
+                Reaction::DeferCycle(Wait::ErrorBackoff)
+            );
+        }
     }
 
     #[test]

@@ -267,6 +267,15 @@ impl Tracker {
         self.push_back(range, at, 1);
     }
 
+    /// Pushes each range's next attempt back by the delay its retries so
+    /// far give (`delay(retries)`, from `now`), counting one more retry.
+    pub fn back_off(&mut self, ranges: &[PosRange], now: Instant, delay: impl Fn(u32) -> Duration) {
+        for range in ranges {
+            let wait = delay(self.retries_at(range.start()));
+            self.defer(*range, now + wait);
+        }
+    }
+
     /// Pushes the next attempt on the positions of `range` to `at` without
     /// counting a retry: nothing about the positions was learnt (a writer
     /// of the table was waiting), so their backoff does not grow.

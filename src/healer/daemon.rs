@@ -1,16 +1,17 @@
 //! The daemon loop: polls on the shared grid, fills the moment a hole is
 //! due, backs off on failing scans, and stops on the token.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::*;
+use crate::backoff::Backoff;
+use crate::engine::DbError;
+use crate::telemetry::Operation;
 
-/// How the loop paces its polls.
-struct Pacing {
+/// When the loop polls next, and how its failing scans back off.
+struct Polls {
     /// Grows with each failing scan, reset by a good one.
     backoff: Backoff,
     next_poll: Instant,
@@ -32,18 +33,15 @@ impl<E: Engine> Healer<E> {
     /// The daemon loop: poll every `poll_interval`, fill each hole the moment
     /// it comes due, back off on database errors, stop on `stop`.
     pub async fn run(mut self, stop: CancellationToken) -> Ended {
-        let mut pacing = Pacing {
-            backoff: Backoff::new(
-                self.opts.poll_interval.max(Duration::from_millis(200)),
-                Duration::from_secs(30),
-            ),
+        let mut pacing = Polls {
+            backoff: self.pacing.scan_backoff(self.opts.poll_interval),
             next_poll: Instant::now(),
             failing_since: None,
         };
         let mut was_leader = self.leader.is_leader();
         let mut ended = Ended::Stopped;
         loop {
-            self.health.loop_turned();
+            self.sink.loop_turned();
             let wake = match self.tracker.next_due() {
                 Some(due) if self.leader.is_leader() || self.opts.dry_run => {
                     due.min(pacing.next_poll)
@@ -101,7 +99,7 @@ impl<E: Engine> Healer<E> {
         &mut self,
         result: DbResult<ScanStep>,
         scan_started: Instant,
-        pacing: &mut Pacing,
+        pacing: &mut Polls,
     ) -> Polled {
         if let Some(start) = self
             .begun
@@ -132,7 +130,10 @@ impl<E: Engine> Healer<E> {
                 } else {
                     Instant::now()
                 };
-                self.checkpoint_lag().await;
+                let examined = self.examined();
+                self.publisher
+                    .checkpoint_lag(&*self.engine, examined, &self.pacing, &self.sink)
+                    .await;
                 Polled::Read(step.rechecked)
             }
             Err(e) => self.scan_failed(&e, scan_started, pacing),
@@ -141,16 +142,13 @@ impl<E: Engine> Healer<E> {
 
     /// A failed poll: counted, shown, and retried after the backoff, or
     /// the end once every scan has failed for `give_up_after`.
-    fn scan_failed(&mut self, e: &DbError, scan_started: Instant, pacing: &mut Pacing) -> Polled {
-        self.db_error(
-            if self.begun.is_none() {
-                Operation::Start
-            } else {
-                Operation::Scan
-            },
-            e,
-        );
-        self.health.scan_failed(&e.message);
+    fn scan_failed(&mut self, e: &DbError, scan_started: Instant, pacing: &mut Polls) -> Polled {
+        let operation = if self.begun.is_none() {
+            Operation::Start
+        } else {
+            Operation::Scan
+        };
+        self.sink.scan_failed(operation, e);
         let delay = pacing.backoff.next_delay();
         if e.is_transient() {
             warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "scan failed");
@@ -185,12 +183,13 @@ impl<E: Engine> Healer<E> {
         rechecked: Option<Rechecked>,
         not_before: Instant,
     ) -> bool {
+        let deadline = self.pacing.drain_deadline;
         let mut log = LogOnly;
         let fill = self.fill_due_after(stop, rechecked, not_before, &mut log);
         tokio::pin!(fill);
         tokio::select! {
             _ = &mut fill => true,
-            _ = async { stop.cancelled().await; tokio::time::sleep(DRAIN_DEADLINE).await } => false,
+            _ = async { stop.cancelled().await; tokio::time::sleep(deadline).await } => false,
         }
     }
 }

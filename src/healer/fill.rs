@@ -1,4 +1,9 @@
-//! The fill: a cycle planned by [`crate::cycle::plan`] from the due holes and a fresh probe, applied to the tracker in one step, then its statements run one by one, each refusal splitting or deferring what it refused.
+//! The fill: one cycle's [`Run`] (its queue of statements and its
+//! [`FillReport`]), planned by [`crate::cycle::plan`] from the due holes and
+//! a fresh probe, applied to the tracker in one step, then its statements
+//! run one by one; each answer's reaction is decided by
+//! [`crate::cycle::react`] and applied in one place ([`Run::apply`]). The
+//! [`Filler`] keeps what outlives a cycle (how its quiet cycles were said).
 
 use std::time::Duration;
 
@@ -6,87 +11,207 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::*;
-use crate::gaps::Hole;
+use super::{Options, Pacing, Sink};
+use crate::cycle::{self, Answer, Reaction, Wait};
+use crate::engine::{DbError, DbErrorKind, Engine, Fence, FillOutcome, Probe};
+use crate::gaps::{Hole, PosRange, Tracker};
+use crate::leader::Leader;
+use crate::plan::{self, AfterRefusal, Batch};
+use crate::telemetry::{Operation, Outcome};
 
-impl<E: Engine> Healer<E> {
-    /// Tries every hole that is due, unless in dry-run mode or not the
-    /// leader; each statement is logged at INFO ([`LogOnly`]).
-    pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
-        self.fill_due_after(stop, None, Instant::now(), &mut LogOnly)
-            .await
+use super::Rechecked;
+
+/// What one fill step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FillReport {
+    pub statements: u64,
+    pub tombstones: u64,
+    pub committed: u64,
+    /// Refusals that mean "try later": held positions, a busy tombstone
+    /// stream, a locked table.
+    pub held: u64,
+    /// Due positions not tried because a transaction that may have drawn
+    /// them is still open (the transaction-end proof, [`crate::proof`]).
+    pub open_transaction: u64,
+    pub errors: u64,
+}
+
+impl FillReport {
+    /// Adds another step's figures to these.
+    pub fn add(&mut self, other: &FillReport) {
+        self.statements += other.statements;
+        self.tombstones += other.tombstones;
+        self.committed += other.committed;
+        self.held += other.held;
+        self.open_transaction += other.open_transaction;
+        self.errors += other.errors;
     }
 
-    /// [`Healer::fill_due`], telling `progress` after every statement.
-    pub async fn fill_due_with(
-        &mut self,
-        stop: &CancellationToken,
-        progress: &mut dyn Progress,
-    ) -> FillReport {
-        self.fill_due_after(stop, None, Instant::now(), progress)
-            .await
+    /// Counts one statement's `answer`: the report follows from the
+    /// answers, never bumped by hand.
+    pub fn count(&mut self, answer: Answer) {
+        self.statements += 1;
+        match answer {
+            Answer::Filled { rows } => self.tombstones += rows,
+            Answer::Committed => self.committed += 1,
+            Answer::Held | Answer::Busy | Answer::TableLocked => self.held += 1,
+            Answer::Failed { .. } => self.errors += 1,
+        }
+    }
+}
+
+/// Who follows a healer's steps as they go: the daemon's log alone
+/// ([`LogOnly`]), or a one-shot command that shows its own progress.
+pub trait Progress: Send {
+    /// Whether someone is shown the figures as they come: else a long fill
+    /// cycle logs its progress every few seconds (each statement is logged
+    /// at DEBUG, each cycle at INFO, either way).
+    fn shown(&self) -> bool {
+        true
     }
 
-    /// [`Healer::fill_due`] right after a scan step: due holes that step
-    /// re-checked are not probed again, and a reading of the open
-    /// transactions begun since `not_before` (the poll's due moment, or
-    /// now) serves the transaction-end proof.
-    pub(super) async fn fill_due_after(
-        &mut self,
-        stop: &CancellationToken,
-        rechecked: Option<Rechecked>,
-        not_before: Instant,
-        progress: &mut dyn Progress,
-    ) -> FillReport {
-        let mut report = FillReport::default();
-        let now = Instant::now();
-        let due = self.tracker.due(now);
-        if due.is_empty() {
-            return report;
-        }
-        // Holes are tracked only once begun, all below `examined`.
-        let Some(Begun { examined: head, .. }) = self.begun else {
-            return report;
-        };
-        if self.opts.dry_run {
-            self.would_fill(due, now);
-            return report;
-        }
-        if !self.leader.is_leader() {
-            return report;
-        }
-        let due = self.proven_due(due, not_before, &mut report).await;
-        if due.is_empty() {
-            return report;
-        }
-        let Some(probe) = self.fresh_probe(&due, rechecked, &mut report).await else {
-            return report;
-        };
-        self.fill_cycle(&due, &probe, head, now, stop, progress)
-            .await
+    /// A scan step has read every committed position up to `examined`.
+    fn scanned(&mut self, examined: i64) {
+        let _ = examined;
     }
 
-    /// Dry run: the due holes logged as what would be filled, and tried
-    /// again a `gap_timeout` (at least a minute) later.
-    fn would_fill(&mut self, due: Vec<Hole>, now: Instant) {
-        for hole in due {
-            info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
-            self.tracker.defer(
-                hole.range,
-                now + self.opts.gap_timeout.max(Duration::from_secs(60)),
+    /// A fill statement has ended; `so_far` is the cycle's report up to it.
+    fn filled(&mut self, so_far: &FillReport) {
+        let _ = so_far;
+    }
+}
+
+/// Nobody follows but the log: the daemon, and [`super::Healer::fill_due`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LogOnly;
+
+impl Progress for LogOnly {
+    fn shown(&self) -> bool {
+        false
+    }
+}
+
+/// A statement's answer as the planner and the metric name it.
+fn answer(outcome: &Result<FillOutcome, DbError>) -> (Answer, Outcome) {
+    match outcome {
+        Ok(FillOutcome::Filled { rows }) => (Answer::Filled { rows: *rows }, Outcome::Filled),
+        Ok(FillOutcome::Committed) => (Answer::Committed, Outcome::Committed),
+        Ok(FillOutcome::Held) => (Answer::Held, Outcome::Held),
+        Ok(FillOutcome::Busy) => (Answer::Busy, Outcome::Held),
+        Ok(FillOutcome::TableLocked) => (Answer::TableLocked, Outcome::TableLocked),
+        Err(e) => (
+            Answer::Failed {
+                permanent: e.kind == DbErrorKind::Permanent,
+            },
+            Outcome::Error,
+        ),
+    }
+}
+
+/// A batch for logs: `a..=b`, or `a..=b (+n more up to c)` for several ranges.
+fn describe(batch: &[PosRange]) -> String {
+    match batch {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first, rest @ ..] => format!(
+            "{first} (+{} more up to {})",
+            rest.len(),
+            rest[rest.len() - 1].end()
+        ),
+    }
+}
+
+/// Dry run: the due holes logged as what would be filled, and said again a
+/// [`Pacing::dry_run_again`] later.
+pub(super) fn would_fill(
+    tracker: &mut Tracker,
+    due: Vec<Hole>,
+    now: Instant,
+    opts: &Options,
+    pacing: &Pacing,
+) {
+    for hole in due {
+        info!(range = %hole.range, width = hole.range.width(), age_ms = now.duration_since(hole.first_seen).as_millis() as u64, "dry run: would fill");
+        tracker.defer(hole.range, now + pacing.dry_run_again(opts.gap_timeout));
+    }
+}
+
+/// What outlives one fill cycle: how the cycles that wrote nothing were
+/// said.
+#[derive(Debug, Default)]
+pub struct Filler {
+    /// Cycles that wrote nothing since their last line: since when, and how
+    /// many.
+    quiet: Option<(Instant, u64)>,
+}
+
+impl Filler {
+    /// The cycle's line: at INFO when it wrote tombstones; a cycle that
+    /// wrote none (held, busy, committed) is counted and said at most once
+    /// a [`Pacing::quiet_every`], with how many there were.
+    pub fn log_cycle(&mut self, report: &FillReport, pacing: &Pacing) {
+        if report.statements == 0 {
+            return;
+        }
+        if report.tombstones > 0 {
+            info!(
+                filled = report.tombstones,
+                statements = report.statements,
+                committed = report.committed,
+                held = report.held,
+                failed = report.errors,
+                "filled holes with tombstones"
             );
+            return;
+        }
+        let now = Instant::now();
+        match &mut self.quiet {
+            Some((since, quiet)) if now.duration_since(*since) < pacing.quiet_every => {
+                *quiet += 1;
+                debug!(
+                    statements = report.statements,
+                    held = report.held,
+                    "filled nothing this cycle"
+                );
+            }
+            slot => {
+                let cycles = slot.map_or(1, |(_, quiet)| quiet + 1);
+                info!(
+                    statements = report.statements,
+                    committed = report.committed,
+                    held = report.held,
+                    failed = report.errors,
+                    cycles,
+                    "filled nothing: the due positions were held by open appends, committed or refused ({cycles} such cycle(s) since the last line)"
+                );
+                *slot = Some((now, 0));
+            }
         }
     }
+}
 
+/// One fill cycle: what it borrows of the healer, and its report.
+pub(super) struct Run<'h, E: Engine> {
+    pub engine: &'h E,
+    pub tracker: &'h mut Tracker,
+    pub sink: &'h Sink,
+    pub leader: &'h Leader,
+    pub opts: &'h Options,
+    pub pacing: &'h Pacing,
+    /// Publishes the figures (a long cycle does as it goes).
+    pub publish: &'h (dyn Fn(&Tracker) + Sync),
+    pub report: FillReport,
+}
+
+impl<E: Engine> Run<'_, E> {
     /// A fresh look at the due ranges: what committed since, and (SQL
     /// Server) which positions an open append holds right now; the ranges
     /// this turn's scan step just re-checked are fresh already. `None` when
-    /// the probe failed (counted in `report`, the due ranges backed off).
-    async fn fresh_probe(
+    /// the probe failed (counted, the due ranges backed off).
+    pub async fn fresh_probe(
         &mut self,
         due: &[Hole],
         rechecked: Option<Rechecked>,
-        report: &mut FillReport,
     ) -> Option<Probe> {
         let ranges: Vec<PosRange> = due.iter().map(|h| h.range).collect();
         let rechecked = rechecked.unwrap_or_default();
@@ -103,9 +228,7 @@ impl<E: Engine> Healer<E> {
                     probe.in_flight.extend(p.in_flight);
                 }
                 Err(e) => {
-                    self.db_error(Operation::Probe, &e);
-                    self.defer_after_error(&ranges);
-                    report.errors += 1;
+                    self.probe_failed(&e, &ranges);
                     return None;
                 }
             }
@@ -113,12 +236,11 @@ impl<E: Engine> Healer<E> {
         Some(probe)
     }
 
-    /// A begun healer's fill cycle below `head` (the position examined):
-    /// planned from the `due` holes and the fresh `probe`, applied to the
-    /// tracker, then its statements run while this healer leads and is not
-    /// told to stop.
-    async fn fill_cycle(
-        &mut self,
+    /// The cycle below `head` (the position examined): planned from the
+    /// `due` holes and the fresh `probe`, applied to the tracker, then its
+    /// statements run while this healer leads and is not told to stop.
+    pub async fn cycle(
+        mut self,
         due: &[Hole],
         probe: &Probe,
         head: i64,
@@ -126,19 +248,27 @@ impl<E: Engine> Healer<E> {
         stop: &CancellationToken,
         progress: &mut dyn Progress,
     ) -> FillReport {
-        let mut report = FillReport::default();
         let limits = cycle::Limits {
             fill: self.engine.fill_limits(),
             gap_timeout: self.opts.gap_timeout,
         };
         let cycle = cycle::plan(due, &probe.committed, &probe.in_flight, head, now, limits);
-        self.apply(&cycle, head);
+        self.planned(&cycle, head);
         let planned: u64 = cycle.statements.iter().flatten().map(PosRange::width).sum();
         let mut queue = cycle.statements;
         queue.reverse();
         let started = Instant::now();
         let (mut said, mut published) = (started, started);
-        while let Some(batch) = queue.pop() {
+        let mut refill: Option<Batch> = None;
+        loop {
+            if let Some(batch) = refill.take() {
+                // An append committed inside `batch`: probe it (a statement
+                // of its own), then fill around what committed.
+                self.fill_around_committed(&batch, limits.fill, &mut queue)
+                    .await;
+                continue;
+            }
+            let Some(batch) = queue.pop() else { break };
             if stop.is_cancelled() {
                 break;
             }
@@ -146,77 +276,29 @@ impl<E: Engine> Healer<E> {
             let Some(fence) = self.leader.fence() else {
                 break;
             };
-            self.fill_batch(batch, &fence, &mut queue, &mut report)
-                .await;
-            progress.filled(&report);
+            if self.statement(batch.clone(), &fence, &mut queue).await {
+                refill = Some(batch);
+            }
+            progress.filled(&self.report);
             // A long cycle shows its progress: the gauges move, and the
             // log says how far it is (a one-shot command shows its own).
             let now = Instant::now();
-            if now.duration_since(published) >= PUBLISH_EVERY {
-                self.publish();
+            if now.duration_since(published) >= self.pacing.publish_every {
+                (self.publish)(self.tracker);
                 published = now;
             }
-            if !progress.shown() && now.duration_since(said) >= PROGRESS_EVERY {
-                log_progress(&report, planned, now.duration_since(started));
+            if !progress.shown() && now.duration_since(said) >= self.pacing.progress_every {
+                log_progress(&self.report, planned, now.duration_since(started));
                 said = now;
             }
         }
-        self.log_cycle(&report, planned, started.elapsed());
-        report
-    }
-
-    /// The cycle's line: at INFO when it wrote tombstones; a cycle that
-    /// wrote none (held, busy, committed) is counted and said at most once
-    /// a [`QUIET_EVERY`], with how many there were.
-    fn log_cycle(&mut self, report: &FillReport, planned: u64, took: Duration) {
-        if report.statements == 0 {
-            return;
-        }
-        let ms = took.as_millis() as u64;
-        if report.tombstones > 0 {
-            info!(
-                filled = report.tombstones,
-                planned,
-                statements = report.statements,
-                committed = report.committed,
-                held = report.held,
-                failed = report.errors,
-                ms,
-                "filled holes with tombstones"
-            );
-            return;
-        }
-        let now = Instant::now();
-        match &mut self.quiet_cycles {
-            Some((since, quiet)) if now.duration_since(*since) < QUIET_EVERY => {
-                *quiet += 1;
-                debug!(
-                    planned,
-                    statements = report.statements,
-                    held = report.held,
-                    "filled nothing this cycle"
-                );
-            }
-            slot => {
-                let cycles = slot.map_or(1, |(_, quiet)| quiet + 1);
-                info!(
-                    planned,
-                    statements = report.statements,
-                    committed = report.committed,
-                    held = report.held,
-                    failed = report.errors,
-                    cycles,
-                    "filled nothing: the due positions were held by open appends, committed or refused ({cycles} such cycle(s) since the last line)"
-                );
-                *slot = Some((now, 0));
-            }
-        }
+        self.report
     }
 
     /// Applies a planned cycle to the tracker in one step: committed
     /// positions and pieces at or above the head forgotten, trusted
     /// sightings deferred as held with one more sighting counted.
-    pub(super) fn apply(&mut self, cycle: &cycle::Cycle, head: i64) {
+    fn planned(&mut self, cycle: &cycle::Cycle, head: i64) {
         self.tracker.remove_positions(&cycle.committed);
         for seen in &cycle.held {
             debug!(
@@ -241,136 +323,124 @@ impl<E: Engine> Healer<E> {
         }
     }
 
-    /// One fill transaction, and what its outcome means for the tracker and
-    /// the rest of the queue.
-    pub(super) async fn fill_batch(
-        &mut self,
-        batch: plan::Batch,
-        fence: &Fence,
-        queue: &mut Vec<plan::Batch>,
-        report: &mut FillReport,
-    ) {
+    /// One fill transaction, its answer applied; `true` when an append
+    /// committed inside the batch and the cycle must probe it next.
+    async fn statement(&mut self, batch: Batch, fence: &Fence, queue: &mut Vec<Batch>) -> bool {
         let lock_timeout = plan::lock_timeout_for(&batch, self.opts.lock_timeout, queue.is_empty());
-        let what = describe(&batch);
         let started = std::time::Instant::now();
         let outcome = self.engine.fill_ranges(&batch, lock_timeout, fence).await;
-        report.statements += 1;
-        let a = Answered {
-            batch: &batch,
-            what: &what,
-            ms: started.elapsed().as_millis() as u64,
-            queue,
-            report,
+        let ms = started.elapsed().as_millis() as u64;
+        self.apply(&batch, &outcome, ms, queue)
+    }
+
+    /// The one place a statement's answer changes anything: the report
+    /// (counted from the answer), the sink (figure and status), the log,
+    /// and the tracker and queue as [`cycle::react`] decided. `true` when
+    /// the cycle must probe the batch next.
+    fn apply(
+        &mut self,
+        batch: &[PosRange],
+        outcome: &Result<FillOutcome, DbError>,
+        ms: u64,
+        queue: &mut Vec<Batch>,
+    ) -> bool {
+        let (answer, label) = answer(outcome);
+        self.report.count(answer);
+        let rows = match answer {
+            Answer::Filled { rows } => rows,
+            _ => 0,
         };
-        match outcome {
-            Ok(FillOutcome::Filled { rows }) => self.filled(a, rows),
-            Ok(FillOutcome::Committed) => self.fill_around_committed(a).await,
-            Ok(FillOutcome::Busy) => self.retry_when_not_busy(a),
-            Ok(FillOutcome::TableLocked) => self.back_off_from_locked_table(a),
-            Ok(FillOutcome::Held) => self.split_around_held(a),
-            Err(e) => self.back_off_from_error(a, &e),
-        }
-    }
-
-    /// Tombstones went in for the whole batch: its ranges are healed.
-    fn filled(&mut self, a: Answered<'_>, rows: u64) {
-        let Answered {
-            batch, what, ms, ..
-        } = a;
-        self.health.forget_fill_refusal();
-        debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
-        self.observer.filled(Outcome::Filled, rows);
-        a.report.tombstones += rows;
-        for range in batch {
-            self.tracker.remove(*range);
-        }
-    }
-
-    /// Another healer holds the tombstone stream (or this one no longer
-    /// leads): the batch and the rest of the cycle wait a poll.
-    fn retry_when_not_busy(&mut self, a: Answered<'_>) {
-        let Answered { what, ms, .. } = a;
-        self.observer.filled(Outcome::Held, 0);
-        a.report.held += 1;
-        debug!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
-        let at = Instant::now() + self.opts.poll_interval;
-        // The same holds for the rest of this cycle's batches.
-        for range in a
-            .batch
-            .iter()
-            .chain(std::mem::take(a.queue).iter().flatten())
-        {
-            self.tracker.defer(*range, at);
-        }
-    }
-
-    /// An open transaction holds a position of the batch past the lock
-    /// timeout: the batch is halved, or a single held position deferred.
-    fn split_around_held(&mut self, a: Answered<'_>) {
-        let Answered { what, ms, .. } = a;
-        self.observer.filled(Outcome::Held, 0);
-        a.report.held += 1;
-        debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
-        self.requeue(plan::after_held(a.batch), a.queue);
-    }
-
-    /// The table itself is locked (DDL, an index build): no fill of the
-    /// store can run, so the whole cycle backs off.
-    fn back_off_from_locked_table(&mut self, a: Answered<'_>) {
-        let Answered { what, ms, .. } = a;
-        self.observer.filled(Outcome::TableLocked, 0);
-        a.report.held += 1;
-        warn!(
-            range = %what,
-            ms,
-            outcome = "table_locked",
-            "the table itself is locked (DDL, CREATE INDEX, LOCK TABLE): no fill of this store can run; backing off"
-        );
-        self.health.record_error(
-            "fill: the table is locked by another session (DDL, CREATE INDEX, LOCK TABLE)",
-        );
-        // One backoff for the whole store: every range of the cycle.
-        self.defer_cycle_after_error(a.batch, a.queue);
-    }
-
-    /// The fill failed: counted, reported (a permanent error as the store's
-    /// fill refusal), and the whole cycle backs off.
-    fn back_off_from_error(&mut self, a: Answered<'_>, e: &DbError) {
-        let Answered { what, ms, .. } = a;
-        self.observer.filled(Outcome::Error, 0);
-        a.report.errors += 1;
-        self.db_error(Operation::Fill, e);
-        if e.kind == crate::engine::DbErrorKind::Permanent {
-            self.health.fill_refused(&e.in_words("fill"));
-        }
-        warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
-        // Whatever broke (connection, rights) will break the rest too.
-        self.defer_cycle_after_error(a.batch, a.queue);
-    }
-
-    /// A duplicate key: an append committed inside the batch. Probe it and
-    /// fill around the committed rows.
-    async fn fill_around_committed(&mut self, a: Answered<'_>) {
-        let Answered {
-            batch, what, ms, ..
-        } = a;
-        let limits = self.engine.fill_limits();
-        self.observer.filled(Outcome::Committed, 0);
-        a.report.committed += 1;
-        let found = match self.engine.probe(batch).await {
-            Ok(p) => p.committed,
-            Err(e) => {
-                self.db_error(Operation::Probe, &e);
-                self.defer_after_error(batch);
-                return;
+        self.sink.filled(label, rows);
+        let what = describe(batch);
+        match (answer, outcome) {
+            (Answer::Filled { .. }, _) => {
+                self.sink.fills_work();
+                debug!(range = %what, ranges = batch.len(), rows, ms, outcome = "filled", "filled hole with tombstones");
             }
-        };
-        debug!(range = %what, ms, committed = found.len(), outcome = "committed", "an append committed inside the range; filling around it");
-        self.tracker.remove_positions(&found);
-        self.requeue(plan::after_committed(batch, &found, limits), a.queue);
+            (Answer::Committed, _) => {
+                debug!(range = %what, ms, outcome = "committed", "an append committed inside the range; filling around it");
+            }
+            (Answer::Held, _) => {
+                debug!(range = %what, ms, outcome = "held", "a position is locked by an open transaction");
+            }
+            (Answer::Busy, _) => {
+                debug!(range = %what, ms, outcome = "busy", "another healer is filling, or this one no longer leads; retrying later");
+            }
+            (Answer::TableLocked, _) => {
+                self.sink.table_locked();
+                warn!(
+                    range = %what,
+                    ms,
+                    outcome = "table_locked",
+                    "the table itself is locked (DDL, CREATE INDEX, LOCK TABLE): no fill of this store can run; backing off"
+                );
+            }
+            (Answer::Failed { permanent }, Err(e)) => {
+                self.sink.db_error(Operation::Fill, e);
+                if permanent {
+                    self.sink.fill_refused(e);
+                }
+                warn!(range = %what, ms, outcome = "error", error = %e, "fill failed; retrying later");
+            }
+            (Answer::Failed { .. }, Ok(_)) => {}
+        }
+        match cycle::react(answer, batch) {
+            Reaction::Forget => {
+                for range in batch {
+                    self.tracker.remove(*range);
+                }
+                false
+            }
+            Reaction::ProbeThenRefill => true,
+            Reaction::Then(after) => {
+                self.requeue(after, queue);
+                false
+            }
+            Reaction::DeferCycle(wait) => {
+                let rest: Vec<PosRange> = batch
+                    .iter()
+                    .copied()
+                    .chain(std::mem::take(queue).into_iter().flatten())
+                    .collect();
+                let now = Instant::now();
+                match wait {
+                    Wait::Poll => {
+                        let poll = self.opts.poll_interval;
+                        self.tracker.back_off(&rest, now, |_| poll);
+                    }
+                    Wait::ErrorBackoff => self.back_off(&rest),
+                }
+                false
+            }
+        }
     }
 
-    pub(super) fn requeue(&mut self, after: AfterRefusal, queue: &mut Vec<plan::Batch>) {
+    /// An append committed inside `batch`: what committed there is probed
+    /// and forgotten, and the rest filled around it. A probe that fails is
+    /// counted as an error, like any other, and backs the batch off.
+    async fn fill_around_committed(
+        &mut self,
+        batch: &[PosRange],
+        limits: crate::gaps::FillLimits,
+        queue: &mut Vec<Batch>,
+    ) {
+        match self.engine.probe(batch).await {
+            Ok(p) => {
+                self.tracker.remove_positions(&p.committed);
+                self.requeue(plan::after_committed(batch, &p.committed, limits), queue);
+            }
+            Err(e) => self.probe_failed(&e, batch),
+        }
+    }
+
+    /// A probe failed: counted, reported, and its ranges backed off.
+    fn probe_failed(&mut self, e: &DbError, ranges: &[PosRange]) {
+        self.sink.db_error(Operation::Probe, e);
+        self.report.errors += 1;
+        self.back_off(ranges);
+    }
+
+    fn requeue(&mut self, after: AfterRefusal, queue: &mut Vec<Batch>) {
         match after {
             AfterRefusal::Retry(mut batches) => {
                 batches.reverse();
@@ -387,54 +457,23 @@ impl<E: Engine> Healer<E> {
         }
     }
 
-    pub(super) fn defer_held(&mut self, range: PosRange) {
-        let retries = self.tracker.retries_at(range.start());
-        let cap = self.opts.lock_timeout.max(Duration::from_secs(2));
-        let delay = plan::retry_delay(retries, self.opts.poll_interval, cap);
-        self.tracker.defer(range, Instant::now() + delay);
+    fn defer_held(&mut self, range: PosRange) {
+        let (poll, lock_timeout) = (self.opts.poll_interval, self.opts.lock_timeout);
+        let pacing = self.pacing;
+        self.tracker.back_off(&[range], Instant::now(), |retries| {
+            pacing.held_retry(retries, poll, lock_timeout)
+        });
     }
 
-    /// `batch` and the rest of the cycle's `queue`, each with its error backoff.
-    pub(super) fn defer_cycle_after_error(
-        &mut self,
-        batch: &[PosRange],
-        queue: &mut Vec<plan::Batch>,
-    ) {
-        self.defer_after_error(batch);
-        for rest in std::mem::take(queue) {
-            self.defer_after_error(&rest);
-        }
-    }
-
-    pub(super) fn defer_after_error(&mut self, batch: &[PosRange]) {
-        for range in batch {
-            let retries = self.tracker.retries_at(range.start());
-            let base = self.opts.poll_interval.max(Duration::from_millis(500));
-            let delay = plan::retry_delay(retries, base, Duration::from_secs(30));
-            self.tracker.defer(*range, Instant::now() + delay);
-        }
+    /// `ranges`, each with its error backoff.
+    fn back_off(&mut self, ranges: &[PosRange]) {
+        let poll = self.opts.poll_interval;
+        let pacing = self.pacing;
+        self.tracker.back_off(ranges, Instant::now(), |retries| {
+            pacing.error_retry(retries, poll)
+        });
     }
 }
-
-/// A fill statement that has answered, and the cycle it is part of: what
-/// the handling of each outcome reads and changes.
-struct Answered<'c> {
-    batch: &'c [PosRange],
-    /// The batch as the log names it.
-    what: &'c str,
-    /// How long the statement took.
-    ms: u64,
-    /// The cycle's batches still to run.
-    queue: &'c mut Vec<plan::Batch>,
-    report: &'c mut FillReport,
-}
-
-/// How often a long fill cycle publishes its gauges.
-const PUBLISH_EVERY: Duration = Duration::from_secs(1);
-/// How often a long fill cycle of the daemon says how far it is.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
-/// How often cycles that filled nothing are said (with their count).
-const QUIET_EVERY: Duration = Duration::from_secs(60);
 
 /// A long cycle's progress line: positions filled of those planned,
 /// statements, and how long the rest should take at this rate.

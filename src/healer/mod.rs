@@ -4,11 +4,42 @@
 //! `scan` and the tests drive them one at a time; [`Healer::run`] is the
 //! daemon loop that strings them together until shutdown.
 //!
+//! # Layout
+//! The healer composes phases that each own their state, and owns only
+//! what they share: the engine, the options and [`Pacing`], the leader,
+//! the [`Sink`] it reports to, the tracker of holes and where it has begun
+//! ([`Begun`]).
+//! - `start.rs`: where a healer begins ([`Start`], [`Begun`]);
+//! - `scan.rs`: the [`Scanner`] (pages of new rows, the tracked holes
+//!   re-checked in turns; [`ScanStep`]);
+//! - `waits.rs`: the [`Prover`] (the transaction-end proof: readings of
+//!   open transactions, what due holes wait for);
+//! - `fill.rs`: the [`Filler`] (one fill cycle's run: its queue, its
+//!   report, each statement's answer applied in one place; [`FillReport`],
+//!   [`Progress`]);
+//! - `publish.rs`: the [`Publisher`] (gauges and status, checkpoint lag,
+//!   the published watermark);
+//! - `pacing.rs`: every delay ([`Pacing`]); `sink.rs`: where figures and
+//!   status go ([`Sink`]); `daemon.rs`: the loop.
+//!
+//! # The route of a due hole
+//! [`Healer::run`] (daemon) polls: `Healer::poll` → [`Scanner::step`] →
+//! `Engine::scan` → `Tracker::observe`, then `Prover::read` (a reading of
+//! open transactions after a scan that found new holes). When a hole is
+//! due: `Healer::fill_due` → `Prover::proven_due` (what every transaction
+//! that may have drawn it has ended for) → `Filler::fresh_probe` →
+//! [`crate::cycle::plan`] → `Filler::run`: per statement
+//! `Engine::fill_ranges`, then [`crate::cycle::react`] and
+//! `Filler::apply`, the one place that touches the tracker, the report and
+//! the sink.
+//!
 //! Architecture invariants:
 //! - A scan only ever reads above `examined` (the highest committed position it
 //!   has read), so an idle poll costs one index probe whatever the table size.
 //! - A hole is tried no earlier than `gap_timeout` after it was first seen, and
 //!   only below `examined`: the tail above the head is never a hole.
+//! - A hole is filled only once every transaction that may have drawn its
+//!   positions has ended ([`crate::proof`]).
 //! - Nothing is written in dry-run mode or while [`Leader::is_leader`] is false;
 //!   leadership is checked before every fill statement.
 //! - A refused fill is split, never retried whole, so every cycle makes progress.
@@ -16,11 +47,15 @@
 //!   read for every store of its database at once, after the poll was due,
 //!   is no higher than `examined` (nothing new can lie below it). Polls fall
 //!   on one grid per poll interval, shared by the daemon's stores.
+//! - No phase reaches into another's state; figures and status go only
+//!   through the [`Sink`].
 
 mod daemon;
 mod fill;
-mod report;
+mod pacing;
+mod publish;
 mod scan;
+mod sink;
 mod start;
 mod waits;
 
@@ -28,43 +63,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
+pub use self::fill::{FillReport, Filler, LogOnly, Progress};
+pub use self::pacing::Pacing;
+pub use self::publish::Publisher;
+pub use self::scan::{Rechecked, ScanStep, Scanner};
+pub use self::sink::Sink;
+pub use self::start::{Begun, Start};
+pub use self::waits::Prover;
 use crate::config::{StartFrom, Store};
-use crate::cycle;
-use crate::engine::{
-    DbError, DbResult, Engine, Fence, FillOutcome, Probe, SharedHeads, WatermarkTable,
-};
-use crate::gaps::{PosRange, Tracker};
+use crate::engine::{DbResult, Engine, SharedHeads};
+use crate::gaps::Tracker;
 use crate::leader::Leader;
-use crate::plan::{self, AfterRefusal};
-use crate::proof::Proof;
-use crate::telemetry::{self as t, Gauges, Health, Observer, Operation, Outcome};
+use crate::telemetry::{Health, Observer};
 
-/// Pages read per scan step before the loop lets fills and metrics run.
-const MAX_PAGES_PER_STEP: usize = 50;
+/// The most holes (ranges) a healer tracks: about 30 MB. A scan step that
+/// finds the tracker full reads no further, so `examined`, and with it the
+/// contiguous position, stays below the holes not yet tracked; they are
+/// found once some of the tracked ones are filled.
+pub const MAX_TRACKED: usize = 250_000;
+
 /// How long shutdown waits for a fill in flight before abandoning it (it then
-/// rolls back with its connection).
+/// rolls back with its connection): [`Pacing::drain_deadline`]'s default.
 pub const DRAIN_DEADLINE: Duration = Duration::from_millis(1500);
-/// A batch for logs: `a..=b`, or `a..=b (+n more)` for several ranges.
-fn describe(batch: &[PosRange]) -> String {
-    match batch {
-        [] => String::new(),
-        [one] => one.to_string(),
-        [first, rest @ ..] => format!(
-            "{first} (+{} more up to {})",
-            rest.len(),
-            rest[rest.len() - 1].end()
-        ),
-    }
-}
-
-/// The lowest position a default start (`start_from = checkpoints`) scans
-/// from: the identity's seed, or the first row when that lies above it (the
-/// store was reseeded before its first append, which the seed does not show).
-fn start_floor(seed: i64, first_row: Option<i64>) -> i64 {
-    first_row.map_or(seed, |first| first.max(seed))
-}
 
 /// The first instant after now on a grid of `every` that all the daemon's
 /// stores share: stores with one poll interval poll at the same moments, so
@@ -81,24 +103,6 @@ fn next_tick(every: Duration) -> Instant {
     epoch + Duration::from_nanos(at)
 }
 
-/// The most holes (ranges) a healer tracks: about 30 MB. A scan step that
-/// finds the tracker full reads no further, so `examined`, and with it the
-/// contiguous position, stays below the holes not yet tracked; they are
-/// found once some of the tracked ones are filled.
-pub const MAX_TRACKED: usize = 250_000;
-
-/// Tracked ranges a leader re-checks per poll (16 probe statements on
-/// PostgreSQL): the rest are re-checked in later polls, in turns, and the
-/// due ones again right before they are filled.
-const RECHECK_RANGES: usize = 16_000;
-/// The same for a follower or a dry run, whose holes only feed its figures.
-const RECHECK_RANGES_IDLE: usize = 1_000;
-
-/// Checkpoints are re-read at most this often (for lag metrics only, which
-/// Prometheus scrapes every 15-60 s): two queries a store, which a fleet of
-/// 500 stores at 5 s paid 200 times a second.
-const CHECKPOINT_REFRESH: Duration = Duration::from_secs(15);
-
 /// The healer's knobs, taken from a [`Store`]'s configuration.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -112,10 +116,11 @@ pub struct Options {
     /// [`Healer::run`] ends with [`Ended::GaveUp`] once scans have failed
     /// this long in a row; `None`: never.
     pub give_up_after: Option<Duration>,
-    /// Publish the contiguous watermark ([`WatermarkTable::publish_watermark`]) and
-    /// start the scan no later than the one published before, so the proof
-    /// that every position up to it is filled runs unbroken from the first
-    /// publication on.
+    /// Publish the contiguous watermark
+    /// ([`crate::engine::WatermarkTable::publish_watermark`]) and start the
+    /// scan no later than the one published before, so the proof that every
+    /// position up to it is filled runs unbroken from the first publication
+    /// on.
     pub publish_watermark: bool,
 }
 
@@ -148,163 +153,21 @@ impl From<&Store> for Options {
     }
 }
 
-/// Where the scan started and how far it has to go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Start {
-    /// The first position examined is `after + 1`.
-    pub after: i64,
-    /// The table's highest committed position when the scan started (the
-    /// identity's seed minus one for an empty table).
-    pub head: i64,
-    /// The table had no rows.
-    pub empty: bool,
-}
-
-impl Start {
-    /// The scan starts above the head: every position at or below `after`,
-    /// the existing holes included, is never examined.
-    pub fn above_head(&self) -> bool {
-        self.after > self.head
-    }
-}
-
-/// A healer that has begun: what [`Healer::begin`] resolved, and the
-/// highest committed position read since (never below `start.after`).
-#[derive(Clone, Copy, Debug)]
-struct Begun {
-    start: Start,
-    examined: i64,
-}
-
-/// What one scan step read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ScanStep {
-    pub rows: u64,
-    pub new_holes: usize,
-    /// The step reached the head, or stopped at [`MAX_TRACKED`]
-    /// ([`Healer::scan_paused`]).
-    pub caught_up: bool,
-    /// The tracked holes it re-checked first, and what the probe found.
-    pub rechecked: Rechecked,
-    /// The highest committed position examined after the step.
-    pub examined: i64,
-}
-
-/// Tracked ranges (ascending, disjoint) and one probe of them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Rechecked {
-    pub ranges: Vec<PosRange>,
-    pub probe: Probe,
-}
-
-impl Rechecked {
-    /// Whether `range` lies inside one of the probed ranges.
-    fn covers(&self, range: PosRange) -> bool {
-        let i = self.ranges.partition_point(|r| r.start() <= range.start());
-        i > 0 && self.ranges[i - 1].end() >= range.end()
-    }
-}
-
-/// What one fill step did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FillReport {
-    pub statements: u64,
-    pub tombstones: u64,
-    pub committed: u64,
-    /// Refusals that mean "try later": held positions, a busy tombstone
-    /// stream, a locked table.
-    pub held: u64,
-    /// Due positions not tried because a transaction that may have drawn
-    /// them is still open (the transaction-end proof, [`crate::proof`]).
-    pub open_transaction: u64,
-    pub errors: u64,
-}
-
-impl FillReport {
-    /// Adds another step's figures to these.
-    pub fn add(&mut self, other: &FillReport) {
-        self.statements += other.statements;
-        self.tombstones += other.tombstones;
-        self.committed += other.committed;
-        self.held += other.held;
-        self.open_transaction += other.open_transaction;
-        self.errors += other.errors;
-    }
-}
-
-/// Who follows a healer's steps as they go: the daemon's log alone
-/// ([`LogOnly`]), or a one-shot command that shows its own progress.
-pub trait Progress: Send {
-    /// Whether someone is shown the figures as they come: else a long fill
-    /// cycle logs its progress every few seconds (each statement is logged
-    /// at DEBUG, each cycle at INFO, either way).
-    fn shown(&self) -> bool {
-        true
-    }
-
-    /// A scan step has read every committed position up to `examined`.
-    fn scanned(&mut self, examined: i64) {
-        let _ = examined;
-    }
-
-    /// A fill statement has ended; `so_far` is the cycle's report up to it.
-    fn filled(&mut self, so_far: &FillReport) {
-        let _ = so_far;
-    }
-}
-
-/// Nobody follows but the log: the daemon, and [`Healer::fill_due`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LogOnly;
-
-impl Progress for LogOnly {
-    fn shown(&self) -> bool {
-        false
-    }
-}
-
+/// One store's healer: the phases, and what they share.
 pub struct Healer<E: Engine> {
     engine: Arc<E>,
     opts: Options,
+    pacing: Pacing,
     leader: Leader,
-    health: Arc<Health>,
-    /// Where the figures go: the store's health (its series) unless told
-    /// otherwise ([`Healer::observed_by`]).
-    observer: Arc<dyn Observer>,
+    sink: Sink,
     tracker: Tracker,
-    /// Set by the first successful [`Healer::begin`]: a healer has begun
-    /// exactly when it has a start and a position examined.
+    /// Set by the first successful start: a healer has begun exactly when
+    /// it has a start and a position examined.
     begun: Option<Begun>,
-    last_checkpoints: Option<Instant>,
-    /// The watermark last published (or read back at the start).
-    published: Option<i64>,
-    /// The scan began above the published watermark (an explicit
-    /// `start_from`): the proof is broken, so nothing is published.
-    watermark_unproven: bool,
-    /// Where the next poll's re-check of tracked ranges goes on from.
-    recheck_after: i64,
-    /// The last scan step stopped at [`MAX_TRACKED`].
-    paused: bool,
-    /// What the transactions that drew the tracked positions have done.
-    proof: Proof,
-    /// The latest positions examined and when their scan page answered
-    /// (oldest first, a few): a reading that began after a page answered
-    /// covers the positions up to it.
-    scanned_at: std::collections::VecDeque<(Instant, i64)>,
-    /// The engine gives no reading of open transactions (SQL Server
-    /// without `VIEW SERVER STATE`): its key order alone stands.
-    key_order_only: bool,
-    /// How far the identity had handed out at the latest reading, where
-    /// the engine could say.
-    handed_out: Option<i64>,
-    /// Due holes wait for an open transaction first read at this moment
-    /// (the oldest they wait for); `None` when none waits.
-    blocked_since: Option<Instant>,
-    /// The last "waiting for an open transaction" line: when, and for which.
-    waits_logged: Option<(Instant, String)>,
-    /// Fill cycles that wrote nothing since their last line: since when,
-    /// and how many.
-    quiet_cycles: Option<(Instant, u64)>,
+    scanner: Scanner,
+    prover: Prover,
+    filler: Filler,
+    publisher: Publisher,
 }
 
 impl<E: Engine> Healer<E> {
@@ -312,29 +175,21 @@ impl<E: Engine> Healer<E> {
         Healer {
             engine,
             opts,
+            pacing: Pacing::default(),
             leader,
-            observer: health.clone(),
-            health,
+            sink: Sink::new(health),
             tracker: Tracker::new(),
             begun: None,
-            last_checkpoints: None,
-            published: None,
-            watermark_unproven: false,
-            recheck_after: i64::MIN,
-            paused: false,
-            proof: Proof::new(),
-            scanned_at: std::collections::VecDeque::new(),
-            key_order_only: false,
-            handed_out: None,
-            blocked_since: None,
-            waits_logged: None,
-            quiet_cycles: None,
+            scanner: Scanner::default(),
+            prover: Prover::default(),
+            filler: Filler::default(),
+            publisher: Publisher::default(),
         }
     }
 
     /// Reports the figures to `observer` instead of the store's series.
     pub fn observed_by(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = observer;
+        self.sink.observed_by(observer);
         self
     }
 
@@ -344,13 +199,215 @@ impl<E: Engine> Healer<E> {
 
     /// The last scan step stopped at [`MAX_TRACKED`] holes, short of the head.
     pub fn scan_paused(&self) -> bool {
-        self.paused
+        self.scanner.paused()
     }
 
     /// The highest committed position read so far; `None` before
     /// [`Healer::begin`].
     pub fn examined(&self) -> Option<i64> {
         self.begun.map(|b| b.examined)
+    }
+
+    /// Whether this healer fills (leads, and not in a dry run): only then
+    /// are open transactions read.
+    fn fills(&self) -> bool {
+        self.leader.is_leader() && !self.opts.dry_run
+    }
+
+    /// Re-checks tracked holes (committed since?) and reads up to a few
+    /// dozen pages of new rows; when it found new holes and this healer
+    /// fills, the open transactions are read after it ([`crate::proof`]).
+    pub async fn scan_step(&mut self) -> DbResult<ScanStep> {
+        self.scan_step_due(Instant::now()).await
+    }
+
+    /// [`Healer::scan_step`] for a poll due at `due`: a reading of the open
+    /// transactions that began since then serves it (the stores of a
+    /// database share one).
+    async fn scan_step_due(&mut self, due: Instant) -> DbResult<ScanStep> {
+        let mut begun = match self.begun {
+            Some(begun) => begun,
+            None => self.start().await?,
+        };
+        let started = std::time::Instant::now();
+        let recheck = scan::recheck_budget(self.fills());
+        let step = self
+            .scanner
+            .step(
+                &*self.engine,
+                &mut self.tracker,
+                &mut begun,
+                &self.opts,
+                recheck,
+            )
+            .await;
+        // A step cut short keeps what it read.
+        self.begun = Some(begun);
+        let step = step?;
+        self.sink.scanned(started.elapsed());
+        for (at, high) in &step.pages {
+            self.prover.examined(*at, *high);
+        }
+        if step.new_holes > 0 && self.fills() {
+            self.prover.read(&*self.engine, due, &self.sink).await;
+        }
+        Ok(step)
+    }
+
+    /// The daemon's poll, due at `due`: with no hole tracked, first the head
+    /// read for every store of the database at once
+    /// ([`SharedHeads::shared_head`]); the store scans itself only when that
+    /// shows rows above `examined`, or is not to be had. With holes tracked
+    /// it scans (the probe re-checks them).
+    pub async fn poll(&mut self, due: Instant) -> DbResult<ScanStep> {
+        if let (true, Some(examined)) = (self.tracker.is_empty(), self.examined()) {
+            let started = std::time::Instant::now();
+            // A failed shared reading is not this store's failure: its own
+            // scan decides.
+            if let Some(heads) = self.engine.shared_heads() {
+                if heads.shared_head(due).await.shows_nothing_above(examined) {
+                    self.sink.scanned(started.elapsed());
+                    return Ok(ScanStep {
+                        caught_up: true,
+                        examined,
+                        ..ScanStep::default()
+                    });
+                }
+            }
+        }
+        self.scan_step_due(due).await
+    }
+
+    /// Scans until the head is reached, telling `progress` after each step.
+    pub async fn scan_to_head(
+        &mut self,
+        stop: &CancellationToken,
+        progress: &mut dyn Progress,
+    ) -> DbResult<()> {
+        loop {
+            let step = self.scan_step().await?;
+            progress.scanned(step.examined);
+            if step.caught_up || stop.is_cancelled() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Tries every hole that is due, unless in dry-run mode or not the
+    /// leader; each statement is logged at DEBUG, the cycle at INFO.
+    pub async fn fill_due(&mut self, stop: &CancellationToken) -> FillReport {
+        self.fill_due_after(stop, None, Instant::now(), &mut LogOnly)
+            .await
+    }
+
+    /// [`Healer::fill_due`], telling `progress` after every statement.
+    pub async fn fill_due_with(
+        &mut self,
+        stop: &CancellationToken,
+        progress: &mut dyn Progress,
+    ) -> FillReport {
+        self.fill_due_after(stop, None, Instant::now(), progress)
+            .await
+    }
+
+    /// [`Healer::fill_due`] right after a scan step: due holes that step
+    /// re-checked are not probed again, and a reading of the open
+    /// transactions begun since `not_before` (the poll's due moment, or
+    /// now) serves the transaction-end proof.
+    async fn fill_due_after(
+        &mut self,
+        stop: &CancellationToken,
+        rechecked: Option<Rechecked>,
+        not_before: Instant,
+        progress: &mut dyn Progress,
+    ) -> FillReport {
+        let mut report = FillReport::default();
+        let now = Instant::now();
+        let due = self.tracker.due(now);
+        if due.is_empty() {
+            return report;
+        }
+        // Holes are tracked only once begun, all below `examined`.
+        let Some(Begun { examined: head, .. }) = self.begun else {
+            return report;
+        };
+        if self.opts.dry_run {
+            fill::would_fill(&mut self.tracker, due, now, &self.opts, &self.pacing);
+            return report;
+        }
+        if !self.leader.is_leader() {
+            return report;
+        }
+        let due = self
+            .prover
+            .proven_due(
+                &*self.engine,
+                due,
+                not_before,
+                &mut self.tracker,
+                &self.sink,
+                &self.opts,
+                &self.pacing,
+                &mut report,
+            )
+            .await;
+        if due.is_empty() {
+            return report;
+        }
+        // A long cycle publishes its figures as it goes.
+        let (publisher, prover, sink, leader) =
+            (&self.publisher, &self.prover, &self.sink, &self.leader);
+        let examined = self.begun.map(|b| b.examined);
+        let publish = |tracker: &Tracker| {
+            let blocking = prover.blocking_age(tracker, Instant::now());
+            publisher.publish(tracker, examined, leader.is_leader(), blocking, sink);
+        };
+        let mut run = fill::Run {
+            engine: &*self.engine,
+            tracker: &mut self.tracker,
+            sink,
+            leader,
+            opts: &self.opts,
+            pacing: &self.pacing,
+            publish: &publish,
+            report,
+        };
+        let Some(probe) = run.fresh_probe(&due, rechecked).await else {
+            return run.report;
+        };
+        let report = run.cycle(&due, &probe, head, now, stop, progress).await;
+        self.filler.log_cycle(&report, &self.pacing);
+        report
+    }
+
+    /// Publishes the tracker's figures (gauges and `/status`).
+    pub fn publish(&self) {
+        self.publisher.publish(
+            &self.tracker,
+            self.examined(),
+            self.leader.is_leader(),
+            self.prover.blocking_age(&self.tracker, Instant::now()),
+            &self.sink,
+        );
+    }
+
+    /// Publishes the contiguous watermark when it has moved (with a
+    /// watermark table configured and not in a dry run).
+    pub async fn publish_watermark(&mut self) {
+        let Some(watermark) = self.contiguous() else {
+            return;
+        };
+        self.publisher
+            .publish_watermark(&*self.engine, watermark, &self.opts, &self.sink)
+            .await;
+    }
+
+    /// The highest position at or below which every position from the
+    /// scan's start on is a committed event or a tombstone: just below the
+    /// lowest tracked hole, else the highest position examined. `None`
+    /// before the first scan.
+    pub fn contiguous(&self) -> Option<i64> {
+        publish::contiguous(&self.tracker, self.examined())
     }
 }
 

@@ -1,76 +1,147 @@
-//! The scan: pages of committed positions above `examined`, the tracked ranges re-checked in turns, and the daemon's poll that reads the shared head first.
+//! The scan: the [`Scanner`] reads pages of committed positions above
+//! `examined` and re-checks the tracked ranges in turns.
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::*;
+use super::{Begun, Options, MAX_TRACKED};
+use crate::engine::{DbResult, Engine, Probe};
+use crate::gaps::{PosRange, Tracker};
 
-impl<E: Engine> Healer<E> {
-    /// Re-checks tracked holes (committed since?) and reads up to
-    /// [`MAX_PAGES_PER_STEP`] pages of new rows; when it found new holes
-    /// and this healer fills, the open transactions are read after it
-    /// ([`crate::proof`]).
-    pub async fn scan_step(&mut self) -> DbResult<ScanStep> {
-        self.scan_step_due(Instant::now()).await
+/// Pages read per scan step before the loop lets fills and metrics run.
+const MAX_PAGES_PER_STEP: usize = 50;
+
+/// Tracked ranges a leader re-checks per poll (16 probe statements on
+/// PostgreSQL): the rest are re-checked in later polls, in turns, and the
+/// due ones again right before they are filled.
+const RECHECK_RANGES: usize = 16_000;
+/// The same for a follower or a dry run, whose holes only feed its figures.
+const RECHECK_RANGES_IDLE: usize = 1_000;
+
+/// How many tracked ranges a poll re-checks: a healer that fills more, one
+/// whose holes only feed its figures less.
+pub(super) fn recheck_budget(fills: bool) -> usize {
+    if fills {
+        RECHECK_RANGES
+    } else {
+        RECHECK_RANGES_IDLE
+    }
+}
+
+/// What one scan step read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanStep {
+    pub rows: u64,
+    pub new_holes: usize,
+    /// The step reached the head, or stopped at [`MAX_TRACKED`]
+    /// ([`super::Healer::scan_paused`]).
+    pub caught_up: bool,
+    /// The tracked holes it re-checked first, and what the probe found.
+    pub rechecked: Rechecked,
+    /// The highest committed position examined after the step.
+    pub examined: i64,
+    /// Each page's highest position, and when its answer came: every
+    /// position up to it was handed out before then.
+    pub pages: Vec<(Instant, i64)>,
+}
+
+/// Tracked ranges (ascending, disjoint) and one probe of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rechecked {
+    pub ranges: Vec<PosRange>,
+    pub probe: Probe,
+}
+
+impl Rechecked {
+    /// Whether `range` lies inside one of the probed ranges.
+    pub(super) fn covers(&self, range: PosRange) -> bool {
+        let i = self.ranges.partition_point(|r| r.start() <= range.start());
+        i > 0 && self.ranges[i - 1].end() >= range.end()
+    }
+}
+
+/// The scan phase's own state.
+#[derive(Debug)]
+pub struct Scanner {
+    /// Where the next poll's re-check of tracked ranges goes on from.
+    recheck_after: i64,
+    /// The last scan step stopped at [`MAX_TRACKED`].
+    paused: bool,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Scanner {
+            recheck_after: i64::MIN,
+            paused: false,
+        }
+    }
+}
+
+impl Scanner {
+    /// The last scan step stopped at [`MAX_TRACKED`] holes, short of the head.
+    pub fn paused(&self) -> bool {
+        self.paused
     }
 
-    /// [`Healer::scan_step`] for a poll due at `due`: a reading of the open
-    /// transactions that began since then serves it (the stores of a
-    /// database share one).
-    async fn scan_step_due(&mut self, due: Instant) -> DbResult<ScanStep> {
-        let begun = match self.begun {
-            Some(begun) => begun,
-            None => self.start().await?,
-        };
-        let started = std::time::Instant::now();
+    /// One step: `recheck` of the tracked ranges probed (what committed
+    /// since is forgotten), then up to [`MAX_PAGES_PER_STEP`] pages of new
+    /// rows above `begun.examined`, their holes tracked and `begun`'s
+    /// position examined kept after each page (a step cut short keeps what
+    /// it read).
+    pub async fn step<E: Engine>(
+        &mut self,
+        engine: &E,
+        tracker: &mut Tracker,
+        begun: &mut Begun,
+        opts: &Options,
+        recheck: usize,
+    ) -> DbResult<ScanStep> {
         let mut step = ScanStep::default();
-        if !self.tracker.is_empty() {
-            step.rechecked = self.recheck_tracked().await?;
+        if !tracker.is_empty() {
+            step.rechecked = self.recheck(engine, tracker, recheck).await?;
         }
-        let examined = self.read_pages(begun, &mut step).await?;
-        self.scanned(started);
-        step.examined = examined;
-        if step.new_holes > 0 && self.fills() {
-            self.read_transactions(due).await;
-        }
+        self.read_pages(engine, tracker, begun, opts, &mut step)
+            .await?;
+        step.examined = begun.examined;
         Ok(step)
     }
 
     /// A bounded share of the tracked ranges each poll, in turns, probed:
     /// what committed since is forgotten. A million holes cost a few
-    /// statements a poll, not a thousand. A healer that does not fill
-    /// re-checks far less: its holes only feed its figures.
-    async fn recheck_tracked(&mut self) -> DbResult<Rechecked> {
-        let budget = if self.leader.is_leader() && !self.opts.dry_run {
-            RECHECK_RANGES
-        } else {
-            RECHECK_RANGES_IDLE
-        };
-        let ranges = self.tracker.ranges_after(self.recheck_after, budget);
+    /// statements a poll, not a thousand.
+    async fn recheck<E: Engine>(
+        &mut self,
+        engine: &E,
+        tracker: &mut Tracker,
+        budget: usize,
+    ) -> DbResult<Rechecked> {
+        let ranges = tracker.ranges_after(self.recheck_after, budget);
         self.recheck_after = match ranges.last() {
-            Some(last) if ranges.len() < self.tracker.len() => last.start(),
+            Some(last) if ranges.len() < tracker.len() => last.start(),
             _ => i64::MIN,
         };
-        let probe = self.engine.probe(&ranges).await?;
-        self.tracker.remove_positions(&probe.committed);
+        let probe = engine.probe(&ranges).await?;
+        tracker.remove_positions(&probe.committed);
         Ok(Rechecked { ranges, probe })
     }
 
-    /// A begun healer's pages of new rows above `begun.examined`, at most
-    /// [`MAX_PAGES_PER_STEP`], their holes tracked and the position examined
-    /// kept after each page (a step cut short keeps what it read); the
-    /// position examined after the step.
-    async fn read_pages(&mut self, begun: Begun, step: &mut ScanStep) -> DbResult<i64> {
-        let mut examined = begun.examined;
+    async fn read_pages<E: Engine>(
+        &mut self,
+        engine: &E,
+        tracker: &mut Tracker,
+        begun: &mut Begun,
+        opts: &Options,
+        step: &mut ScanStep,
+    ) -> DbResult<()> {
         for _ in 0..MAX_PAGES_PER_STEP {
-            if self.tracker.len() >= MAX_TRACKED {
+            if tracker.len() >= MAX_TRACKED {
                 // Bounded memory: nothing above `examined` is claimed, so the
                 // holes beyond are found by the scans after some are filled.
                 if !self.paused {
                     info!(
-                        tracked = self.tracker.len(),
-                        examined,
+                        tracked = tracker.len(),
+                        examined = begun.examined,
                         "tracking the most holes the healer keeps: the scan pauses here until some are filled"
                     );
                 }
@@ -79,69 +150,22 @@ impl<E: Engine> Healer<E> {
                 break;
             }
             self.paused = false;
-            let after = examined;
-            let page = self.engine.scan(after, self.opts.scan_page_size).await?;
+            let after = begun.examined;
+            let page = engine.scan(after, opts.scan_page_size).await?;
             let now = Instant::now();
             for hole in &page.holes {
                 debug!(hole = %hole, width = hole.width(), "hole seen");
-                self.tracker.observe(*hole, now, self.opts.gap_timeout);
+                tracker.observe(*hole, now, opts.gap_timeout);
             }
             step.rows += page.rows;
             step.new_holes += page.holes.len();
-            examined = page.high.max(after);
-            self.scanned_up_to(page.high);
-            self.begun = Some(Begun { examined, ..begun });
-            if page.rows < u64::from(self.opts.scan_page_size) {
+            begun.examined = page.high.max(after);
+            step.pages.push((now, page.high));
+            if page.rows < u64::from(opts.scan_page_size) {
                 step.caught_up = true;
                 break;
             }
         }
-        Ok(examined)
-    }
-
-    /// A poll's scan (its own, or the shared head) that began at `started`
-    /// has read the database.
-    pub(super) fn scanned(&self, started: std::time::Instant) {
-        self.observer.scanned(started.elapsed());
-        self.health.scan_completed();
-    }
-
-    /// The daemon's poll, due at `due`: with no hole tracked, first the head
-    /// read for every store of the database at once
-    /// ([`SharedHeads::shared_head`]); the store scans itself only when that
-    /// shows rows above `examined`, or is not to be had. With holes tracked
-    /// it scans (the probe re-checks them).
-    pub async fn poll(&mut self, due: Instant) -> DbResult<ScanStep> {
-        if let (true, Some(examined)) = (self.tracker.is_empty(), self.examined()) {
-            let started = std::time::Instant::now();
-            // A failed shared reading is not this store's failure: its own
-            // scan decides.
-            if let Some(heads) = self.engine.shared_heads() {
-                if heads.shared_head(due).await.shows_nothing_above(examined) {
-                    self.scanned(started);
-                    return Ok(ScanStep {
-                        caught_up: true,
-                        examined,
-                        ..ScanStep::default()
-                    });
-                }
-            }
-        }
-        self.scan_step_due(due).await
-    }
-
-    /// Scans until the head is reached, telling `progress` after each step.
-    pub async fn scan_to_head(
-        &mut self,
-        stop: &CancellationToken,
-        progress: &mut dyn Progress,
-    ) -> DbResult<()> {
-        loop {
-            let step = self.scan_step().await?;
-            progress.scanned(step.examined);
-            if step.caught_up || stop.is_cancelled() {
-                return Ok(());
-            }
-        }
+        Ok(())
     }
 }

@@ -1,10 +1,40 @@
 //! Where a healer begins: `start_from` resolved to the first position
 //! examined, never below the identity's seed, and the published watermark
-//! read back, so the proof behind it goes on from where it stood.
+//! read back, so the proof behind it goes on from where it stood. Resolved
+//! once: a healer that has begun keeps its [`Begun`].
 
 use tracing::{info, warn};
 
-use super::*;
+use super::{Healer, StartFrom};
+use crate::engine::{DbResult, Engine};
+
+/// Where the scan started and how far it has to go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Start {
+    /// The first position examined is `after + 1`.
+    pub after: i64,
+    /// The table's highest committed position when the scan started (the
+    /// identity's seed minus one for an empty table).
+    pub head: i64,
+    /// The table had no rows.
+    pub empty: bool,
+}
+
+impl Start {
+    /// The scan starts above the head: every position at or below `after`,
+    /// the existing holes included, is never examined.
+    pub fn above_head(&self) -> bool {
+        self.after > self.head
+    }
+}
+
+/// A healer that has begun: what its start resolved, and the highest
+/// committed position read since (never below `start.after`).
+#[derive(Clone, Copy, Debug)]
+pub struct Begun {
+    pub start: Start,
+    pub examined: i64,
+}
 
 /// What the store says about where a scan may start.
 #[derive(Clone, Copy)]
@@ -24,14 +54,21 @@ impl Bounds {
     }
 }
 
+/// The lowest position a default start (`start_from = checkpoints`) scans
+/// from: the identity's seed, or the first row when that lies above it (the
+/// store was reseeded before its first append, which the seed does not show).
+pub(super) fn start_floor(seed: i64, first_row: Option<i64>) -> i64 {
+    first_row.map_or(seed, |first| first.max(seed))
+}
+
 impl<E: Engine> Healer<E> {
-    /// Resolves `start_from` against the store. Idempotent: once begun, the
-    /// start keeps the position examined and shows the head as it is now.
+    /// Resolves `start_from` against the store, the first time; once begun,
+    /// the start keeps the position examined and shows the head as it is
+    /// now (`start_from` is not resolved again).
     pub async fn begin(&mut self) -> DbResult<Start> {
         match self.begun {
             Some(begun) => {
                 let bounds = self.bounds().await?;
-                self.start_from(bounds).await?;
                 Ok(Start {
                     after: begun.examined,
                     head: bounds.head_or_floor(),
@@ -52,7 +89,10 @@ impl<E: Engine> Healer<E> {
         let bounds = self.bounds().await?;
         let mut after = self.start_from(bounds).await?;
         if self.opts.publish_watermark {
-            after = self.chain_to_watermark(after, bounds.floor).await;
+            after = self
+                .publisher
+                .chain_to_watermark(&*self.engine, after, bounds.floor, &self.opts, &self.sink)
+                .await;
         }
         let start = Start {
             after,
@@ -110,48 +150,6 @@ impl<E: Engine> Healer<E> {
             }
         };
         Ok(after.max(floor - 1))
-    }
-
-    /// Every position up to the published watermark is proven filled (there
-    /// is no hole there to find); the proof goes on from it, or from the
-    /// identity's seed when none is published, whatever start_from says.
-    /// Not from the first row: an append still open (or about to roll back)
-    /// below it looks exactly like a reseed. A watermark that cannot be read
-    /// (its table missing, no right) stops no healing: the proof then starts
-    /// at the seed, which lies at or below anything published before, and
-    /// the upsert only ever raises the row.
-    async fn chain_to_watermark(&mut self, after: i64, floor: i64) -> i64 {
-        let read = match self.engine.watermark_table() {
-            Some(table) => table.read_watermark(self.health.store()).await,
-            None => Ok(None),
-        };
-        let proven = match read {
-            Ok(proven) => proven,
-            Err(e) => {
-                self.db_error(Operation::Watermark, &e);
-                self.health.watermark_failed(&e.in_words("read"));
-                warn!(error = %e, seed = floor, "cannot read the published watermark: healing goes on, scanning from the identity's seed, and the watermark is published once its table answers");
-                None
-            }
-        };
-        self.published = proven;
-        let chain = proven.unwrap_or(floor - 1).max(floor - 1);
-        match self.opts.start_from {
-            // A position given is the user's word, for the daemon and
-            // the one-shot commands alike; from above the chain the
-            // proof is broken, so this run publishes nothing.
-            StartFrom::Position(_) if after > chain => {
-                warn!(
-                    from = after + 1,
-                    watermark = chain,
-                    "start_from lies above the published watermark: the positions between are not examined, so this run does not publish the watermark"
-                );
-                self.watermark_unproven = true;
-                after
-            }
-            StartFrom::Position(_) => after,
-            StartFrom::Checkpoints | StartFrom::Head => chain,
-        }
     }
 
     fn log_start(&self, start: Start, bounds: Bounds) {

@@ -1,43 +1,58 @@
-//! What due holes wait for before they are filled: the transaction-end
-//! proof ([`crate::proof`]). A reading of the open transactions is taken
-//! after a scan that found new holes (so a hole is read with the smallest
-//! set: the appends open when it appeared) and when a due hole is not yet
-//! proven; a due hole whose transactions have not all ended waits for the
-//! next poll, and is never filled by a timeout.
+//! What due holes wait for before they are filled: the [`Prover`] of the
+//! transaction-end proof ([`crate::proof`]). A reading of the open
+//! transactions is taken after a scan that found new holes (so a hole is
+//! read with the smallest set: the appends open when it appeared) and when
+//! a due hole is not yet proven; a due hole whose transactions have not all
+//! ended waits for the next poll, and is never filled by a timeout.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::*;
-use crate::engine::OpenTransactions;
-use crate::gaps::Hole;
-use crate::proof::Waiting;
+use super::{next_tick, FillReport, Options, Pacing, Sink};
+use crate::engine::{Engine, OpenTransactions};
+use crate::gaps::{Hole, PosRange, Tracker};
+use crate::proof::{Proof, Waiting};
+use crate::telemetry::{Operation, Outcome};
 
-/// A store whose due holes keep waiting for the same transaction logs it
-/// again at most this often (each poll in between logs at DEBUG).
-const WAITS_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Positions examined remembered with the moment their page answered.
 const SCANNED_KEPT: usize = 8;
 
-impl<E: Engine> Healer<E> {
-    /// Whether this healer fills (leads, and not in a dry run): only then
-    /// are readings taken.
-    pub(super) fn fills(&self) -> bool {
-        self.leader.is_leader() && !self.opts.dry_run
-    }
+/// The proof's phase: its state, and what it has said.
+#[derive(Debug, Default)]
+pub struct Prover {
+    /// What the transactions that drew the tracked positions have done.
+    proof: Proof,
+    /// The latest positions examined and when their scan page answered
+    /// (oldest first, a few): a reading that began after a page answered
+    /// covers the positions up to it.
+    scanned_at: VecDeque<(Instant, i64)>,
+    /// The engine gives no reading of open transactions (SQL Server
+    /// without `VIEW SERVER STATE`): its key order alone stands.
+    key_order_only: bool,
+    /// How far the identity had handed out at the latest reading, where
+    /// the engine could say.
+    handed_out: Option<i64>,
+    /// Due holes wait for an open transaction first read at this moment
+    /// (the oldest they wait for); `None` when none waits.
+    blocked_since: Option<Instant>,
+    /// The last "waiting for an open transaction" line: when, and for which.
+    waits_logged: Option<(Instant, String)>,
+}
 
-    /// A scan page answered: every position up to `examined` was handed
-    /// out before now.
-    pub(super) fn scanned_up_to(&mut self, examined: i64) {
+impl Prover {
+    /// A scan page answered at `at`: every position up to `examined` was
+    /// handed out before then.
+    pub fn examined(&mut self, at: Instant, examined: i64) {
         if self.scanned_at.back().is_some_and(|(_, e)| *e >= examined) {
             return;
         }
         if self.scanned_at.len() == SCANNED_KEPT {
             self.scanned_at.pop_front();
         }
-        self.scanned_at.push_back((Instant::now(), examined));
+        self.scanned_at.push_back((at, examined));
     }
 
     /// The highest position examined by a page that answered no later than
@@ -54,11 +69,11 @@ impl<E: Engine> Healer<E> {
     /// Records a reading of the open transactions begun no earlier than
     /// `not_before`, unless one is recorded already. `false` when the
     /// reading failed (counted and logged).
-    pub(super) async fn read_transactions(&mut self, not_before: Instant) -> bool {
+    pub async fn read<E: Engine>(&mut self, engine: &E, not_before: Instant, sink: &Sink) -> bool {
         if self.proof.read_since(not_before) {
             return true;
         }
-        match self.engine.open_transactions(not_before).await {
+        match engine.open_transactions(not_before).await {
             Ok(OpenTransactions::Read(reading)) => {
                 self.key_order_only = false;
                 self.handed_out = reading.handed_out;
@@ -73,25 +88,31 @@ impl<E: Engine> Healer<E> {
                 true
             }
             Err(e) => {
-                self.db_error(Operation::Transactions, &e);
+                sink.db_error(Operation::Transactions, &e);
                 warn!(error = %e, "cannot read the open transactions: due holes wait for the next poll");
                 false
             }
         }
     }
 
-    /// The due holes that may be filled now (every transaction that may
+    /// The `due` holes that may be filled now (every transaction that may
     /// have drawn their positions has ended), reading the open transactions
     /// first when one is not proven; the rest wait for the next poll,
     /// counted in `report` and logged.
-    pub(super) async fn proven_due(
+    #[allow(clippy::too_many_arguments)]
+    pub async fn proven_due<E: Engine>(
         &mut self,
+        engine: &E,
         due: Vec<Hole>,
         not_before: Instant,
+        tracker: &mut Tracker,
+        sink: &Sink,
+        opts: &Options,
+        pacing: &Pacing,
         report: &mut FillReport,
     ) -> Vec<Hole> {
         if due.iter().any(|h| h.range.end() > self.proof.proven()) {
-            self.read_transactions(not_before).await;
+            self.read(engine, not_before, sink).await;
         }
         if self.key_order_only {
             self.blocked_since = None;
@@ -123,8 +144,8 @@ impl<E: Engine> Healer<E> {
                 None => waiting.push(rest),
             }
         }
-        self.wait_for_transactions(&waiting, report);
-        self.refuse_unhanded(&unhanded, report);
+        self.wait_for_transactions(&waiting, tracker, sink, opts, pacing, report);
+        self.refuse_unhanded(engine, &unhanded, tracker, sink, opts, pacing, report);
         ready
     }
 
@@ -132,35 +153,55 @@ impl<E: Engine> Healer<E> {
     /// above it, so these numbers will still be handed out to appends. Never
     /// filled; the store's fill is refused with the repair, and they are
     /// tried again with the error backoff.
-    fn refuse_unhanded(&mut self, above: &[PosRange], report: &mut FillReport) {
+    #[allow(clippy::too_many_arguments)]
+    fn refuse_unhanded<E: Engine>(
+        &self,
+        engine: &E,
+        above: &[PosRange],
+        tracker: &mut Tracker,
+        sink: &Sink,
+        opts: &Options,
+        pacing: &Pacing,
+        report: &mut FillReport,
+    ) {
         let (Some(first), Some(last), Some(handed_out)) =
             (above.first(), above.last(), self.handed_out)
         else {
             return;
         };
-        let e = self.engine.above_identity(last.end(), handed_out);
-        self.observer.filled(Outcome::Error, 0);
+        let e = engine.above_identity(last.end(), handed_out);
+        sink.filled(Outcome::Error, 0);
         report.errors += 1;
-        self.health.fill_refused(&e.in_words("fill"));
+        sink.fill_refused(&e);
         warn!(range = %PosRange::new(first.start(), last.end()).unwrap_or(*first), error = %e, "fill refused; retrying later");
-        self.defer_after_error(above);
+        tracker.back_off(above, Instant::now(), |retries| {
+            pacing.error_retry(retries, opts.poll_interval)
+        });
     }
 
     /// Due ranges that wait for an open transaction: tried again at the
     /// next poll (no retry counted: nothing was learnt about them).
-    fn wait_for_transactions(&mut self, waiting: &[PosRange], report: &mut FillReport) {
+    fn wait_for_transactions(
+        &mut self,
+        waiting: &[PosRange],
+        tracker: &mut Tracker,
+        sink: &Sink,
+        opts: &Options,
+        pacing: &Pacing,
+        report: &mut FillReport,
+    ) {
         let Some(lowest) = waiting.first() else {
             self.blocked_since = None;
             return;
         };
         let now = Instant::now();
-        let at = next_tick(self.opts.poll_interval);
+        let at = next_tick(opts.poll_interval);
         for range in waiting {
-            self.tracker.postpone(*range, at);
+            tracker.postpone(*range, at);
         }
         let positions: u64 = waiting.iter().map(PosRange::width).sum();
         report.open_transaction += positions;
-        self.observer.filled(Outcome::OpenTransaction, 0);
+        sink.filled(Outcome::OpenTransaction, 0);
         let oldest = self.proof.oldest_for(lowest.start(), now);
         self.blocked_since = Some(oldest.map_or(now, |(_, age)| now - age));
         let what = match self.proof.waiting_for(lowest.start()) {
@@ -169,7 +210,9 @@ impl<E: Engine> Healer<E> {
         };
         let key = oldest.map_or_else(String::new, |(t, _)| t.id.clone());
         let again = match &self.waits_logged {
-            Some((when, logged)) => *logged != key || now.duration_since(*when) >= WAITS_LOG_EVERY,
+            Some((when, logged)) => {
+                *logged != key || now.duration_since(*when) >= pacing.waits_every
+            }
             None => true,
         };
         let (session, application, age_s) = oldest.map_or((None, None, 0), |(t, age)| {
@@ -196,9 +239,8 @@ impl<E: Engine> Healer<E> {
     /// How long the oldest transaction that due holes wait for has been
     /// open (since first read); zero when none, and once no tracked hole
     /// lies above what is proven.
-    pub(super) fn blocking_age(&self, now: Instant) -> Duration {
-        let unproven = self
-            .tracker
+    pub fn blocking_age(&self, tracker: &Tracker, now: Instant) -> Duration {
+        let unproven = tracker
             .highest()
             .is_some_and(|h| h.range.end() > self.proof.proven());
         match self.blocked_since {

@@ -36,7 +36,7 @@ async fn an_error_names_its_operation_once() {
         // The due hole is probed again before its fill, and that fails.
         let report = h.fill_due(&CancellationToken::new()).await;
         assert_eq!(report.errors, 1);
-        assert_eq!(h.health.status().last_error.as_deref(), Some(shown));
+        assert_eq!(h.sink.health().status().last_error.as_deref(), Some(shown));
     }
     let e = |m: &str, during: &str| DbError::permanent(m).during(during);
     assert_eq!(
@@ -255,7 +255,7 @@ async fn dry_run_and_followers_never_fill() {
 async fn a_due_hole_waits_for_the_transaction_open_when_it_was_read() {
     let (fake, h) = healer([1, 3], opts());
     fake.0.lock().unwrap().open = vec!["7/1".into()];
-    let health = h.health.clone();
+    let health = h.sink.health().clone();
     let stop = CancellationToken::new();
     let task = tokio::spawn(h.run(stop.clone()));
     // Long past gap_timeout (5 s): new appends open and close meanwhile.

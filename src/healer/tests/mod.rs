@@ -1,11 +1,13 @@
 //! The loop's timing rules under a paused clock, against an in-memory
 //! model of a store. This is a unit test of scheduling logic only: the
 //! database behaviour is proven against real PostgreSQL in tests/.
+use super::start::start_floor;
 use super::*;
 use crate::engine::{
-    Checkpoint, EngineKind, FillLimits, Finding, HeadReading, OpenTransaction, OpenTransactions,
-    Probe, ScanPage, TransactionReading,
+    Checkpoint, DbError, EngineKind, Fence, FillLimits, FillOutcome, Finding, HeadReading,
+    OpenTransaction, OpenTransactions, Probe, ScanPage, TransactionReading, WatermarkTable,
 };
+use crate::gaps::PosRange;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;

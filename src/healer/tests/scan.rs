@@ -25,8 +25,16 @@ async fn idle_polls_use_the_shared_head_until_something_moves() {
         "{reads} shared readings in 3 s at 250 ms"
     );
     // A row two above the head: the next poll scans and finds hole 11.
+    // (The grid's phase is the real clock's at its first use, so the
+    // test waits for that poll rather than for a fixed span, which held
+    // a second poll whenever the phase fell in its last 50 ms.)
     fake.0.lock().unwrap().committed.insert(12);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..30 {
+        if fake.0.lock().unwrap().scans.len() > 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(fake.0.lock().unwrap().scans, vec![0, 10]);
     // Tracked until filled at gap_timeout (5 s): scans and probes meanwhile.
     tokio::time::sleep(Duration::from_secs(6)).await;
