@@ -84,10 +84,6 @@ use crate::telemetry::{Health, Observer};
 /// found once some of the tracked ones are filled.
 pub const MAX_TRACKED: usize = 250_000;
 
-/// How long shutdown waits for a fill in flight before abandoning it (it then
-/// rolls back with its connection): [`Pacing::drain_deadline`]'s default.
-pub const DRAIN_DEADLINE: Duration = Duration::from_millis(1500);
-
 /// The first instant after now on a grid of `every` that all the daemon's
 /// stores share: stores with one poll interval poll at the same moments, so
 /// the stores of a database read their heads in one statement

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 mod shells;
 
 /// How long the daemon may take to exit after SIGTERM. Its own worst case is
-/// 2.0 s: the fill in flight gets DRAIN_DEADLINE (1.5 s) before it is
+/// 2.0 s: the fill in flight gets Pacing::drain_deadline (1.5 s) before it is
 /// abandoned, then the leader election 200 ms and the metrics server 300 ms
 /// to stop; a bound equal to that fails on a busy machine for no fault of
 /// the daemon, so it gets a second of margin.
