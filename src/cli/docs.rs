@@ -34,6 +34,11 @@ fn documented() -> clap::Command {
     cmd
 }
 
+/// Prints `shell`'s completion script.
+pub(super) fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
+    print_out(&completion_script(shell))
+}
+
 /// `gap-healer completions SHELL`: the script, made from the documented
 /// command line. clap_complete 4.6 gets bash wrong for a hyphenated name: its
 /// loop sets `cmd="gap__healer__subcmd__run"` while its case arms are named
@@ -41,7 +46,7 @@ fn documented() -> clap::Command {
 /// completes. Generated under a name without a hyphen both agree; the
 /// script is then registered (`complete -F _gap_healer ...`) for the real
 /// name, the one word of it that names the command the shell completes.
-pub(super) fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
     let mut cmd = documented();
     let mut out = Vec::new();
     if shell != clap_complete::Shell::Bash {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::one_shot::Out;
 use super::{Failure, EXIT_OK};
-use crate::config::Store;
 use crate::engine::Engine;
 
 pub(super) const INSTALL_EXIT: &str = "\
@@ -14,13 +13,9 @@ Exit codes:
   2  bad usage or configuration
   3  could not complete";
 
-pub(super) async fn install<E: Engine>(
-    engine: Arc<E>,
-    settings: &Store,
-    out: &Out,
-) -> Result<u8, Failure> {
+/// Installs what the store's engine needs installed, and says what it did.
+pub(super) async fn install<E: Engine>(engine: Arc<E>, out: &Out) -> Result<u8, Failure> {
     let done = engine.install().await?;
     out.line(done);
-    let _ = settings;
     Ok(EXIT_OK)
 }

@@ -1,8 +1,18 @@
-//! The command line: each subcommand is a function that `main` calls and the
-//! tests call through the real binary.
+//! The command line: clap's definitions ([`Cli`], [`Command`]), the
+//! dispatch ([`run`]) and the exit codes, here; each command in a file of
+//! its own with its printers and types: `run.rs`, `scan.rs`, `heal.rs`,
+//! `check.rs`, `install.rs`, `sql.rs`, `config.rs`, and `docs.rs`
+//! (`completions` and `man`); `one_shot.rs` is what the commands that work
+//! on a store's engine share, `progress.rs` the indicatif adapter. The tests
+//! call them through the real binary.
+//!
+//! [`run`] matches each parsed command once and hands it what it needs and
+//! nothing else: the settings its flags make (none for `completions` and
+//! `man`), and for `scan`, `heal`, `check` and `install` an `OnStore`, the
+//! only commands a store's engine is ever opened for.
 //!
 //! Each command takes the flags of the configuration keys it reads
-//! ([`config::Key::commands`]), listed by `gap-healer <command> --help`
+//! ([`crate::config::Key::commands`]), listed by `gap-healer <command> --help`
 //! under their headings; the same flags may also come before the command's
 //! name, where the command refuses any it does not read.
 //!
@@ -15,13 +25,13 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use tracing::Instrument;
 
-use crate::config::{self, commands, Flags, Need};
-use crate::engine::{self, DbError, Pools};
+use crate::config::{commands, ConfigError, Flags, Need, Settings};
+use crate::engine::DbError;
 use crate::telemetry;
 
 mod check;
+mod config;
 mod docs;
 mod heal;
 mod install;
@@ -39,7 +49,7 @@ pub use sql::SqlArgs;
 use check::CHECK_EXIT;
 use heal::HEAL_EXIT;
 use install::INSTALL_EXIT;
-use one_shot::{OneShot, Out};
+use one_shot::OnStore;
 use run::RUN_EXIT;
 use scan::SCAN_EXIT;
 
@@ -190,8 +200,8 @@ impl Command {
     }
 
     /// The configuration flags given (`None`: a command without any).
-    pub fn flags(&self) -> Option<(&config::ConfigArgs, &[String])> {
-        fn of<const C: u16>(f: &Flags<C>) -> Option<(&config::ConfigArgs, &[String])> {
+    pub fn flags(&self) -> Option<(&crate::config::ConfigArgs, &[String])> {
+        fn of<const C: u16>(f: &Flags<C>) -> Option<(&crate::config::ConfigArgs, &[String])> {
             Some((&f.config, &f.stores))
         }
         match self {
@@ -267,7 +277,7 @@ fn explain(e: clap::Error) -> clap::Error {
     };
     let flag = given.split('=').next().unwrap_or_default();
     let long = flag.strip_prefix("--").unwrap_or_default();
-    let key = config::KEYS
+    let key = crate::config::KEYS
         .iter()
         .find(|k| k.long() == long || format!("no-{}", k.long()) == long);
     // The command is the usage line's second word: `gap-healer scan [OPTIONS]`.
@@ -284,7 +294,7 @@ fn explain(e: clap::Error) -> clap::Error {
         (Some(key), Some(name)) => command_error(
             name,
             ErrorKind::UnknownArgument,
-            config::not_read(flag, key, name),
+            crate::config::not_read(flag, key, name),
         ),
         _ => e,
     }
@@ -304,7 +314,7 @@ fn command_error(name: &str, kind: clap::error::ErrorKind, message: String) -> c
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     #[error("{0}")]
-    Config(#[from] config::ConfigError),
+    Config(#[from] ConfigError),
     #[error("{0}")]
     Db(#[from] DbError),
     #[error("{0:#}")]
@@ -339,78 +349,60 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Runs the command: each loads the configuration its flags, the
+/// environment and the file make (those that take any), validated whole
+/// before anything connects, and works only with what it was given.
 pub fn run(cli: Cli) -> Result<u8, Failure> {
-    match &cli.command {
-        Command::Completions { shell } => return print_out(&docs::completion_script(*shell)),
-        Command::Man { command } => return docs::man(command.as_deref()),
-        _ => {}
-    }
-    let Some((args, stores)) = cli.command.flags() else {
-        unreachable!("every other command takes configuration flags")
-    };
-    let need = match cli.command {
-        Command::Sql(_) => Need::EngineOnly,
-        _ => Need::Connection,
-    };
-    let mut settings = config::load(args, std::env::vars(), need)?;
-    settings.select(stores)?;
-    let many = settings.stores.len() + settings.sets.len() > 1;
-    match &cli.command {
-        Command::Config(_) => return print_out(settings.to_toml().as_bytes()),
-        Command::Sql(SqlArgs { role, .. }) => {
-            return print_out(sql::setup_sql(&settings, role.as_deref(), many).as_bytes());
+    match cli.command {
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man { command } => docs::man(command.as_deref()),
+        Command::Config(flags) => config::print(&load(&flags, Need::Connection)?),
+        Command::Sql(args) => {
+            sql::print(&load(&args.flags, Need::EngineOnly)?, args.role.as_deref())
         }
-        _ => {}
+        Command::Run(flags) => {
+            let settings = load(&flags, Need::Connection)?;
+            on_runtime(&settings, run::daemon(&settings))
+        }
+        Command::Scan(args) => {
+            on_each_store(load(&args.flags, Need::Connection)?, OnStore::Scan(args))
+        }
+        Command::Heal(args) => {
+            on_each_store(load(&args.flags, Need::Connection)?, OnStore::Heal(args))
+        }
+        Command::Check(args) => {
+            on_each_store(load(&args.flags, Need::Connection)?, OnStore::Check(args))
+        }
+        Command::Install(flags) => on_each_store(load(&flags, Need::Connection)?, OnStore::Install),
     }
+}
+
+/// The settings `flags`, the environment and the configuration file make,
+/// validated whole and narrowed to the stores `--store` names.
+fn load<const C: u16>(flags: &Flags<C>, need: Need) -> Result<Settings, Failure> {
+    let mut settings = crate::config::load(&flags.config, std::env::vars(), need)?;
+    settings.select(&flags.stores)?;
+    Ok(settings)
+}
+
+/// Runs `command` on each store `settings` select.
+fn on_each_store(settings: Settings, command: OnStore) -> Result<u8, Failure> {
+    on_runtime(&settings, one_shot::each_store(&settings, &command))
+}
+
+/// Logs as `settings` say, and runs `work` to its end on the runtime of a
+/// command that connects.
+fn on_runtime(
+    settings: &Settings,
+    work: impl std::future::Future<Output = Result<u8, Failure>>,
+) -> Result<u8, Failure> {
     telemetry::init_logging(settings.daemon.log_format, &settings.daemon.log_level);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
-    runtime.block_on(async move {
-        if let Command::Run(_) = cli.command {
-            return run::run_daemon(&settings).await;
-        }
-        let pools = Pools::default();
-        let stores = crate::fleet::expand(&settings, &pools).await?;
-        let many = many || stores.len() > 1;
-        let mut worst = EXIT_OK;
-        for store in &stores {
-            // In a fleet every line says its store: each output line, each
-            // object (its "store"), each log line (the store span).
-            let out = Out {
-                prefix: many.then(|| format!("[store {}] ", store.name)),
-            };
-            let span = if many {
-                tracing::info_span!("store", store = %store.name)
-            } else {
-                tracing::Span::none()
-            };
-            let command = OneShot {
-                store,
-                command: &cli.command,
-                out: &out,
-            };
-            let done = async { engine::open(store.engine, &store.store, &pools, command)?.await }
-                .instrument(span)
-                .await;
-            match done {
-                Ok(code) => worst = worst.max(code),
-                // One store: its failure is the command's.
-                Err(failure) if !many => return Err(failure),
-                Err(failure) => {
-                    eprintln!("gap-healer: [store {}] {failure}", store.name);
-                    worst = worst.max(failure.exit_code());
-                }
-            }
-            // Stopped by a signal: the stores after this one are not begun.
-            if let Some(signal) = crate::shutdown::received() {
-                return Ok(worst.max(signal.exit_code()));
-            }
-        }
-        Ok(worst)
-    })
+    runtime.block_on(work)
 }
 
 /// Writes a command's whole output to stdout. A reader that closes the pipe
@@ -466,7 +458,7 @@ mod tests {
             assert_eq!(get(&cli, key), Some(value), "{argv:?}");
         }
         let cli = parse(&["heal", "--once", "--dry-run=no", "--engine", "postgres"]).unwrap();
-        let s = config::load(cli.command.flags().unwrap().0, [], Need::EngineOnly).unwrap();
+        let s = crate::config::load(cli.command.flags().unwrap().0, [], Need::EngineOnly).unwrap();
         assert!(!s.stores[0].dry_run);
         // A value must follow `=`: `--dry-run heal` keeps `heal` the subcommand.
         assert!(parse(&["run", "--leader-election", "false"]).is_err());
@@ -489,7 +481,7 @@ mod tests {
         };
         for (bit, name) in commands::NAMES {
             let listed = listed(name);
-            for key in config::KEYS {
+            for key in crate::config::KEYS {
                 assert_eq!(
                     listed.contains(&key.long()),
                     key.taken_by(bit),
@@ -501,7 +493,7 @@ mod tests {
             assert!(listed.contains(&"store".to_string()), "{name}");
         }
         for name in ["run", "config"] {
-            assert!(listed(name).len() > config::KEYS.len(), "{name}");
+            assert!(listed(name).len() > crate::config::KEYS.len(), "{name}");
         }
         // The operator's examples: each is refused, saying where it belongs.
         for (argv, needle) in [

@@ -16,7 +16,7 @@ Exit codes:
 
 With NOTIFY_SOCKET set (systemd Type=notify), READY=1 is sent once the HTTP endpoints listen.";
 
-pub(super) async fn run_daemon(settings: &Settings) -> Result<u8, Failure> {
+pub(super) async fn daemon(settings: &Settings) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     let longest_poll = settings

@@ -1,6 +1,7 @@
 //! `gap-healer sql`: the setup script a DBA runs (objects and grants), for
 //! every selected store and store set, without connecting.
 
+use super::{print_out, Failure};
 use crate::config::{commands, Flags, Settings};
 use crate::engine;
 
@@ -17,9 +18,16 @@ pub struct SqlArgs {
     pub role: Option<String>,
 }
 
+/// Prints the setup script of every store and store set `settings`
+/// selects, for `role` (a placeholder without one).
+pub(super) fn print(settings: &Settings, role: Option<&str>) -> Result<u8, Failure> {
+    let many = settings.stores.len() + settings.sets.len() > 1;
+    print_out(setup_sql(settings, role, many).as_bytes())
+}
+
 /// `sql`'s setup statements for every selected store and store set, each
 /// led by a comment naming it when there are many.
-pub(super) fn setup_sql(settings: &Settings, role: Option<&str>, many: bool) -> String {
+fn setup_sql(settings: &Settings, role: Option<&str>, many: bool) -> String {
     let mut sql = String::new();
     for store in &settings.stores {
         if many {
