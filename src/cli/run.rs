@@ -5,7 +5,7 @@ use tracing::info;
 
 use super::{Failure, EXIT_INCOMPLETE, EXIT_OK};
 use crate::config::{self, Settings, Store};
-use crate::healer::Ended;
+use crate::fleet::{self, Outcome};
 use crate::telemetry::{self, Board};
 
 pub(super) const RUN_EXIT: &str = "\
@@ -46,7 +46,7 @@ pub(super) async fn daemon(settings: &Settings) -> Result<u8, Failure> {
         settings.stores.len(),
         settings.sets.len()
     ));
-    let (ended, culprit) = crate::fleet::run(settings, board, stop.clone()).await;
+    let ended = fleet::run(settings, board, stop.clone()).await;
     crate::systemd::stopping();
     stop.cancel();
     match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
@@ -55,15 +55,13 @@ pub(super) async fn daemon(settings: &Settings) -> Result<u8, Failure> {
         _ => {}
     }
     Ok(match ended {
-        Ended::Stopped => EXIT_OK,
-        Ended::GaveUp { .. } => EXIT_INCOMPLETE,
-        Ended::StartAboveHead { from, head } => {
-            let store = settings
-                .stores
-                .iter()
-                .find(|s| Some(&s.name) == culprit.as_ref())
-                .unwrap_or(&settings.stores[0]);
-            return Err(start_above_head(store, settings.fleet, from, head).into());
+        Outcome::Stopped => EXIT_OK,
+        Outcome::GaveUp { .. } => EXIT_INCOMPLETE,
+        // The store that refused, handed back by its own task: no lookup
+        // by name that could miss it and name another.
+        Outcome::StartAboveHead(refused) => {
+            let fleet::Refused { store, from, head } = *refused;
+            return Err(start_above_head(&store, settings.fleet, from, head).into());
         }
     })
 }
