@@ -1,12 +1,12 @@
 //! The command line: clap's definitions ([`Cli`], [`Command`]), the
-//! dispatch ([`run`]) and the exit codes, here; each command in a file of
+//! dispatch ([`run()`]) and the exit codes, here; each command in a file of
 //! its own with its printers and types: `run.rs`, `scan.rs`, `heal.rs`,
 //! `check.rs`, `install.rs`, `sql.rs`, `config.rs`, and `docs.rs`
 //! (`completions` and `man`); `one_shot.rs` is what the commands that work
 //! on a store's engine share, `progress.rs` the indicatif adapter. The tests
 //! call them through the real binary.
 //!
-//! [`run`] matches each parsed command once and hands it what it needs and
+//! [`run()`] matches each parsed command once and hands it what it needs and
 //! nothing else: the settings its flags make (none for `completions` and
 //! `man`), and for `scan`, `heal`, `check` and `install` an `OnStore`, the
 //! only commands a store's engine is ever opened for.
