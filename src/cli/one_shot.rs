@@ -104,6 +104,7 @@ impl<'a> WithEngine for OneShot<'a> {
     }
 }
 
+/// The command, on the store's engine.
 async fn dispatch<E: Engine>(
     engine: Arc<E>,
     store: &Store,
@@ -118,6 +119,8 @@ async fn dispatch<E: Engine>(
     }
 }
 
+/// Begins the healer and scans to the head, showing progress: the
+/// resolved start.
 pub(super) async fn scan_all<E: Engine>(
     healer: &mut Healer<E>,
     stop: &CancellationToken,
@@ -135,6 +138,8 @@ pub(super) async fn scan_all<E: Engine>(
     Ok(start)
 }
 
+/// The healer a one-shot command drives: it always leads (no election),
+/// with a health of its own that nothing serves.
 pub(super) fn one_shot_healer<E: Engine>(engine: Arc<E>, settings: &Store) -> Healer<E> {
     let health = Health::for_store(
         &settings.name,

@@ -16,6 +16,8 @@ Exit codes:
 
 With NOTIFY_SOCKET set (systemd Type=notify), READY=1 is sent once the HTTP endpoints listen.";
 
+/// Serves the HTTP endpoints and heals every store until a signal, or
+/// until every store has ended: the exit code says which end.
 pub(super) async fn daemon(settings: &Settings) -> Result<u8, Failure> {
     let stop = crate::shutdown::on_signal()
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
