@@ -32,7 +32,8 @@ use crate::healer::{Ended, Healer, Options};
 use crate::leader::{self, Leader};
 use crate::telemetry::{self, Board, Health};
 
-type StoreTask = Pin<Box<dyn Future<Output = Ended> + Send>>;
+/// A store's task: it ends with the store it healed, and how.
+type StoreTask = Pin<Box<dyn Future<Output = (Store, Ended)> + Send>>;
 
 /// The stores being healed, by name, and their tasks.
 struct Running {
@@ -42,7 +43,7 @@ struct Running {
     board: Arc<Board>,
     /// Each store's own stop, to stop a store whose database vanished.
     stops: HashMap<String, CancellationToken>,
-    tasks: JoinSet<(String, Ended)>,
+    tasks: JoinSet<(Store, Ended)>,
 }
 
 impl Running {
@@ -62,10 +63,8 @@ impl Running {
         };
         match engine::open(store.engine, &store.store, &self.pools, task) {
             Ok(task) => {
-                let name = store.name.clone();
-                let span = tracing::info_span!("store", store = %name);
-                self.tasks
-                    .spawn(async move { (name, task.await) }.instrument(span));
+                let span = tracing::info_span!("store", store = %store.name);
+                self.tasks.spawn(task.instrument(span));
                 self.stops.insert(store.name.clone(), own);
             }
             Err(e) => {
@@ -119,22 +118,42 @@ impl Running {
 /// reporting each into `board`; store sets are listed again every
 /// `discover_interval`. Ends otherwise only when every store has ended and
 /// there is no store set to find more: then with the first store that
-/// refused its start ([`Ended::StartAboveHead`], and its name), else
-/// [`Ended::GaveUp`].
-pub async fn run(
-    settings: &Settings,
-    board: Arc<Board>,
-    stop: CancellationToken,
-) -> (Ended, Option<String>) {
+/// refused its start ([`Outcome::StartAboveHead`], the store itself), else
+/// [`Outcome::GaveUp`].
+pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken) -> Outcome {
     let mut running = Running::new(board);
     let opened = running.begin(settings, &stop);
     let ends = running.heal_until_done(settings, &stop, opened).await;
     let stopped = stop.is_cancelled();
     while running.tasks.join_next().await.is_some() {}
     if stopped || !settings.sets.is_empty() {
-        return (Ended::Stopped, None);
+        return Outcome::Stopped;
     }
     ends.daemon_ended()
+}
+
+/// How the daemon's stores ended: what [`run`] ends with.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Told to stop (with store sets, the only end).
+    Stopped,
+    /// Every store gave up, the longest after failing this long.
+    GaveUp { failing_for: Duration },
+    /// Every store ended, the first of them to end by refusing its start
+    /// ([`Ended::StartAboveHead`]) this one.
+    StartAboveHead(Box<Refused>),
+}
+
+/// A store that refused its start: its `start_from` lies above the head of
+/// a table with events. The store is the one whose task ended so, as
+/// configured (its values and their origins), never looked up by name.
+#[derive(Debug)]
+pub struct Refused {
+    pub store: Store,
+    /// Where the scan would have started.
+    pub from: i64,
+    /// The head of the store's table.
+    pub head: i64,
 }
 
 impl Running {
@@ -220,24 +239,24 @@ impl Running {
     /// still discovered: noted in `ends`, or forgotten when it was stopped.
     fn ended(
         &mut self,
-        done: Result<(String, Ended), tokio::task::JoinError>,
+        done: Result<(Store, Ended), tokio::task::JoinError>,
         sets: usize,
         ends: &mut Ends,
     ) {
         match done {
             // Either stays on the board, failing, and is not restarted.
-            Ok((name, Ended::GaveUp { failing_for })) => {
+            Ok((store, Ended::GaveUp { failing_for })) => {
                 let next = what_goes_on(self.tasks.len(), sets);
-                error!(store = %name, "this store gave up; {next}");
+                error!(store = %store.name, "this store gave up; {next}");
                 ends.gave_up.push(failing_for);
             }
-            Ok((name, ended @ Ended::StartAboveHead { .. })) => {
+            Ok((store, Ended::StartAboveHead { from, head })) => {
                 let next = what_goes_on(self.tasks.len(), sets);
-                error!(store = %name, "this store refused its start_from; {next}");
-                ends.refused.get_or_insert((ended, name));
+                error!(store = %store.name, "this store refused its start_from; {next}");
+                ends.refused.get_or_insert(Refused { store, from, head });
             }
-            Ok((name, Ended::Stopped)) => {
-                self.stops.remove(&name);
+            Ok((store, Ended::Stopped)) => {
+                self.stops.remove(&store.name);
             }
             Err(e) => error!(error = %e, "a store's task failed"),
         }
@@ -250,23 +269,20 @@ impl Running {
 struct Ends {
     /// How long each store that gave up had been failing.
     gave_up: Vec<Duration>,
-    /// The first store that refused its start, and how.
-    refused: Option<(Ended, String)>,
+    /// The first store that refused its start.
+    refused: Option<Refused>,
 }
 
 impl Ends {
     /// The daemon's end once every store has ended: the first refused
     /// start, else the longest give-up, else stopped.
-    fn daemon_ended(self) -> (Ended, Option<String>) {
+    fn daemon_ended(self) -> Outcome {
         match (self.refused, self.gave_up.iter().max()) {
-            (Some((ended, name)), _) => (ended, Some(name)),
-            (None, Some(longest)) => (
-                Ended::GaveUp {
-                    failing_for: *longest,
-                },
-                None,
-            ),
-            (None, None) => (Ended::Stopped, None),
+            (Some(refused), _) => Outcome::StartAboveHead(Box::new(refused)),
+            (None, Some(longest)) => Outcome::GaveUp {
+                failing_for: *longest,
+            },
+            (None, None) => Outcome::Stopped,
         }
     }
 }
@@ -348,14 +364,15 @@ impl WithEngine for HealTask {
     }
 }
 
-/// One store's healer and, unless turned off, its leader election.
+/// One store's healer and, unless turned off, its leader election; ends
+/// with the store, and how its healer ended.
 async fn heal<E: Engine, L: LeaderLock>(
     engine: Arc<E>,
     lock: Arc<L>,
     store: Store,
     health: Arc<Health>,
     stop: CancellationToken,
-) -> Ended {
+) -> (Store, Ended) {
     info!(
         engine = %store.engine,
         schema = store.store.schema.as_str(),
@@ -387,7 +404,7 @@ async fn heal<E: Engine, L: LeaderLock>(
     if let Some(election) = election {
         let _ = tokio::time::timeout(Duration::from_millis(200), election).await;
     }
-    ended
+    (store, ended)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 //! - [`shutdown`]: SIGTERM and SIGINT into a cancellation token.
 //! - [`systemd`]: `READY=1` and `STOPPING=1` for a `Type=notify` unit.
 //! - [`backoff`]: capped, jittered exponential backoff.
-//! - [`cli`]: the subcommands, each a function `main` calls.
+//! - [`cli`]: the command line: clap's definitions and the dispatch, each command in a file of its own.
 #![forbid(unsafe_code)]
 
 pub mod backoff;
