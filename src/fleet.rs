@@ -383,15 +383,12 @@ async fn heal<E: Engine, L: LeaderLock>(
         store.name
     );
     // The election ends with the healer, whether stopped or given up.
-    let own = stop.child_token();
     let (leader, election) = if store.dry_run {
         info!("dry run: not taking part in the leader election, so a healer that fills can lead");
         (Leader::never(), None)
     } else if let Election::On { key } = &store.election {
         let (tx, leader) = Leader::channel();
-        let election = tokio::spawn(
-            leader::elect(lock, key.clone(), health.clone(), tx, own.clone()).in_current_span(),
-        );
+        let election = leader::Election::start(lock, key.clone(), health.clone(), tx, &stop);
         (leader, Some(election))
     } else {
         info!("leader election off: this process fills as the only healer of the store");
@@ -400,9 +397,8 @@ async fn heal<E: Engine, L: LeaderLock>(
     let ended = Healer::new(engine, Options::from(&store), leader, health)
         .run(stop)
         .await;
-    own.cancel();
     if let Some(election) = election {
-        let _ = tokio::time::timeout(Duration::from_millis(200), election).await;
+        election.stop().await;
     }
     (store, ended)
 }

@@ -85,6 +85,64 @@ impl LeaderSender {
     }
 }
 
+impl Drop for LeaderSender {
+    /// An election that ends however it ends (aborted included) leaves its
+    /// healer following: a watch keeps its last value after the sender
+    /// goes, and that value must not be a fence whose lock is gone.
+    fn drop(&mut self) {
+        self.tx.send_replace(None);
+    }
+}
+
+/// A running election, owned: [`Election::stop`] ends it and waits for its
+/// task; dropped without that, the task is aborted. Either way the task
+/// never outlives its owner, and its session (the lock with it) closes.
+#[must_use = "an election dropped at once is aborted at once"]
+pub struct Election {
+    task: tokio::task::JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Election {
+    /// Starts an election for the lock named `key` on `lock`, publishing
+    /// through `tx`; it ends with `stop` or with [`Election::stop`].
+    pub fn start<L: LeaderLock>(
+        lock: Arc<L>,
+        key: String,
+        health: Arc<t::Health>,
+        tx: LeaderSender,
+        stop: &CancellationToken,
+    ) -> Election {
+        use tracing::Instrument;
+        let stop = stop.child_token();
+        let task = tokio::spawn(elect(lock, key, health, tx, stop.clone()).in_current_span());
+        Election { task, stop }
+    }
+
+    /// Ends the election and waits for its task: within
+    /// [`ELECTION_INTERVAL`] it has seen the stop (every wait of it watches
+    /// the token); past that (a statement the driver cannot interrupt) it is
+    /// aborted and awaited.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if tokio::time::timeout(ELECTION_INTERVAL, &mut self.task)
+            .await
+            .is_err()
+        {
+            warn!("the leader election did not stop within a second: aborted");
+            self.task.abort();
+            let _ = (&mut self.task).await;
+        }
+    }
+}
+
+impl Drop for Election {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.task.abort();
+    }
+}
+
 /// Runs an election until `stop`: tries the lock every [`ELECTION_INTERVAL`]
 /// while a follower; while the leader, checks every interval that the lock's
 /// session is alive and still holds it, and steps down (the sender goes false
@@ -95,7 +153,7 @@ impl LeaderSender {
 /// shape it must not fill), it does not try the lock, and a leader gives
 /// the lock up at its next check, so a healthy replica takes over within
 /// about two intervals. It tries again after its next successful scan.
-pub async fn elect<L: LeaderLock>(
+async fn elect<L: LeaderLock>(
     lock: Arc<L>,
     key: String,
     health: Arc<t::Health>,
@@ -128,7 +186,11 @@ pub async fn elect<L: LeaderLock>(
             continue;
         }
         said_unable = None;
-        match lock.try_lead_reusing(&key, &mut idle).await {
+        let tried = tokio::select! {
+            _ = stop.cancelled() => return,
+            tried = lock.try_lead_reusing(&key, &mut idle) => tried,
+        };
+        match tried {
             Ok(Some(session)) => {
                 said_follower = false;
                 unreachable = false;
@@ -199,12 +261,20 @@ async fn lead<L: LeaderLock>(
             // Step down before giving the lock up.
             tx.set(None);
             warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
-            lock.release(session, key).await;
+            tokio::select! {
+                _ = stop.cancelled() => return Reign::Stopped,
+                _ = lock.release(session, key) => {}
+            }
             health.forget_fill_refusal();
             return Reign::SteppedDown { unable: Some(why) };
         }
-        let check =
-            tokio::time::timeout(ELECTION_INTERVAL, lock.still_held(&mut session, key)).await;
+        let check = tokio::select! {
+            _ = stop.cancelled() => {
+                tx.set(None);
+                return Reign::Stopped;
+            }
+            check = tokio::time::timeout(ELECTION_INTERVAL, lock.still_held(&mut session, key)) => check,
+        };
         let why = match check {
             Ok(Ok(true)) => continue,
             Ok(Ok(false)) => "the lock is no longer held".to_string(),
@@ -241,5 +311,103 @@ mod tests {
         tx.set(None);
         assert!(!rx.is_leader());
         assert_eq!(rx.fence(), None);
+    }
+
+    use crate::engine::{DbResult, FenceToken};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts its drops: a session, or a statement's future, that ended.
+    struct Dropped(Arc<AtomicUsize>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A lock whose session opens only when `hang` is false, and then
+    /// takes the lock and holds it; every session and every hung login
+    /// counts its end in `ended`.
+    struct Lock {
+        hang: bool,
+        ended: Arc<AtomicUsize>,
+    }
+    struct Session(#[allow(dead_code)] Dropped);
+    impl LeaderSession for Session {
+        fn fence_token(&self) -> FenceToken {
+            FenceToken {
+                session_id: 1,
+                lock: "k".into(),
+            }
+        }
+    }
+    impl LeaderLock for Lock {
+        type Session = Session;
+        async fn open_session(&self, _key: &str) -> DbResult<Session> {
+            let login = Dropped(self.ended.clone());
+            if self.hang {
+                std::future::pending::<()>().await;
+            }
+            std::mem::forget(login);
+            Ok(Session(Dropped(self.ended.clone())))
+        }
+        fn reusable(&self, _: &Session) -> bool {
+            true
+        }
+        async fn try_lock(&self, session: Session, _key: &str) -> DbResult<(bool, Session)> {
+            Ok((true, session))
+        }
+        async fn still_held(&self, _: &mut Session, _key: &str) -> DbResult<bool> {
+            Ok(true)
+        }
+    }
+
+    fn election(hang: bool) -> (Election, Leader, Arc<AtomicUsize>, CancellationToken) {
+        let ended = Arc::new(AtomicUsize::new(0));
+        let health = t::Health::new(Duration::from_millis(100), Duration::from_secs(1));
+        health.scan_completed();
+        let (tx, leader) = Leader::channel();
+        let parent = CancellationToken::new();
+        let lock = Arc::new(Lock {
+            hang,
+            ended: ended.clone(),
+        });
+        let e = Election::start(lock, "k".into(), health, tx, &parent);
+        (e, leader, ended, parent)
+    }
+
+    /// Issue 28: the election's task was dropped after 200 ms and left
+    /// running. A stopped election has ended before `stop` returns, even
+    /// one waiting on a login that never answers, and a leader's session
+    /// is closed (its lock released) and its fence withdrawn.
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_election_has_ended_and_closed_its_session() {
+        let (e, _leader, ended, _parent) = election(true);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(ended.load(Ordering::SeqCst), 0, "the login still hangs");
+        let asked = tokio::time::Instant::now();
+        e.stop().await;
+        assert_eq!(ended.load(Ordering::SeqCst), 1, "the hung login ended");
+        assert!(asked.elapsed() < ELECTION_INTERVAL);
+
+        let (e, leader, ended, _parent) = election(false);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(leader.is_leader());
+        e.stop().await;
+        assert!(!leader.is_leader(), "the fence is withdrawn");
+        assert_eq!(ended.load(Ordering::SeqCst), 1, "the session is closed");
+    }
+
+    /// Dropped without `stop` (its owner ended by a panic, say), the
+    /// election is aborted: its session closes and nothing runs on.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_election_is_aborted() {
+        let (e, leader, ended, parent) = election(false);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(leader.is_leader());
+        drop(e);
+        tokio::task::yield_now().await;
+        assert_eq!(ended.load(Ordering::SeqCst), 1, "the session is closed");
+        assert!(!leader.is_leader(), "no fence outlives its election");
+        assert!(!parent.is_cancelled(), "only the election's own token");
     }
 }

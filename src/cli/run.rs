@@ -8,6 +8,9 @@ use crate::config::{self, Settings, Store};
 use crate::fleet::{self, Outcome};
 use crate::telemetry::{self, Board};
 
+/// How long the endpoints get to finish their answers once the daemon stops.
+const SERVER_STOP: std::time::Duration = std::time::Duration::from_millis(300);
+
 pub(super) const RUN_EXIT: &str = "\
 Exit codes:
   0  stopped by SIGTERM or SIGINT (the fill in flight drains within 2 s)
@@ -39,7 +42,7 @@ pub(super) async fn daemon(settings: &Settings) -> Result<u8, Failure> {
     .await?;
     let names: Vec<&str> = settings.stores.iter().map(|s| s.name.as_str()).collect();
     info!(addr = %addr, stores = %names.join(","), "gap-healer listening on {addr}");
-    let server = tokio::spawn(server);
+    let mut server = tokio::spawn(server);
     // Ready for systemd once the endpoints answer: a store's database may
     // be down for long (the daemon waits for it, /readyz says why), and a
     // start that waited for it would fail the unit at TimeoutStartSec.
@@ -51,9 +54,15 @@ pub(super) async fn daemon(settings: &Settings) -> Result<u8, Failure> {
     let ended = fleet::run(settings, board, stop.clone()).await;
     crate::systemd::stopping();
     stop.cancel();
-    match tokio::time::timeout(std::time::Duration::from_millis(300), server).await {
+    // The server stops with the token; one that does not within
+    // SERVER_STOP is aborted and awaited, never left running detached.
+    match tokio::time::timeout(SERVER_STOP, &mut server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "metrics server stopped with an error"),
-        Err(_) => tracing::warn!("metrics server did not stop in time"),
+        Err(_) => {
+            tracing::warn!("metrics server did not stop in time: aborted");
+            server.abort();
+            let _ = server.await;
+        }
         _ => {}
     }
     Ok(match ended {
