@@ -78,10 +78,11 @@ use crate::gaps::Tracker;
 use crate::leader::Leader;
 use crate::telemetry::{Health, Observer};
 
-/// The most holes (ranges) a healer tracks: about 30 MB. A scan step that
-/// finds the tracker full reads no further, so `examined`, and with it the
-/// contiguous position, stays below the holes not yet tracked; they are
-/// found once some of the tracked ones are filled.
+/// How many holes (ranges) a healer tracks before its scan pauses: about
+/// 30 MB. A scan step reads no further page once the tracker holds this
+/// many (the page before may have added up to `scan_page_size` more), so
+/// `examined`, and with it the contiguous position, stays below the holes
+/// not yet tracked; they are found once some of the tracked ones are filled.
 pub const MAX_TRACKED: usize = 250_000;
 
 /// The first instant after now on a grid of `every` that all the daemon's
