@@ -819,6 +819,67 @@ async fn unreachable_database_exits_3_without_the_password() {
     assert!(out.stderr.contains("connect"), "{}", out.stderr);
 }
 
+/// Issue 27: while its first scan ran, a store was `failing` in `/status`
+/// and `gap_healer_stores`, and every restart looked like a failure. A
+/// row-security policy whose function sleeps a second (user code on the
+/// table: the daemon's login is not a superuser, so it applies) makes every
+/// read of the table take that long, so the first scan is under way for
+/// seconds: the store is `starting` in `/status`, in `gap_healer_stores` and
+/// in `/readyz`'s text, never `failing`, and then `healthy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_is_starting_not_failing_while_its_first_scan_runs() {
+    let store = store_with_holes("starting").await;
+    let s = store.schema.clone();
+    let role = format!("{s}_r");
+    let cs = store.create_login(&role).await;
+    store
+        .client
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {s} TO {role};
+             GRANT SELECT, INSERT ON {s}.messages TO {role};
+             GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role};
+             GRANT SELECT ON {s}.checkpoints TO {role};
+             GRANT SELECT ON SEQUENCE {s}.messages_global_position_seq TO {role};
+             CREATE FUNCTION {s}.slow() RETURNS boolean LANGUAGE plpgsql STABLE AS
+               $$ BEGIN PERFORM pg_sleep(1); RETURN true; END $$;
+             ALTER TABLE {s}.messages ENABLE ROW LEVEL SECURITY;
+             CREATE POLICY slow ON {s}.messages FOR SELECT USING ({s}.slow());
+             CREATE POLICY write ON {s}.messages FOR INSERT WITH CHECK (true);"
+        ))
+        .await
+        .unwrap();
+    let d = Daemon::with_connection_string(&cs, &s, &timing("300ms", "250ms", &[]));
+    let mut states: Vec<String> = Vec::new();
+    let (mut gauge_starting, mut ready_said_starting) = (false, false);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        if let Ok((200, status)) = d.try_get("/status").await {
+            let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+            if let Some(state) = status["stores"][0]["state"].as_str() {
+                if states.last().map(String::as_str) != Some(state) {
+                    states.push(state.to_string());
+                }
+                if state == "starting" {
+                    gauge_starting |=
+                        d.metric(r#"gap_healer_stores{state="starting"}"#).await == Some(1.0);
+                    if let Ok((503, why)) = d.try_get("/readyz").await {
+                        ready_said_starting |= why.contains("starting");
+                    }
+                }
+                if state == "healthy" {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("states as scraped: {states:?}");
+    assert_eq!(states, ["starting", "healthy"], "{}", d.log());
+    assert!(gauge_starting, "gap_healer_stores never said starting");
+    assert!(ready_said_starting, "/readyz never said starting");
+    assert_eq!(d.terminate().0, Some(0));
+}
+
 #[tokio::test]
 async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
     let store = store_with_holes("daemon").await;
