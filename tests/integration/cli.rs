@@ -880,6 +880,59 @@ async fn a_store_is_starting_not_failing_while_its_first_scan_runs() {
     assert_eq!(d.terminate().0, Some(0));
 }
 
+/// Issue 27: a store whose due hole kept being refused logged it at INFO
+/// every poll (about 4 lines a second). A position held by an open insert
+/// (tried again and again, held each time) and a hole that waits for an
+/// open append (the transaction-end proof) are each said once at INFO in
+/// six seconds of 100 ms polls, while the attempts go on (counted by
+/// `gap_healer_fill_attempts_total`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_repeats_is_said_once_not_every_poll() {
+    let held_store = Store::new("said_held").await;
+    let held = held_store.open_insert_between().await;
+    let open_store = Store::new("said_open").await;
+    let open = open_store.open_append_between(1).await;
+    let flags = timing("300ms", "100ms", &["--lock-timeout", "100ms"]);
+    let held_d = Daemon::start(&held_store, &flags);
+    let open_d = Daemon::start(&open_store, &flags);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let info = |d: &Daemon, message: &str| {
+        d.lines_with(message)
+            .iter()
+            .filter(|l| l["level"] == "INFO")
+            .count()
+    };
+    let attempts = |outcome: &str| {
+        format!(r#"gap_healer_fill_attempts_total{{outcome="{outcome}",store="default"}}"#)
+    };
+    let held_tries = held_d.metric(&attempts("held")).await.unwrap_or(0.0);
+    let waited = open_d
+        .metric(&attempts("open_transaction"))
+        .await
+        .unwrap_or(0.0);
+    let (held_lines, wait_lines) = (
+        info(&held_d, "filled nothing"),
+        info(&open_d, "not filling yet"),
+    );
+    println!(
+        "held: {held_tries} attempts, {held_lines} INFO line(s); open transaction: {waited} waits, {wait_lines} INFO line(s)"
+    );
+    assert!(
+        held_tries >= 3.0,
+        "the held position was retried: {}",
+        held_d.log()
+    );
+    assert_eq!(held_lines, 1, "{}", held_d.log());
+    assert!(waited >= 10.0, "it waited every poll: {}", open_d.log());
+    assert_eq!(wait_lines, 1, "{}", open_d.log());
+    assert!(held_store.tombstone_positions().await.is_empty());
+    assert!(open_store.tombstone_positions().await.is_empty());
+    held.rollback().await;
+    open.rollback().await;
+    assert_eq!(held_d.terminate().0, Some(0));
+    assert_eq!(open_d.terminate().0, Some(0));
+}
+
 #[tokio::test]
 async fn daemon_serves_metrics_health_readiness_and_stops_on_sigterm() {
     let store = store_with_holes("daemon").await;
