@@ -15,13 +15,14 @@
 
 mod args;
 mod keys;
+mod parse;
+mod problem;
+mod read;
+mod settings;
+mod show;
 mod sources;
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::net::SocketAddr;
-use std::ops::Deref;
-use std::time::Duration;
 
 use figment::value::Value;
 use figment::{Figment, Metadata, Profile, Source};
@@ -34,252 +35,20 @@ use crate::secret::ConnectionString;
 
 pub use args::{not_read, ConfigArgs, Flags};
 pub use keys::{
-    commands, parse_duration, parse_identifier, Field, Flag, Heading, Key, Scope, Unset,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_GAP_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOG_LEVEL,
-    DEFAULT_LOOKBACK, DEFAULT_METRICS_ADDR, DEFAULT_POLL_INTERVAL, DEFAULT_SCAN_PAGE_SIZE,
-    DEFAULT_SCHEMA, DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, KEYS,
+    commands, Field, Flag, Heading, Key, Scope, Unset, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_GAP_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOG_LEVEL, DEFAULT_LOOKBACK,
+    DEFAULT_METRICS_ADDR, DEFAULT_POLL_INTERVAL, DEFAULT_SCAN_PAGE_SIZE, DEFAULT_SCHEMA,
+    DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, ENV_PREFIX, KEYS,
+};
+pub use parse::{parse_duration, parse_identifier, parse_store_name};
+use problem::said_once;
+pub use problem::{ConfigError, Problem};
+pub use read::{LogFormat, StartFrom};
+pub use settings::{
+    DaemonSettings, Election, Settings, Store, StoreConfig, StoreSet, DATABASE_PLACEHOLDER,
+    DEFAULT_STORE,
 };
 use sources::Layer;
-
-pub const ENV_PREFIX: &str = "GAP_HEALER_";
-
-/// Where the first scan starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartFrom {
-    /// The lowest position in the Checkpoints table; `lookback` below the head without one.
-    Checkpoints,
-    /// The current head: only holes that appear from now on.
-    Head,
-    /// This position (a backfill from here).
-    Position(i64),
-}
-
-impl fmt::Display for StartFrom {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StartFrom::Checkpoints => f.write_str("checkpoints"),
-            StartFrom::Head => f.write_str("head"),
-            StartFrom::Position(p) => write!(f, "{p}"),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// The daemon-wide keys ([`Scope::Daemon`]).
-#[derive(Clone, Debug)]
-pub struct DaemonSettings {
-    pub metrics_addr: SocketAddr,
-    /// How often [`StoreSet`]s are listed again.
-    pub discover_interval: Duration,
-    pub log_format: LogFormat,
-    pub log_level: String,
-}
-
-/// The keys of one store ([`Scope::Store`]): what one healer of one store
-/// needs. A `[[stores]]` list would hold one of these per store, each
-/// starting from the top-level values.
-#[derive(Clone, Debug)]
-pub struct StoreConfig {
-    pub engine: EngineKind,
-    /// What the engine needs: connection string, schema, tombstone names,
-    /// connect timeout.
-    pub store: StoreSettings,
-    pub gap_timeout: Duration,
-    pub poll_interval: Duration,
-    pub lock_timeout: Duration,
-    pub start_from: StartFrom,
-    pub lookback: u64,
-    pub scan_page_size: u32,
-    pub dry_run: bool,
-    /// Whether a healer of this store takes its leader lock before filling,
-    /// and the lock's name.
-    pub election: Election,
-    /// `run` gives up (exit 3) once its scans have failed this long in a row;
-    /// `None`: never.
-    pub give_up_after: Option<Duration>,
-    /// The leader lock's name, as given or derived from the table
-    /// (`gap-healer:<schema>`, or `gap-healer:<schema>.<table>` for a table
-    /// profile): what `election` takes when on, and what `config` shows
-    /// also when it is off.
-    pub leader_key: String,
-}
-
-/// Whether a healer takes the store's leader lock before it fills.
-///
-/// Invariant: a lock name exists exactly when there is an election, so no
-/// code can take a lock that is switched off or run one without a name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Election {
-    /// `leader_election = false`: this process is the store's only healer
-    /// and fills without a lock.
-    Off,
-    /// Healers sharing `key` elect one filler.
-    On {
-        /// The leader lock's name (an advisory lock key on PostgreSQL, an
-        /// application lock resource on SQL Server; both are per database).
-        key: String,
-    },
-}
-
-impl Election {
-    pub fn is_on(&self) -> bool {
-        matches!(self, Election::On { .. })
-    }
-
-    /// The leader lock's name; `None` when the election is off.
-    pub fn key(&self) -> Option<&str> {
-        match self {
-            Election::Off => None,
-            Election::On { key } => Some(key),
-        }
-    }
-}
-
-impl StoreConfig {
-    /// `value` quoted, or nothing for the custom profile (which does not
-    /// read the tombstone names: its `columns` say it all).
-    pub(crate) fn unless_custom(&self, value: &str) -> String {
-        match self.store.profile.kind {
-            ProfileKind::Custom => String::new(),
-            _ => toml::Value::String(value.to_string()).to_string(),
-        }
-    }
-}
-
-/// The name of the one store the top-level keys define when the file has
-/// no `[[stores]]`.
-pub const DEFAULT_STORE: &str = "default";
-
-/// One store to heal: its name, its keys, and where each came from.
-#[derive(Clone, Debug)]
-pub struct Store {
-    /// [`DEFAULT_STORE`], or the name of its `[[stores]]` entry.
-    pub name: String,
-    pub config: StoreConfig,
-    /// Where each of its keys' values came from, for `gap-healer config`.
-    pub origins: Vec<(&'static str, String)>,
-}
-
-/// A store's keys read as `store.gap_timeout`.
-impl Deref for Store {
-    type Target = StoreConfig;
-
-    fn deref(&self) -> &StoreConfig {
-        &self.config
-    }
-}
-
-/// A `[[store_sets]]` entry: every database of one server whose name is
-/// `LIKE` the pattern is a store `<set>/<database>`, configured as the
-/// template with `{database}` in its connection string replaced.
-#[derive(Clone, Debug)]
-pub struct StoreSet {
-    pub name: String,
-    /// A `LIKE` pattern over `pg_database` / `sys.databases`.
-    pub databases: String,
-    /// The stores' keys; its connection string holds `{database}`.
-    pub template: Store,
-}
-
-/// The placeholder of a [`StoreSet`]'s connection string.
-pub const DATABASE_PLACEHOLDER: &str = "{database}";
-
-impl StoreSet {
-    /// The store for `database` (a name [`StoreSet::accepts`]).
-    pub fn store(&self, database: &str) -> Store {
-        let mut store = self.template.clone();
-        store.name = format!("{}/{database}", self.name);
-        let cs = store
-            .config
-            .store
-            .connection_string
-            .expose()
-            .replace(DATABASE_PLACEHOLDER, database);
-        store.config.store.connection_string = ConnectionString::new(cs);
-        store
-    }
-
-    /// Whether a database's name can go into a connection string and a
-    /// store name as it is: `[A-Za-z0-9_.-]`, at most 63 characters.
-    pub fn accepts(database: &str) -> bool {
-        (1..=63).contains(&database.len())
-            && database
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-    }
-}
-
-/// The validated configuration: the daemon's keys and the stores it heals.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub daemon: DaemonSettings,
-    /// Where each daemon key's value came from.
-    pub daemon_origins: Vec<(&'static str, String)>,
-    /// In the file's order; at least one unless there are store sets.
-    pub stores: Vec<Store>,
-    /// The `[[store_sets]]` entries, each discovered at run time.
-    pub sets: Vec<StoreSet>,
-    /// The `--store` names ([`Settings::select`]); empty: every store.
-    pub selected: Vec<String>,
-    /// The stores came from `[[stores]]` or `[[store_sets]]` entries (else
-    /// one [`DEFAULT_STORE`]).
-    pub fleet: bool,
-}
-
-/// One configuration problem.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    pub key: String,
-    /// The offending value as shown to the user (`None` when missing or secret).
-    pub value: Option<String>,
-    /// "config file x.toml", "environment variable GAP_HEALER_X", "flag --x", "default".
-    pub origin: String,
-    pub message: String,
-    /// The store whose key it is, when the file lists `[[stores]]`.
-    pub store: Option<String>,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(store) = &self.store {
-            write!(f, "[store {store}] ")?;
-        }
-        match &self.value {
-            Some(v) => write!(
-                f,
-                "{} = {:?} (from {}): {}",
-                self.key, v, self.origin, self.message
-            ),
-            None => write!(f, "{} (from {}): {}", self.key, self.origin, self.message),
-        }
-    }
-}
-
-/// Every problem found, reported together.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
-        write!(
-            f,
-            "invalid configuration ({n} problem{}):",
-            if n == 1 { "" } else { "s" }
-        )?;
-        for p in &self.problems {
-            write!(f, "\n  - {p}")?;
-        }
-        Ok(())
-    }
-}
 
 /// What a subcommand needs from the configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -593,20 +362,6 @@ fn shared_leader_locks(claims: &[LockClaim]) -> Vec<Problem> {
     problems
 }
 
-/// A problem of a key every store reads (a bad flag) is said once.
-fn said_once(problems: Vec<Problem>) -> Vec<Problem> {
-    let mut unique: Vec<Problem> = Vec::new();
-    for p in problems {
-        let same = |q: &Problem| {
-            q.key == p.key && q.value == p.value && q.origin == p.origin && q.message == p.message
-        };
-        if !unique.iter().any(same) {
-            unique.push(p);
-        }
-    }
-    unique
-}
-
 /// Where `key`'s value came from, as problems name it (empty: nowhere).
 fn origin(set: &Read, key: &str) -> String {
     set.get(key).map(|r| r.origin.clone()).unwrap_or_default()
@@ -728,78 +483,6 @@ fn store_config(read: &Read, r: Resolved) -> Result<StoreConfig, &'static str> {
         give_up_after: get(read, "give_up_after")?,
         leader_key: r.leader_key,
     })
-}
-
-/// `[a-z0-9_-]{1,63}`: a store's name is a metric label and part of a path.
-pub fn parse_store_name(name: &str) -> Result<String, String> {
-    let ok = (1..=63).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-    if ok {
-        Ok(name.to_string())
-    } else {
-        Err("a store's name is 1 to 63 of a-z, 0-9, _ and -".into())
-    }
-}
-
-impl Settings {
-    /// Keeps only the stores named (`--store`): a store, a store set (all of
-    /// its databases) or one database of a set (`<set>/<database>`, kept
-    /// for [`Settings::selects`] once discovered).
-    pub fn select(&mut self, names: &[String]) -> Result<(), ConfigError> {
-        if names.is_empty() {
-            return Ok(());
-        }
-        let known: Vec<&str> = self
-            .stores
-            .iter()
-            .map(|s| s.name.as_str())
-            .chain(self.sets.iter().map(|s| s.name.as_str()))
-            .collect();
-        let is_known = |n: &str| {
-            known.contains(&n)
-                || n.split_once('/')
-                    .is_some_and(|(set, _)| self.sets.iter().any(|s| s.name == set))
-        };
-        let problems: Vec<Problem> = names
-            .iter()
-            .filter(|n| !is_known(n))
-            .map(|n| Problem {
-                key: "store".into(),
-                value: Some(n.clone()),
-                origin: "flag --store".into(),
-                message: match keys::closest(n, known.iter().copied(), 3) {
-                    Some(s) => format!(
-                        "no such store (did you mean `{s}`?); stores: {}",
-                        known.join(", ")
-                    ),
-                    None => format!("no such store; stores: {}", known.join(", ")),
-                },
-                store: None,
-            })
-            .collect();
-        if !problems.is_empty() {
-            return Err(ConfigError { problems });
-        }
-        self.stores.retain(|s| names.contains(&s.name));
-        self.sets.retain(|set| {
-            names
-                .iter()
-                .any(|n| *n == set.name || n.starts_with(&format!("{}/", set.name)))
-        });
-        self.selected = names.to_vec();
-        Ok(())
-    }
-
-    /// Whether a discovered store `<set>/<database>` is selected.
-    pub fn selects(&self, store: &str) -> bool {
-        self.selected.is_empty()
-            || self
-                .selected
-                .iter()
-                .any(|n| n == store || store.split_once('/').is_some_and(|(set, _)| set == n))
-    }
 }
 
 /// A key's raw text and where it came from.
@@ -1199,77 +882,11 @@ fn read_small(path: &str) -> std::io::Result<String> {
     Ok(text)
 }
 
-impl Settings {
-    /// The effective configuration as TOML, connection strings redacted,
-    /// each line commented with where its value came from. The one default
-    /// store's keys are top-level keys; a fleet's are `[[stores]]` entries.
-    pub fn to_toml(&self) -> String {
-        let daemon = KEYS.iter().filter(|k| !k.is_store());
-        let mut out = String::new();
-        match (self.fleet, self.stores.as_slice()) {
-            (false, [store]) => {
-                let origins = [&self.daemon_origins[..], &store.origins[..]].concat();
-                out += &self.rows(KEYS.iter(), Some(store), &origins);
-            }
-            (_, stores) => {
-                out += &self.rows(daemon, None, &self.daemon_origins);
-                for store in stores {
-                    let name = toml::Value::String(store.name.clone());
-                    out += &format!("\n[[stores]]\nname = {name}\n");
-                    let keys = KEYS.iter().filter(|k| k.is_store());
-                    out += &self.rows(keys, Some(store), &store.origins);
-                }
-                for set in &self.sets {
-                    let name = toml::Value::String(set.name.clone());
-                    let databases = toml::Value::String(set.databases.clone());
-                    out += &format!("\n[[store_sets]]\nname = {name}\ndatabases = {databases}\n");
-                    let keys = KEYS.iter().filter(|k| k.is_store());
-                    out += &self.rows(keys, Some(&set.template), &set.template.origins);
-                }
-            }
-        }
-        out
-    }
-
-    /// `key = value  # origin` for each key, aligned; `store`: `None` for
-    /// the daemon's keys alone.
-    fn rows<'k>(
-        &self,
-        keys: impl Iterator<Item = &'k Key>,
-        store: Option<&StoreConfig>,
-        origins: &[(&'static str, String)],
-    ) -> String {
-        let origin = |key: &str| {
-            origins
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or("default", |(_, o)| o.as_str())
-        };
-        let rows: Vec<(&str, String, &str)> = keys
-            .filter_map(|k| {
-                let value = k.show(&self.daemon, store)?;
-                Some((k.name, value, origin(k.name)))
-            })
-            .collect();
-        let width = rows
-            .iter()
-            .map(|(k, v, _)| k.len() + v.len())
-            .max()
-            .unwrap_or(0)
-            + 3;
-        rows.into_iter()
-            .map(|(k, v, o)| {
-                let line = format!("{k} = {v}");
-                format!("{line:<width$}  # {o}\n")
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn args() -> ConfigArgs {
         ConfigArgs::default()

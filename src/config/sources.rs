@@ -9,8 +9,9 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use std::sync::Arc;
 
-use super::keys::{suggest, Key, Unset, KEYS};
-use super::{ConfigArgs, Problem, ENV_PREFIX};
+use super::args::ConfigArgs;
+use super::keys::{suggest, Key, Unset, ENV_PREFIX, KEYS};
+use super::problem::Problem;
 
 /// What the config file holds: its top-level keys (defaults for every
 /// store), its `[[stores]]` entries, and a problem for each key it does not know.
