@@ -1,32 +1,31 @@
-//! The table of configuration keys, and the parsers its rows use.
+//! The table of configuration keys.
 //!
 //! Each row of [`KEYS`] says everything about one key: its name (from which
 //! the flag `--<name-with-dashes>` and the environment variable
-//! `GAP_HEALER_<NAME>` derive), its help line, its default, how its text
-//! becomes a typed value ([`Parsed`]) and how the field of [`DaemonSettings`]
-//! or [`StoreConfig`] built of it is shown by `gap-healer config`. The structs
-//! are built of the values in one expression each, in [`super::load`]'s
-//! steps: no placeholder is made and overwritten. Adding a key is one row
-//! here and its field in that expression.
+//! `GAP_HEALER_<NAME>` derive), its help line and heading, the commands
+//! that read it, its default, how its text becomes its typed field of what
+//! was read ([`DaemonKeys`] or [`StoreKeys`]; the row's `update`, as
+//! ripgrep's `Flag::update`) and how the field of [`DaemonSettings`] or
+//! [`StoreConfig`] built of it is shown by `gap-healer config`. Adding a
+//! key is one row here, its field in [`super::read`] and that field in its
+//! settings' one conversion ([`super::settings`]); a row that names a field
+//! that does not exist, or parses a value of another type, does not compile.
 //!
-//! Three rules span several keys and live in [`super::load`]: `engine` is
+//! Three rules span several keys and live in [`super::rules`]: `engine` is
 //! required, the connection string comes from exactly one of
 //! `connection_string` and `connection_string_file`, and `leader_key` defaults
 //! to `gap-healer:<schema>`.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::engine::profile::{
-    parse_columns, render_columns, ProfileKind, TombstoneColumn, NIL_UUID,
-};
-use crate::engine::{EngineKind, Ident, QualifiedName};
+use crate::engine::profile::{parse_columns, render_columns, ProfileKind, NIL_UUID};
+use crate::engine::{EngineKind, QualifiedName};
 
 use super::parse::{
     closest, parse_bool, parse_duration, parse_identifier, parse_log_level, parse_name,
     parse_start_from, parse_uuid,
 };
-use super::read::{LogFormat, StartFrom};
+use super::read::{DaemonKeys, Given, LogFormat, Slot, StartFrom, StoreKeys};
 use super::settings::{DaemonSettings, StoreConfig};
 
 /// The prefix of every key's environment variable, `GAP_HEALER_<NAME>`.
@@ -163,106 +162,43 @@ pub enum Unset {
 /// store keys are what a later `[[stores]]` entry can override).
 #[derive(Debug)]
 pub enum Scope {
-    Daemon(Field<DaemonSettings>),
-    Store(Field<StoreConfig>),
+    Daemon(Field<DaemonKeys, DaemonSettings>),
+    Store(Field<StoreKeys, StoreConfig>),
 }
 
-/// How a key reads its (trimmed) text into a typed value, and shows the
-/// field built of it back as a TOML value.
+/// How a key reads its text into its field of `K`, what was read
+/// ([`super::read`]), and shows the field of `S`, the settings built of it,
+/// back as a TOML value. Written with `field!`, which names the field once.
 #[derive(Debug)]
-pub struct Field<T> {
-    pub parse: fn(&str) -> Result<Parsed, String>,
+pub struct Field<K, S> {
+    /// ripgrep's `Flag::update`: parses the text a layer gave into the
+    /// key's field of `K`, noting where it came from; `Err`: why the text
+    /// is refused.
+    pub update: fn(&mut K, Given) -> Result<(), String>,
+    /// The key's field of `K`.
+    pub slot: fn(&mut K) -> &mut dyn Slot,
     /// `None`: not shown by `gap-healer config`.
-    pub render: Option<fn(&T) -> String>,
+    pub render: Option<fn(&S) -> String>,
 }
 
-impl Scope {
-    const fn daemon(
-        parse: fn(&str) -> Result<Parsed, String>,
-        render: fn(&DaemonSettings) -> String,
-    ) -> Self {
-        Scope::Daemon(Field {
-            parse,
-            render: Some(render),
-        })
-    }
-
-    const fn store(
-        parse: fn(&str) -> Result<Parsed, String>,
-        render: fn(&StoreConfig) -> String,
-    ) -> Self {
-        Scope::Store(Field {
-            parse,
-            render: Some(render),
-        })
-    }
-}
-
-/// A key's value as its parser made it: what the settings are built of,
-/// one expression per struct ([`super::load`]), with [`FromParsed`] naming
-/// the field's type.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Parsed {
-    Engine(EngineKind),
-    Duration(Duration),
-    /// `give_up_after`: `None` is never.
-    Deadline(Option<Duration>),
-    Addr(SocketAddr),
-    LogFormat(LogFormat),
-    Text(String),
-    /// A SQL identifier (schema, table, column).
-    Name(Ident),
-    /// `watermark_table`: `None` is empty (publish nothing).
-    Table(Option<QualifiedName>),
-    StartFrom(StartFrom),
-    Count(u64),
-    Bool(bool),
-    Profile(ProfileKind),
-    Columns(Vec<TombstoneColumn>),
-    /// A key whose text a rule reads after the table (the connection string).
-    ByRule,
-}
-
-/// The field types a [`Parsed`] value fills.
-pub trait FromParsed: Sized {
-    /// `None`: the value is of another type (a mistake in [`KEYS`], which the
-    /// tests of every default catch).
-    fn from_parsed(value: &Parsed) -> Option<Self>;
-}
-
-macro_rules! from_parsed {
-    ($($variant:ident => $ty:ty),* $(,)?) => {
-        $(impl FromParsed for $ty {
-            fn from_parsed(value: &Parsed) -> Option<Self> {
-                match value {
-                    Parsed::$variant(v) => Some(v.clone()),
-                    _ => None,
-                }
-            }
-        })*
+/// A key's [`Field`]: `field!(name, parse, render)` reads the text, trimmed,
+/// with `parse` into the field `name` of what was read, and shows the
+/// settings with `render` (`field!(name, parse)`: not shown).
+macro_rules! field {
+    ($name:ident, $parse:expr $(,)?) => {
+        Field {
+            update: |keys, given| keys.$name.read(given, $parse),
+            slot: |keys| &mut keys.$name,
+            render: None,
+        }
     };
-}
-
-from_parsed! {
-    Engine => EngineKind,
-    Duration => Duration,
-    Deadline => Option<Duration>,
-    Addr => SocketAddr,
-    LogFormat => LogFormat,
-    Text => String,
-    Name => Ident,
-    Table => Option<QualifiedName>,
-    StartFrom => StartFrom,
-    Count => u64,
-    Bool => bool,
-    Profile => ProfileKind,
-    Columns => Vec<TombstoneColumn>,
-}
-
-impl FromParsed for u32 {
-    fn from_parsed(value: &Parsed) -> Option<Self> {
-        u64::from_parsed(value).and_then(|n| n.try_into().ok())
-    }
+    ($name:ident, $parse:expr, $render:expr $(,)?) => {
+        Field {
+            update: |keys, given| keys.$name.read(given, $parse),
+            slot: |keys| &mut keys.$name,
+            render: Some($render),
+        }
+    };
 }
 
 /// Every key the configuration knows, in the order of `--help` and
@@ -275,15 +211,16 @@ pub const KEYS: &[Key] = &[
         help: "Database engine: mssql or postgres",
         flag: Flag::Value("ENGINE"),
         unset: Unset::Required,
-        scope: Scope::store(
+        scope: Scope::Store(field!(
+            engine,
             |v| {
-                EngineKind::parse(v).map(Parsed::Engine).ok_or_else(|| {
+                EngineKind::parse(v).ok_or_else(|| {
                     let names = EngineKind::NAMES.join(", ");
                     format!("unknown engine; expected one of {names}")
                 })
             },
             |s| quote(s.engine.as_str()),
-        ),
+        )),
     },
     Key {
         name: "connection_string",
@@ -292,9 +229,9 @@ pub const KEYS: &[Key] = &[
         help: "ADO.NET string (mssql) or libpq string/URL (postgres). Prefer the environment variable GAP_HEALER_CONNECTION_STRING: flags show in `ps`",
         flag: Flag::Value("STRING"),
         unset: Unset::Optional,
-        scope: Scope::store(by_rule, |s| {
+        scope: Scope::Store(field!(connection_string, by_rule, |s| {
             quote(&s.store.connection_string.redacted())
-        }),
+        })),
     },
     Key {
         name: "connection_string_file",
@@ -304,10 +241,7 @@ pub const KEYS: &[Key] = &[
         flag: Flag::Value("FILE"),
         unset: Unset::Optional,
         // Shown as the origin of connection_string.
-        scope: Scope::Store(Field {
-            parse: by_rule,
-            render: None,
-        }),
+        scope: Scope::Store(field!(connection_string_file, by_rule)),
     },
     Key {
         name: "schema",
@@ -316,10 +250,11 @@ pub const KEYS: &[Key] = &[
         help: "Schema of the event store's tables",
         flag: Flag::Value("NAME"),
         unset: Unset::Default(DEFAULT_SCHEMA),
-        scope: Scope::store(
-            |v| parse_identifier(v).map(Parsed::Name),
+        scope: Scope::Store(field!(
+            schema,
+            parse_identifier,
             |s| quote(s.store.schema.as_str()),
-        ),
+        )),
     },
     Key {
         name: "gap_timeout",
@@ -328,10 +263,11 @@ pub const KEYS: &[Key] = &[
         help: "How long gap-healer waits, from when it first sees a hole, before filling it",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
-        scope: Scope::store(
-            |v| parse_duration(v, Duration::ZERO).map(Parsed::Duration),
+        scope: Scope::Store(field!(
+            gap_timeout,
+            |v| parse_duration(v, Duration::ZERO),
             |s| duration(s.gap_timeout),
-        ),
+        )),
     },
     Key {
         name: "poll_interval",
@@ -340,10 +276,11 @@ pub const KEYS: &[Key] = &[
         help: "Time between scans for new rows",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("250ms"),
-        scope: Scope::store(
-            |v| parse_duration(v, Duration::from_millis(10)).map(Parsed::Duration),
+        scope: Scope::Store(field!(
+            poll_interval,
+            |v| parse_duration(v, Duration::from_millis(10)),
             |s| duration(s.poll_interval),
-        ),
+        )),
     },
     Key {
         name: "lock_timeout",
@@ -352,10 +289,11 @@ pub const KEYS: &[Key] = &[
         help: "Longest wait of a fill on a position an open append holds",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("2s"),
-        scope: Scope::store(
-            |v| parse_duration(v, Duration::from_millis(1)).map(Parsed::Duration),
+        scope: Scope::Store(field!(
+            lock_timeout,
+            |v| parse_duration(v, Duration::from_millis(1)),
             |s| duration(s.lock_timeout),
-        ),
+        )),
     },
     Key {
         name: "connect_timeout",
@@ -364,10 +302,11 @@ pub const KEYS: &[Key] = &[
         help: "Longest wait for a new database connection",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5s"),
-        scope: Scope::store(
-            |v| parse_duration(v, Duration::from_millis(100)).map(Parsed::Duration),
+        scope: Scope::Store(field!(
+            connect_timeout,
+            |v| parse_duration(v, Duration::from_millis(100)),
             |s| duration(s.store.connect_timeout),
-        ),
+        )),
     },
     Key {
         name: "metrics_addr",
@@ -376,14 +315,15 @@ pub const KEYS: &[Key] = &[
         help: "Address of the HTTP endpoints: /metrics, /healthz, /readyz, /status (and / listing them)",
         flag: Flag::Value("HOST:PORT"),
         unset: Unset::Default(DEFAULT_METRICS_ADDR),
-        scope: Scope::daemon(
+        scope: Scope::Daemon(field!(
+            metrics_addr,
             |v| {
-                v.parse().map(Parsed::Addr).map_err(|_| {
+                v.parse().map_err(|_| {
                     "expected HOST:PORT with an IP address, e.g. 0.0.0.0:9477 or [::1]:9477".into()
                 })
             },
             |d| quote(&d.metrics_addr.to_string()),
-        ),
+        )),
     },
     Key {
         name: "discover_interval",
@@ -392,10 +332,11 @@ pub const KEYS: &[Key] = &[
         help: "How often each [[store_sets]] entry's databases are listed again (stores appear and vanish without a restart)",
         flag: Flag::Value("DURATION"),
         unset: Unset::Default("5m"),
-        scope: Scope::daemon(
-            |v| parse_duration(v, Duration::from_secs(1)).map(Parsed::Duration),
+        scope: Scope::Daemon(field!(
+            discover_interval,
+            |v| parse_duration(v, Duration::from_secs(1)),
             |d| quote(&plain_duration(d.discover_interval)),
-        ),
+        )),
     },
     Key {
         name: "start_from",
@@ -404,13 +345,14 @@ pub const KEYS: &[Key] = &[
         help: "Where the first scan starts: checkpoints, head, or a position",
         flag: Flag::Value("FROM"),
         unset: Unset::Default("checkpoints"),
-        scope: Scope::store(
-            |v| parse_start_from(v).map(Parsed::StartFrom),
+        scope: Scope::Store(field!(
+            start_from,
+            parse_start_from,
             |s| match s.start_from {
                 StartFrom::Position(p) => p.to_string(),
                 other => quote(&other.to_string()),
             },
-        ),
+        )),
     },
     Key {
         name: "lookback",
@@ -419,14 +361,14 @@ pub const KEYS: &[Key] = &[
         help: "Positions below the head to start from when there are no checkpoints",
         flag: Flag::Value("POSITIONS"),
         unset: Unset::Default("1000000"),
-        scope: Scope::store(
+        scope: Scope::Store(field!(
+            lookback,
             |v| {
                 let n = v.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64);
-                n.map(Parsed::Count)
-                    .ok_or_else(|| "expected a whole number of positions, 0 or more".into())
+                n.ok_or_else(|| "expected a whole number of positions, 0 or more".into())
             },
             |s| s.lookback.to_string(),
-        ),
+        )),
     },
     Key {
         name: "scan_page_size",
@@ -435,14 +377,14 @@ pub const KEYS: &[Key] = &[
         help: "Rows read per scan query",
         flag: Flag::Value("ROWS"),
         unset: Unset::Default("10000"),
-        scope: Scope::store(
+        scope: Scope::Store(field!(
+            scan_page_size,
             |v| {
                 let n = v.parse::<u32>().ok().filter(|n| (100..=1_000_000).contains(n));
-                n.map(|n| Parsed::Count(n.into()))
-                    .ok_or_else(|| "expected a number of rows from 100 to 1000000".into())
+                n.ok_or_else(|| "expected a number of rows from 100 to 1000000".into())
             },
             |s| s.scan_page_size.to_string(),
-        ),
+        )),
     },
     Key {
         name: "dry_run",
@@ -451,10 +393,11 @@ pub const KEYS: &[Key] = &[
         help: "Find and report holes, never write",
         flag: Flag::Switch,
         unset: Unset::Default("false"),
-        scope: Scope::store(
-            |v| parse_bool(v).map(Parsed::Bool),
+        scope: Scope::Store(field!(
+            dry_run,
+            parse_bool,
             |s| s.dry_run.to_string(),
-        ),
+        )),
     },
     Key {
         name: "log_format",
@@ -463,10 +406,11 @@ pub const KEYS: &[Key] = &[
         help: "Log format: text or json",
         flag: Flag::Value("FORMAT"),
         unset: Unset::Default("text"),
-        scope: Scope::daemon(
+        scope: Scope::Daemon(field!(
+            log_format,
             |v| match v.to_ascii_lowercase().as_str() {
-                "text" => Ok(Parsed::LogFormat(LogFormat::Text)),
-                "json" => Ok(Parsed::LogFormat(LogFormat::Json)),
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
                 _ => Err("expected text or json".into()),
             },
             |d| {
@@ -475,7 +419,7 @@ pub const KEYS: &[Key] = &[
                     LogFormat::Json => "json",
                 })
             },
-        ),
+        )),
     },
     Key {
         name: "log_level",
@@ -484,10 +428,11 @@ pub const KEYS: &[Key] = &[
         help: "Log level or tracing filter; RUST_LOG overrides it",
         flag: Flag::Value("LEVEL"),
         unset: Unset::Default(DEFAULT_LOG_LEVEL),
-        scope: Scope::daemon(
-            |v| parse_log_level(v).map(Parsed::Text),
+        scope: Scope::Daemon(field!(
+            log_level,
+            parse_log_level,
             |d| quote(&d.log_level),
-        ),
+        )),
     },
     Key {
         name: "tombstone_stream",
@@ -496,10 +441,11 @@ pub const KEYS: &[Key] = &[
         help: "Stream that owns the tombstones",
         flag: Flag::Value("NAME"),
         unset: Unset::Default(DEFAULT_TOMBSTONE_STREAM),
-        scope: Scope::store(
-            |v| parse_name(v, 850).map(Parsed::Text),
+        scope: Scope::Store(field!(
+            tombstone_stream,
+            |v| parse_name(v, 850),
             |s| s.unless_custom(&s.store.tombstone_stream),
-        ),
+        )),
     },
     Key {
         name: "tombstone_type",
@@ -508,10 +454,11 @@ pub const KEYS: &[Key] = &[
         help: "Message type of the tombstones",
         flag: Flag::Value("TYPE"),
         unset: Unset::Default(DEFAULT_TOMBSTONE_TYPE),
-        scope: Scope::store(
-            |v| parse_name(v, 128).map(Parsed::Text),
+        scope: Scope::Store(field!(
+            tombstone_type,
+            |v| parse_name(v, 128),
             |s| s.unless_custom(&s.store.tombstone_type),
-        ),
+        )),
     },
     Key {
         name: "profile",
@@ -520,10 +467,11 @@ pub const KEYS: &[Key] = &[
         help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
         flag: Flag::Value("eventuous|ledger-core|custom"),
         unset: Unset::Default("eventuous"),
-        scope: Scope::store(
-            |v| ProfileKind::parse(v).map(Parsed::Profile),
+        scope: Scope::Store(field!(
+            profile,
+            ProfileKind::parse,
             |s| quote(s.store.profile.kind.name()),
-        ),
+        )),
     },
     Key {
         name: "table",
@@ -532,10 +480,11 @@ pub const KEYS: &[Key] = &[
         help: "The healed table in `schema` (ledger-core and custom)",
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("messages for eventuous, events for ledger-core"),
-        scope: Scope::store(
-            |v| parse_identifier(v).map(|n| Parsed::Name(n.to_lowercase())),
+        scope: Scope::Store(field!(
+            table,
+            |v| parse_identifier(v).map(|n| n.to_lowercase()),
             |s| quote(s.store.profile.table.as_str()),
-        ),
+        )),
     },
     Key {
         name: "position_column",
@@ -544,10 +493,11 @@ pub const KEYS: &[Key] = &[
         help: "The table's identity position column (ledger-core and custom)",
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
-        scope: Scope::store(
-            |v| parse_identifier(v).map(|n| Parsed::Name(n.to_lowercase())),
+        scope: Scope::Store(field!(
+            position_column,
+            |v| parse_identifier(v).map(|n| n.to_lowercase()),
             |s| quote(s.store.profile.position.as_str()),
-        ),
+        )),
     },
     Key {
         name: "columns",
@@ -556,13 +506,14 @@ pub const KEYS: &[Key] = &[
         help: "custom: the tombstone row, a TOML table of column = \"uuid\" | \"now\" | { literal = VALUE } | { next_version = [\"stream key column\", ...] }",
         flag: Flag::Value("TOML"),
         unset: Unset::Optional,
-        scope: Scope::store(
-            |v| parse_columns(v, parse_identifier).map(Parsed::Columns),
+        scope: Scope::Store(field!(
+            columns,
+            |v| parse_columns(v, parse_identifier),
             |s| match &s.store.profile {
                 t if t.kind == ProfileKind::Custom => render_columns(t.columns()),
                 _ => String::new(),
             },
-        ),
+        )),
     },
     Key {
         name: "tombstone_stream_id",
@@ -571,8 +522,9 @@ pub const KEYS: &[Key] = &[
         help: "ledger-core: the tombstone stream's stream_id (its stream_category is tombstone_stream, default $gap for this profile)",
         flag: Flag::Value("UUID"),
         unset: Unset::Default(NIL_UUID),
-        scope: Scope::store(
-            |v| parse_uuid(v).map(Parsed::Text),
+        scope: Scope::Store(field!(
+            tombstone_stream_id,
+            parse_uuid,
             // The ledger-core tombstone's own stream_id literal.
             |s| match &s.store.profile {
                 t if t.kind == ProfileKind::LedgerCore => {
@@ -581,7 +533,7 @@ pub const KEYS: &[Key] = &[
                 }
                 _ => String::new(),
             },
-        ),
+        )),
     },
     Key {
         name: "leader_election",
@@ -590,10 +542,11 @@ pub const KEYS: &[Key] = &[
         help: "Take the store's leader lock before filling; false only for a single instance",
         flag: Flag::Switch,
         unset: Unset::Default("true"),
-        scope: Scope::store(
-            |v| parse_bool(v).map(Parsed::Bool),
+        scope: Scope::Store(field!(
+            leader_election,
+            parse_bool,
             |s| s.election.is_on().to_string(),
-        ),
+        )),
     },
     Key {
         name: "leader_key",
@@ -602,10 +555,11 @@ pub const KEYS: &[Key] = &[
         help: "Name of the leader lock; healers sharing it elect one filler",
         flag: Flag::Value("NAME"),
         unset: Unset::Derived("gap-healer:<schema>"),
-        scope: Scope::store(
-            |v| parse_name(v, 255).map(Parsed::Text),
+        scope: Scope::Store(field!(
+            leader_key,
+            |v| parse_name(v, 255),
             |s| quote(&s.leader_key),
-        ),
+        )),
     },
     Key {
         name: "watermark_table",
@@ -614,13 +568,14 @@ pub const KEYS: &[Key] = &[
         help: "Publish the contiguous watermark in this table (schema.table); empty: do not",
         flag: Flag::Value("SCHEMA.TABLE"),
         unset: Unset::Default(""),
-        scope: Scope::store(
+        scope: Scope::Store(field!(
+            watermark_table,
             |v| match v {
-                "" => Ok(Parsed::Table(None)),
-                v => Ok(Parsed::Table(Some(QualifiedName::parse(v)?.to_lowercase()))),
+                "" => Ok(None),
+                v => Ok(Some(QualifiedName::parse(v)?.to_lowercase())),
             },
             |s| quote(&s.store.watermark_table.as_ref().map(QualifiedName::name).unwrap_or_default()),
-        ),
+        )),
     },
     Key {
         name: "give_up_after",
@@ -629,15 +584,16 @@ pub const KEYS: &[Key] = &[
         help: "`run` exits 3 once its scans have failed for this long without a success (database unreachable, tables missing); `never` keeps retrying",
         flag: Flag::Value("DURATION|never"),
         unset: Unset::Default("never"),
-        scope: Scope::store(
+        scope: Scope::Store(field!(
+            give_up_after,
             |v| match v {
-                v if v.eq_ignore_ascii_case("never") => Ok(Parsed::Deadline(None)),
+                v if v.eq_ignore_ascii_case("never") => Ok(None),
                 v => parse_duration(v, Duration::from_secs(1))
-                    .map(|d| Parsed::Deadline(Some(d)))
+                    .map(Some)
                     .map_err(|e| format!("{e}; or never")),
             },
             |s| quote(&s.give_up_after.map_or("never".into(), plain_duration)),
-        ),
+        )),
     },
 ];
 
@@ -674,11 +630,19 @@ impl Key {
         command == commands::CONFIG || self.commands & command != 0
     }
 
-    /// Parses `text` into the value of the field this key fills.
-    pub fn read(&self, text: &str) -> Result<Parsed, String> {
+    /// The key's field of the daemon's keys; `None` for a store key.
+    pub fn daemon(&self) -> Option<&Field<DaemonKeys, DaemonSettings>> {
         match &self.scope {
-            Scope::Daemon(f) => (f.parse)(text),
-            Scope::Store(f) => (f.parse)(text),
+            Scope::Daemon(f) => Some(f),
+            Scope::Store(_) => None,
+        }
+    }
+
+    /// The key's field of a store's keys; `None` for a daemon key.
+    pub fn store(&self) -> Option<&Field<StoreKeys, StoreConfig>> {
+        match &self.scope {
+            Scope::Store(f) => Some(f),
+            Scope::Daemon(_) => None,
         }
     }
 
@@ -694,9 +658,10 @@ impl Key {
     }
 }
 
-/// The parser of the keys a rule after the table reads.
-fn by_rule(_: &str) -> Result<Parsed, String> {
-    Ok(Parsed::ByRule)
+/// The parser of the keys a rule reads after the table, as given
+/// ([`super::rules`]): it keeps nothing.
+fn by_rule(_: &str) -> Result<(), String> {
+    Ok(())
 }
 
 fn quote(s: &str) -> String {
@@ -720,6 +685,7 @@ pub fn suggest(key: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::super::parse::LEVELS;
+    use super::super::read::Origin;
     use super::*;
 
     #[test]
@@ -741,32 +707,32 @@ mod tests {
 
     #[test]
     fn every_default_parses() {
-        let mut read = std::collections::BTreeMap::new();
+        let mut daemon = DaemonKeys::default();
+        let mut store = StoreKeys::default();
         for k in KEYS {
             if let Unset::Default(text) = k.unset {
-                let parsed = k.read(text);
+                let given = Given {
+                    key: k.name,
+                    text: text.into(),
+                    origin: "default".into(),
+                    rank: Origin::Default,
+                };
+                let parsed = match &k.scope {
+                    Scope::Daemon(f) => (f.update)(&mut daemon, given),
+                    Scope::Store(f) => (f.update)(&mut store, given),
+                };
                 assert!(parsed.is_ok(), "the default of {}: {parsed:?}", k.name);
-                read.insert(k.name, parsed.unwrap());
             }
         }
-        fn get<T: FromParsed>(read: &std::collections::BTreeMap<&str, Parsed>, key: &str) -> T {
-            T::from_parsed(&read[key]).unwrap_or_else(|| panic!("{key}: {:?}", read[key]))
-        }
-        assert_eq!(get::<Duration>(&read, "gap_timeout"), DEFAULT_GAP_TIMEOUT);
+        assert_eq!(store.gap_timeout.get(), Some(DEFAULT_GAP_TIMEOUT));
+        assert_eq!(store.poll_interval.get(), Some(DEFAULT_POLL_INTERVAL));
+        assert_eq!(store.lock_timeout.get(), Some(DEFAULT_LOCK_TIMEOUT));
+        assert_eq!(store.connect_timeout.get(), Some(DEFAULT_CONNECT_TIMEOUT));
+        assert_eq!(store.lookback.get(), Some(DEFAULT_LOOKBACK));
+        assert_eq!(store.scan_page_size.get(), Some(DEFAULT_SCAN_PAGE_SIZE));
         assert_eq!(
-            get::<Duration>(&read, "poll_interval"),
-            DEFAULT_POLL_INTERVAL
-        );
-        assert_eq!(get::<Duration>(&read, "lock_timeout"), DEFAULT_LOCK_TIMEOUT);
-        assert_eq!(
-            get::<Duration>(&read, "connect_timeout"),
-            DEFAULT_CONNECT_TIMEOUT
-        );
-        assert_eq!(get::<u64>(&read, "lookback"), DEFAULT_LOOKBACK);
-        assert_eq!(get::<u32>(&read, "scan_page_size"), DEFAULT_SCAN_PAGE_SIZE);
-        assert_eq!(
-            get::<SocketAddr>(&read, "metrics_addr").to_string(),
-            DEFAULT_METRICS_ADDR
+            daemon.metrics_addr.get().map(|a| a.to_string()).as_deref(),
+            Some(DEFAULT_METRICS_ADDR)
         );
     }
 

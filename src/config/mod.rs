@@ -18,19 +18,15 @@ mod keys;
 mod parse;
 mod problem;
 mod read;
+mod rules;
 mod settings;
 mod show;
 mod sources;
 
-use std::collections::BTreeMap;
-
 use figment::value::Value;
 use figment::{Figment, Metadata, Profile, Source};
 
-use crate::engine::profile::{
-    ProfileKind, TableShape, Tombstone, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
-};
-use crate::engine::{EngineKind, Ident, StoreSettings};
+use crate::engine::EngineKind;
 use crate::secret::ConnectionString;
 
 pub use args::{not_read, ConfigArgs, Flags};
@@ -41,23 +37,17 @@ pub use keys::{
     DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, ENV_PREFIX, KEYS,
 };
 pub use parse::{parse_duration, parse_identifier, parse_store_name};
-use problem::said_once;
+use problem::{said_once, Problems};
 pub use problem::{ConfigError, Problem};
+use read::Given;
 pub use read::{LogFormat, StartFrom};
+pub use rules::Need;
+use rules::Rules;
 pub use settings::{
     DaemonSettings, Election, Settings, Store, StoreConfig, StoreSet, DATABASE_PLACEHOLDER,
     DEFAULT_STORE,
 };
 use sources::Layer;
-
-/// What a subcommand needs from the configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Need {
-    /// Everything, including a connection string (run, scan, heal, check, install, config).
-    Connection,
-    /// Engine and schema only (sql).
-    EngineOnly,
-}
 
 /// Keys that name one store's database objects: with `[[stores]]` in the
 /// file, an environment variable or flag setting one for every store at once
@@ -109,9 +99,10 @@ pub fn load(
     };
     let top = layers.figment(None);
     let mut v = Validator::new(&top, None);
-    let read = v.read_keys(|k| !k.is_store());
-    let daemon = v.built(daemon_settings(&read));
-    problems.append(&mut v.problems);
+    let mut keys = v.read_keys(Key::daemon);
+    let daemon = DaemonSettings::from_keys(&keys).ok_or_else(|| unvalued(&mut keys, Key::daemon));
+    let daemon = v.built(daemon);
+    problems.append(&mut v.problems.list);
     let daemon_origins = v.origins;
     let fleet = !entries.is_empty() || !set_entries.is_empty();
     let (stores, sets) = if fleet {
@@ -362,36 +353,9 @@ fn shared_leader_locks(claims: &[LockClaim]) -> Vec<Problem> {
     problems
 }
 
-/// Where `key`'s value came from, as problems name it (empty: nowhere).
-fn origin(set: &Read, key: &str) -> String {
-    set.get(key).map(|r| r.origin.clone()).unwrap_or_default()
-}
-
-/// `key` was set by someone, not by the defaults layer.
-fn given(set: &Read, key: &str) -> bool {
-    set.get(key)
-        .is_some_and(|r| r.rank > sources::Origin::Default)
-}
-
-/// A problem of `key`, named with its origin.
-fn refuse(v: &mut Validator<'_>, set: &Read, key: &str, why: String) {
-    let o = origin(set, key);
-    v.problem(key, &o, why);
-}
-
-/// `tombstone_stream` as given, else the profile's default (`$gap` for
-/// ledger-core, Eventuous's for the others).
-fn tombstone_stream(set: &Read) -> Result<String, &'static str> {
-    let ledger_core = get(set, "profile") == Ok(ProfileKind::LedgerCore);
-    match ledger_core && !given(set, "tombstone_stream") {
-        true => Ok(LEDGER_CORE_TOMBSTONE_STREAM.into()),
-        false => get(set, "tombstone_stream"),
-    }
-}
-
 /// What one store's keys made: the store, unless a key has a problem; its
 /// leader lock as far as the keys name it; the problems.
-struct StoreRead {
+struct StoreOutcome {
     store: Option<Store>,
     claim: Option<LockClaim>,
     problems: Vec<Problem>,
@@ -399,16 +363,20 @@ struct StoreRead {
 
 /// One store's keys from its layers; `label`: the store named in problems
 /// (`None` for the single default store).
-fn read_store(name: &str, figment: &Figment, label: Option<&str>, need: Need) -> StoreRead {
+fn read_store(name: &str, figment: &Figment, label: Option<&str>, need: Need) -> StoreOutcome {
     let mut v = Validator::new(figment, label);
-    let read = v.read_keys(Key::is_store);
-    let resolved = v.rules(&read, need);
+    let mut keys = v.read_keys(Key::store);
+    let resolved = Rules {
+        keys: &keys,
+        problems: &mut v.problems,
+        origins: &mut v.origins,
+    }
+    .resolve(need);
     let claim = resolved.as_ref().ok().and_then(|r| {
-        let on: bool = get(&read, "leader_election").ok()?;
-        on.then_some(())?;
+        keys.leader_election.get()?.then_some(())?;
         Some(LockClaim {
             store: name.to_string(),
-            engine: get(&read, "engine").ok()?,
+            engine: keys.engine.get()?,
             connection_string: r.connection_string.clone(),
             key: r.leader_key.clone(),
             origin: v
@@ -418,101 +386,37 @@ fn read_store(name: &str, figment: &Figment, label: Option<&str>, need: Need) ->
                 .map_or("default (gap-healer:<schema>)".into(), |(_, o)| o.clone()),
         })
     });
-    let built = resolved.and_then(|r| store_config(&read, r));
+    let built = resolved.and_then(|r| {
+        StoreConfig::from_keys(&keys, r).ok_or_else(|| unvalued(&mut keys, Key::store))
+    });
     let config = v.built(built);
     let store = config.map(|config| Store {
         name: name.to_string(),
         config,
         origins: v.origins,
     });
-    StoreRead {
+    StoreOutcome {
         store,
         claim,
-        problems: v.problems,
+        problems: v.problems.list,
     }
 }
 
-/// The daemon's settings from its keys as read; `Err`: the first key
-/// without a valid value (its problem is said already).
-fn daemon_settings(read: &Read) -> Result<DaemonSettings, &'static str> {
-    Ok(DaemonSettings {
-        metrics_addr: get(read, "metrics_addr")?,
-        discover_interval: get(read, "discover_interval")?,
-        log_format: get(read, "log_format")?,
-        log_level: get(read, "log_level")?,
-    })
+/// The first key of a scope (the keys `field` gives a field of `K`) that
+/// has a default or is required, and has no value: what a conversion that
+/// found none names.
+fn unvalued<K, S>(keys: &mut K, field: impl Fn(&Key) -> Option<&Field<K, S>>) -> &'static str {
+    KEYS.iter()
+        .filter(|k| matches!(k.unset, Unset::Default(_) | Unset::Required))
+        .find(|k| field(k).is_some_and(|f| !(f.slot)(keys).has_value()))
+        .map_or("configuration", |k| k.name)
 }
 
-/// What the rules that span several keys make of them.
-struct Resolved {
-    connection_string: ConnectionString,
-    profile: TableShape,
-    /// `tombstone_stream`, or the profile's own default when not given.
-    tombstone_stream: String,
-    leader_key: String,
-}
-
-/// A store's settings from its keys as read and what the rules made of
-/// them; `Err`: the first key without a valid value.
-fn store_config(read: &Read, r: Resolved) -> Result<StoreConfig, &'static str> {
-    let election = match get(read, "leader_election")? {
-        false => Election::Off,
-        true => Election::On {
-            key: r.leader_key.clone(),
-        },
-    };
-    Ok(StoreConfig {
-        engine: get(read, "engine")?,
-        store: StoreSettings {
-            connection_string: r.connection_string,
-            schema: get(read, "schema")?,
-            tombstone_stream: r.tombstone_stream,
-            tombstone_type: get(read, "tombstone_type")?,
-            connect_timeout: get(read, "connect_timeout")?,
-            watermark_table: get(read, "watermark_table")?,
-            profile: r.profile,
-        },
-        gap_timeout: get(read, "gap_timeout")?,
-        poll_interval: get(read, "poll_interval")?,
-        lock_timeout: get(read, "lock_timeout")?,
-        start_from: get(read, "start_from")?,
-        lookback: get(read, "lookback")?,
-        scan_page_size: get(read, "scan_page_size")?,
-        dry_run: get(read, "dry_run")?,
-        election,
-        give_up_after: get(read, "give_up_after")?,
-        leader_key: r.leader_key,
-    })
-}
-
-/// A key's raw text and where it came from.
-struct Raw {
-    text: String,
-    origin: String,
-    /// The layer it came from: a higher one wins.
-    rank: sources::Origin,
-    /// What the key's parser made of the text; `None`: it refused it (a
-    /// problem says why).
-    value: Option<keys::Parsed>,
-}
-
-/// The keys of one scope that are set, by name.
-type Read = BTreeMap<&'static str, Raw>;
-
-/// The value of `key` as its field's type; `Err(key)` when it is unset or
-/// was refused.
-fn get<T: keys::FromParsed>(read: &Read, key: &'static str) -> Result<T, &'static str> {
-    read.get(key)
-        .and_then(|raw| raw.value.as_ref())
-        .and_then(T::from_parsed)
-        .ok_or(key)
-}
-
+/// Reads one scope's keys from its layers into what was read, saying every
+/// problem.
 struct Validator<'a> {
     figment: &'a Figment,
-    /// The store named in problems.
-    store: Option<String>,
-    problems: Vec<Problem>,
+    problems: Problems,
     origins: Vec<(&'static str, String)>,
 }
 
@@ -520,20 +424,20 @@ impl<'a> Validator<'a> {
     fn new(figment: &'a Figment, store: Option<&str>) -> Self {
         Validator {
             figment,
-            store: store.map(String::from),
-            problems: Vec::new(),
+            problems: Problems::new(store),
             origins: Vec::new(),
         }
     }
 
-    /// Reads and parses the keys of the table that `which` picks; returns
-    /// those that are set.
-    fn read_keys(&mut self, which: impl Fn(&Key) -> bool) -> Read {
-        let mut set = BTreeMap::new();
-        for key in KEYS.iter().filter(|k| which(k)) {
-            let Some((text, origin, rank)) = self.raw(key.name) else {
+    /// Reads the keys of one scope, those `field` gives a field of `K`,
+    /// into `K`: each key's text through its row's `update`.
+    fn read_keys<K: Default, S>(&mut self, field: impl Fn(&Key) -> Option<&Field<K, S>>) -> K {
+        let mut keys = K::default();
+        for key in KEYS {
+            let Some(field) = field(key) else { continue };
+            let Some(given) = self.raw(key.name) else {
                 if key.unset == Unset::Required {
-                    self.problem(
+                    self.problems.say(
                         key.name,
                         "nowhere",
                         format!(
@@ -546,40 +450,21 @@ impl<'a> Validator<'a> {
                 }
                 continue;
             };
-            let value = match key.read(text.trim()) {
-                Ok(value) => Some(value),
-                Err(message) => {
-                    self.problems.push(Problem {
-                        key: key.name.into(),
-                        value: Some(text.clone()),
-                        origin: origin.clone(),
-                        message,
-                        store: self.store.clone(),
-                    });
-                    None
-                }
-            };
-            set.insert(
-                key.name,
-                Raw {
-                    text,
-                    origin,
-                    rank,
-                    value,
-                },
-            );
+            if let Err(message) = (field.update)(&mut keys, given.clone()) {
+                self.problems.refuse_text(&given, message);
+            }
         }
-        set
+        keys
     }
 
-    /// The value of `key` as text, where it came from and that layer's
-    /// rank; `None` when unset.
-    fn raw(&mut self, key: &'static str) -> Option<(String, String, sources::Origin)> {
+    /// The value of `key` as text, and where it came from; `None` when
+    /// unset, or when it is no text (a table or list: a problem says so).
+    fn raw(&mut self, key: &'static str) -> Option<Given> {
         let value = self.figment.find_value(key).ok()?;
         let rank = self
             .figment
             .find_metadata(key)
-            .map_or(sources::Origin::Default, sources::Origin::of);
+            .map_or(read::Origin::Default, read::Origin::of);
         let origin = match self.figment.find_metadata(key) {
             Some(Metadata {
                 source: Some(Source::File(path)),
@@ -603,12 +488,13 @@ impl<'a> Validator<'a> {
             Value::Dict(..) if key == "columns" => match toml::Value::try_from(&value) {
                 Ok(v) => v.to_string(),
                 Err(e) => {
-                    self.problem(key, &origin, format!("unreadable table: {e}"));
+                    self.problems
+                        .say(key, &origin, format!("unreadable table: {e}"));
                     return None;
                 }
             },
             Value::Dict(..) | Value::Array(..) => {
-                self.problem(
+                self.problems.say(
                     key,
                     &origin,
                     "expected a single value, found a table or list",
@@ -616,7 +502,12 @@ impl<'a> Validator<'a> {
                 return None;
             }
         };
-        Some((text, origin, rank))
+        Some(Given {
+            key,
+            text,
+            origin,
+            rank,
+        })
     }
 
     /// What was built, or `None` when a key had no valid value. Every such
@@ -628,263 +519,18 @@ impl<'a> Validator<'a> {
             Err(key) => {
                 if self.problems.is_empty() {
                     let bug = "no value (a bug of gap-healer: please report it)";
-                    self.problem(key, "nowhere", bug);
+                    self.problems.say(key, "nowhere", bug);
                 }
                 None
             }
         }
     }
-
-    fn problem(&mut self, key: &str, origin: &str, message: impl Into<String>) {
-        self.problems.push(Problem {
-            key: key.into(),
-            value: None,
-            origin: origin.into(),
-            message: message.into(),
-            store: self.store.clone(),
-        });
-    }
-
-    /// The rules that span several keys: the connection string, the table
-    /// profile and the leader key's default. `Err`: the key of a rule that
-    /// refused (each says why; all are checked).
-    fn rules(&mut self, set: &Read, need: Need) -> Result<Resolved, &'static str> {
-        let engine = get(set, "engine").ok();
-        let connection_string = self.connection_string(set, engine, need);
-        let tombstone_stream = tombstone_stream(set);
-        let profile = self.profile(set, engine, tombstone_stream.as_deref().ok());
-        let connection_string = connection_string.ok_or("connection_string")?;
-        let (profile, tombstone_stream) = (profile.ok_or("profile")?, tombstone_stream?);
-        let leader_key = match get::<String>(set, "leader_key") {
-            Ok(key) => key,
-            Err(_) => {
-                let schema: Ident = get(set, "schema")?;
-                format!("gap-healer:{}", profile.leader_scope(&schema))
-            }
-        };
-        Ok(Resolved {
-            connection_string,
-            profile,
-            tombstone_stream,
-            leader_key,
-        })
-    }
-
-    /// The store's table profile from `profile`, `table`, `position_column`,
-    /// `columns` and `tombstone_stream_id`: each key only where its profile
-    /// reads it, and what a profile needs present. `stream`: the resolved
-    /// `tombstone_stream` (`None` when refused), which ledger-core's row names.
-    fn profile(
-        &mut self,
-        set: &Read,
-        engine: Option<EngineKind>,
-        stream: Option<&str>,
-    ) -> Option<TableShape> {
-        let kind: ProfileKind = get(set, "profile").ok()?;
-        if kind != ProfileKind::Eventuous
-            && engine.is_some_and(|e| !crate::engine::heals_table_profiles(e))
-        {
-            self.problem(
-                "profile",
-                &origin(set, "profile"),
-                format!("{kind}: PostgreSQL only, for now (SQL Server heals Eventuous's Messages)"),
-            );
-            return None;
-        }
-        match kind {
-            ProfileKind::Eventuous => self.eventuous_profile(set),
-            ProfileKind::LedgerCore => self.ledger_core_profile(set, stream),
-            ProfileKind::Custom => self.custom_profile(set),
-        }
-    }
-
-    /// Eventuous's own tables: `table` and `position_column` only as its
-    /// names, no tombstone columns.
-    fn eventuous_profile(&mut self, set: &Read) -> Option<TableShape> {
-        let shape = TableShape::eventuous();
-        for (key, fixed) in [
-            ("table", &shape.table),
-            ("position_column", &shape.position),
-        ] {
-            let fixed = fixed.as_str();
-            let value: Option<Ident> = get(set, key).ok();
-            if value.is_some_and(|v| v.as_str() != fixed) {
-                refuse(self, set, key, format!("the eventuous profile heals {fixed}; to heal another table, set profile = \"ledger-core\" or \"custom\""));
-            }
-        }
-        for key in ["columns", "tombstone_stream_id"] {
-            if given(set, key) {
-                refuse(self, set, key, "not read by the eventuous profile (its tombstone is Eventuous's own row); set profile = \"custom\" to describe another table".into());
-            }
-        }
-        Some(shape)
-    }
-
-    /// Seed 003's `events` table: its fixed tombstone row, its default names.
-    fn ledger_core_profile(&mut self, set: &Read, stream: Option<&str>) -> Option<TableShape> {
-        let kind = ProfileKind::LedgerCore;
-        if given(set, "columns") {
-            refuse(self, set, "columns", "the ledger-core profile's tombstone row is fixed; set profile = \"custom\" to describe your own".into());
-        }
-        let preset =
-            |name: Option<&str>| Ident::parse(name.unwrap_or_default()).expect("a preset name");
-        let table = get(set, "table").unwrap_or_else(|_| preset(kind.default_table()));
-        let position =
-            get(set, "position_column").unwrap_or_else(|_| preset(kind.default_position()));
-        let stream_id: String = get(set, "tombstone_stream_id").ok()?;
-        let event_type: String = get(set, "tombstone_type").ok()?;
-        Some(TableShape::ledger_core(
-            table,
-            position,
-            stream?,
-            &stream_id,
-            &event_type,
-        ))
-    }
-
-    /// A table described by `table`, `position_column` and `columns`, all required.
-    fn custom_profile(&mut self, set: &Read) -> Option<TableShape> {
-        for key in ["tombstone_stream", "tombstone_type", "tombstone_stream_id"] {
-            if given(set, key) {
-                refuse(
-                    self,
-                    set,
-                    key,
-                    "not read by the custom profile: its tombstone row is `columns`".into(),
-                );
-            }
-        }
-        let table: Option<Ident> = get(set, "table").ok();
-        let position: Option<Ident> = get(set, "position_column").ok();
-        let columns: Option<Vec<TombstoneColumn>> = get(set, "columns").ok();
-        for (key, value) in [
-            ("table", table.is_some()),
-            ("position_column", position.is_some()),
-            ("columns", columns.is_some()),
-        ] {
-            // A key that was set but invalid has its own problem already.
-            if !value && !set.contains_key(key) {
-                self.problem(key, "nowhere", "required by profile = \"custom\"");
-            }
-        }
-        let (table, position, columns) = (table?, position?, columns?);
-        if columns.iter().any(|c| c.name == position) {
-            refuse(
-                self,
-                set,
-                "columns",
-                format!(
-                    "{} is the position column: the fill writes it",
-                    position.as_str()
-                ),
-            );
-            return None;
-        }
-        Some(TableShape {
-            kind: ProfileKind::Custom,
-            table,
-            position,
-            tombstone: Tombstone::Columns(columns),
-        })
-    }
-
-    /// The connection string from `connection_string` or `connection_string_file`,
-    /// checked by the engine's own parser. Never echoes the value. When both
-    /// are set, the one from the higher layer wins (`GAP_HEALER_CONNECTION_STRING`
-    /// over a file's `connection_string_file`); both in one layer is a problem.
-    fn connection_string(
-        &mut self,
-        set: &Read,
-        engine: Option<EngineKind>,
-        need: Need,
-    ) -> Option<ConnectionString> {
-        let (text, origin) = match (
-            set.get("connection_string"),
-            set.get("connection_string_file"),
-        ) {
-            (Some(inline), Some(file)) if inline.rank > file.rank => {
-                (inline.text.clone(), inline.origin.clone())
-            }
-            (Some(inline), Some(file)) if inline.rank == file.rank => {
-                self.problem(
-                    "connection_string",
-                    &format!("{} and {}", inline.origin, file.origin),
-                    "set connection_string or connection_string_file, not both",
-                );
-                return None;
-            }
-            (Some(inline), None) => (inline.text.clone(), inline.origin.clone()),
-            (_, Some(file)) => match read_small(&file.text) {
-                Ok(text) => {
-                    // The value shown as connection_string is the file's: so
-                    // is its origin (the key's own, read first, lost).
-                    let origin = format!("file {} named by {}", file.text, file.origin);
-                    self.origins.retain(|(k, _)| *k != "connection_string");
-                    self.origins.push(("connection_string", origin.clone()));
-                    (text.trim_end_matches(['\r', '\n']).to_string(), origin)
-                }
-                Err(e) => {
-                    self.problems.push(Problem {
-                        key: "connection_string_file".into(),
-                        value: Some(file.text.clone()),
-                        origin: file.origin.clone(),
-                        message: format!("cannot read the file: {e}"),
-                        store: self.store.clone(),
-                    });
-                    return None;
-                }
-            },
-            (None, None) => {
-                return match need {
-                    Need::EngineOnly => Some(ConnectionString::new("")),
-                    Need::Connection => {
-                        self.problem(
-                            "connection_string",
-                            "nowhere",
-                            "required: set GAP_HEALER_CONNECTION_STRING, connection_string_file, or --connection-string",
-                        );
-                        None
-                    }
-                };
-            }
-        };
-        let cs = ConnectionString::new(text);
-        if cs.is_empty() {
-            if need == Need::Connection {
-                self.problem("connection_string", &origin, "is empty");
-                return None;
-            }
-            return Some(cs);
-        }
-        if let Some(engine) = engine {
-            if let Err(message) = crate::engine::check_connection_string(engine, &cs) {
-                self.problem("connection_string", &origin, message);
-                return None;
-            }
-        }
-        Some(cs)
-    }
-}
-
-/// A secret file of at most 64 KiB (a connection string, not `/dev/zero`).
-fn read_small(path: &str) -> std::io::Result<String> {
-    use std::io::Read;
-    const MAX: u64 = 64 * 1024;
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX {
-        return Err(std::io::Error::other(
-            "larger than 64 KiB: not a connection string",
-        ));
-    }
-    Ok(text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::profile::{TableShape, Tombstone};
     use proptest::prelude::*;
     use std::time::Duration;
 

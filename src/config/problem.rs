@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::read::Given;
+
 /// One configuration problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
@@ -64,4 +66,54 @@ pub(super) fn said_once(problems: Vec<Problem>) -> Vec<Problem> {
         }
     }
     unique
+}
+
+/// The problems found in one scope, the daemon's keys or one store's, each
+/// naming the store.
+pub(super) struct Problems {
+    /// The store named in problems (`None`: the daemon's keys, or the one
+    /// default store).
+    store: Option<String>,
+    pub(super) list: Vec<Problem>,
+}
+
+impl Problems {
+    pub(super) fn new(store: Option<&str>) -> Self {
+        Problems {
+            store: store.map(String::from),
+            list: Vec::new(),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// A problem of `key` that shows no value (missing, secret, or a rule's).
+    pub(super) fn say(&mut self, key: &str, origin: &str, message: impl Into<String>) {
+        self.list.push(Problem {
+            key: key.into(),
+            value: None,
+            origin: origin.into(),
+            message: message.into(),
+            store: self.store.clone(),
+        });
+    }
+
+    /// A problem of the text `given` for a key.
+    pub(super) fn refuse_text(&mut self, given: &Given, message: impl Into<String>) {
+        self.list.push(Problem {
+            key: given.key.into(),
+            value: Some(given.text.clone()),
+            origin: given.origin.clone(),
+            message: message.into(),
+            store: self.store.clone(),
+        });
+    }
+
+    /// A problem of a key a layer set, named with its origin, its value
+    /// not shown (a rule's: the key is not read here, or contradicts another).
+    pub(super) fn refuse(&mut self, given: &Given, message: impl Into<String>) {
+        self.say(given.key, &given.origin, message);
+    }
 }

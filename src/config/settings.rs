@@ -1,6 +1,7 @@
-//! The validated configuration: the daemon's settings and the stores it
-//! heals, each built from its keys as read in one expression
-//! ([`super::load`]), and `--store` selection.
+//! The validated configuration (ripgrep's `HiArgs`): the daemon's settings
+//! and the stores it heals, each built in one conversion (`from_keys`) from
+//! its keys as read ([`super::read`]) and, for a store, what the rules that
+//! span keys made of them ([`super::rules`]); and `--store` selection.
 
 use std::net::SocketAddr;
 use std::ops::Deref;
@@ -12,7 +13,8 @@ use crate::secret::ConnectionString;
 
 use super::parse::closest;
 use super::problem::{ConfigError, Problem};
-use super::read::{LogFormat, StartFrom};
+use super::read::{DaemonKeys, LogFormat, StartFrom, StoreKeys};
+use super::rules::Resolved;
 
 /// The daemon-wide keys ([`super::keys::Scope::Daemon`]).
 #[derive(Clone, Debug)]
@@ -84,7 +86,55 @@ impl Election {
     }
 }
 
+impl DaemonSettings {
+    /// The daemon's settings from its keys as read (ripgrep's
+    /// `HiArgs::from_low_args`); `None`: a key has no valid value (its
+    /// problem is said already).
+    pub(super) fn from_keys(k: &DaemonKeys) -> Option<DaemonSettings> {
+        Some(DaemonSettings {
+            metrics_addr: k.metrics_addr.get()?,
+            discover_interval: k.discover_interval.get()?,
+            log_format: k.log_format.get()?,
+            log_level: k.log_level.get()?,
+        })
+    }
+}
+
 impl StoreConfig {
+    /// A store's settings from its keys as read and what the rules that
+    /// span keys made of them (ripgrep's `HiArgs::from_low_args`); `None`:
+    /// a key has no valid value (its problem is said already).
+    pub(super) fn from_keys(k: &StoreKeys, r: Resolved) -> Option<StoreConfig> {
+        let election = match k.leader_election.get()? {
+            false => Election::Off,
+            true => Election::On {
+                key: r.leader_key.clone(),
+            },
+        };
+        Some(StoreConfig {
+            engine: k.engine.get()?,
+            store: StoreSettings {
+                connection_string: r.connection_string,
+                schema: k.schema.get()?,
+                tombstone_stream: r.tombstone_stream,
+                tombstone_type: k.tombstone_type.get()?,
+                connect_timeout: k.connect_timeout.get()?,
+                watermark_table: k.watermark_table.get()?,
+                profile: r.profile,
+            },
+            gap_timeout: k.gap_timeout.get()?,
+            poll_interval: k.poll_interval.get()?,
+            lock_timeout: k.lock_timeout.get()?,
+            start_from: k.start_from.get()?,
+            lookback: k.lookback.get()?,
+            scan_page_size: k.scan_page_size.get()?,
+            dry_run: k.dry_run.get()?,
+            election,
+            give_up_after: k.give_up_after.get()?,
+            leader_key: r.leader_key,
+        })
+    }
+
     /// `value` quoted, or nothing for the custom profile (which does not
     /// read the tombstone names: its `columns` say it all).
     pub(crate) fn unless_custom(&self, value: &str) -> String {

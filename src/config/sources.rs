@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::args::ConfigArgs;
 use super::keys::{suggest, Key, Unset, ENV_PREFIX, KEYS};
 use super::problem::Problem;
+use super::read::Origin;
 
 /// What the config file holds: its top-level keys (defaults for every
 /// store), its `[[stores]]` entries, and a problem for each key it does not know.
@@ -187,24 +188,9 @@ pub(super) struct Layer {
     origin: Arc<dyn Fn(&str) -> String + Send + Sync>,
 }
 
-/// The layer a value came from, in rank order: a value from a later
-/// variant wins over one from an earlier (`Ord` is that order). Each
-/// [`Layer`] is built with its own; figment's metadata carries it only as
-/// [`Origin::name`], and [`Origin::of`] is that mapping's one inverse.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Origin {
-    /// A key's built-in default.
-    Default,
-    /// The top level of the config file (figment's own TOML provider).
-    File,
-    /// A `[[stores]]` or `[[store_sets]]` entry of the config file.
-    StoreEntry,
-    /// A `GAP_HEALER_*` environment variable.
-    Env,
-    /// A command-line flag.
-    Flag,
-}
-
+/// How figment's metadata names each [`Origin`]: a [`Layer`] is built with
+/// its own, carried only as [`Origin::name`], and [`Origin::of`] is that
+/// mapping's one inverse.
 impl Origin {
     /// The metadata name of a layer of this origin; the file's is figment's own.
     const fn name(self) -> &'static str {
