@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::engine::profile::{parse_columns, render_columns, ProfileKind, NIL_UUID};
+use crate::engine::profile::{parse_columns, render_columns, ProfileKind};
 use crate::engine::{EngineKind, QualifiedName};
 
 use super::parse::{
@@ -30,18 +30,6 @@ use super::settings::{DaemonSettings, StoreConfig};
 
 /// The prefix of every key's environment variable, `GAP_HEALER_<NAME>`.
 pub const ENV_PREFIX: &str = "GAP_HEALER_";
-
-pub const DEFAULT_SCHEMA: &str = "eventuous";
-pub const DEFAULT_GAP_TIMEOUT: Duration = Duration::from_secs(5);
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9477";
-pub const DEFAULT_LOOKBACK: u64 = 1_000_000;
-pub const DEFAULT_SCAN_PAGE_SIZE: u32 = 10_000;
-/// The tombstone stream and type are the engines' (and Eventuous's) convention.
-pub use crate::engine::{DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE};
-pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 /// One configuration key.
 #[derive(Debug)]
@@ -146,9 +134,10 @@ pub enum Flag {
 /// What an unset key means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unset {
-    /// This text, parsed like any other value (the lowest layer, origin
-    /// "default"), and shown in `--help`.
-    Default(&'static str),
+    /// The value its field of what was read has by default
+    /// ([`StoreKeys`]' or [`DaemonKeys`]' `Default`, origin "default"),
+    /// shown in `--help` as its text ([`Key::default_text`]).
+    Default,
     /// A problem: the key must be set.
     Required,
     /// Computed from other keys after the table is read; the text describes
@@ -249,7 +238,7 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "Schema of the event store's tables",
         flag: Flag::Value("NAME"),
-        unset: Unset::Default(DEFAULT_SCHEMA),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             schema,
             parse_identifier,
@@ -262,7 +251,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN | HEAL | CHECK,
         help: "How long gap-healer waits, from when it first sees a hole, before filling it",
         flag: Flag::Value("DURATION"),
-        unset: Unset::Default("5s"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             gap_timeout,
             |v| parse_duration(v, Duration::ZERO),
@@ -275,7 +264,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN,
         help: "Time between scans for new rows",
         flag: Flag::Value("DURATION"),
-        unset: Unset::Default("250ms"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             poll_interval,
             |v| parse_duration(v, Duration::from_millis(10)),
@@ -288,7 +277,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN | HEAL | CHECK,
         help: "Longest wait of a fill on a position an open append holds",
         flag: Flag::Value("DURATION"),
-        unset: Unset::Default("2s"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             lock_timeout,
             |v| parse_duration(v, Duration::from_millis(1)),
@@ -301,7 +290,7 @@ pub const KEYS: &[Key] = &[
         commands: CONNECTING,
         help: "Longest wait for a new database connection",
         flag: Flag::Value("DURATION"),
-        unset: Unset::Default("5s"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             connect_timeout,
             |v| parse_duration(v, Duration::from_millis(100)),
@@ -314,7 +303,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN,
         help: "Address of the HTTP endpoints: /metrics, /healthz, /readyz, /status (and / listing them)",
         flag: Flag::Value("HOST:PORT"),
-        unset: Unset::Default(DEFAULT_METRICS_ADDR),
+        unset: Unset::Default,
         scope: Scope::Daemon(field!(
             metrics_addr,
             |v| {
@@ -331,7 +320,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN,
         help: "How often each [[store_sets]] entry's databases are listed again (stores appear and vanish without a restart)",
         flag: Flag::Value("DURATION"),
-        unset: Unset::Default("5m"),
+        unset: Unset::Default,
         scope: Scope::Daemon(field!(
             discover_interval,
             |v| parse_duration(v, Duration::from_secs(1)),
@@ -344,7 +333,7 @@ pub const KEYS: &[Key] = &[
         commands: SCANNING,
         help: "Where the first scan starts: checkpoints, head, or a position",
         flag: Flag::Value("FROM"),
-        unset: Unset::Default("checkpoints"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             start_from,
             parse_start_from,
@@ -360,7 +349,7 @@ pub const KEYS: &[Key] = &[
         commands: SCANNING,
         help: "Positions below the head to start from when there are no checkpoints",
         flag: Flag::Value("POSITIONS"),
-        unset: Unset::Default("1000000"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             lookback,
             |v| {
@@ -376,7 +365,7 @@ pub const KEYS: &[Key] = &[
         commands: SCANNING,
         help: "Rows read per scan query",
         flag: Flag::Value("ROWS"),
-        unset: Unset::Default("10000"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             scan_page_size,
             |v| {
@@ -392,7 +381,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN | HEAL,
         help: "Find and report holes, never write",
         flag: Flag::Switch,
-        unset: Unset::Default("false"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             dry_run,
             parse_bool,
@@ -405,7 +394,7 @@ pub const KEYS: &[Key] = &[
         commands: CONNECTING,
         help: "Log format: text or json",
         flag: Flag::Value("FORMAT"),
-        unset: Unset::Default("text"),
+        unset: Unset::Default,
         scope: Scope::Daemon(field!(
             log_format,
             |v| match v.to_ascii_lowercase().as_str() {
@@ -427,7 +416,7 @@ pub const KEYS: &[Key] = &[
         commands: CONNECTING,
         help: "Log level or tracing filter; RUST_LOG overrides it",
         flag: Flag::Value("LEVEL"),
-        unset: Unset::Default(DEFAULT_LOG_LEVEL),
+        unset: Unset::Default,
         scope: Scope::Daemon(field!(
             log_level,
             parse_log_level,
@@ -440,7 +429,7 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "Stream that owns the tombstones",
         flag: Flag::Value("NAME"),
-        unset: Unset::Default(DEFAULT_TOMBSTONE_STREAM),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             tombstone_stream,
             |v| parse_name(v, 850),
@@ -453,7 +442,7 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "Message type of the tombstones",
         flag: Flag::Value("TYPE"),
-        unset: Unset::Default(DEFAULT_TOMBSTONE_TYPE),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             tombstone_type,
             |v| parse_name(v, 128),
@@ -466,7 +455,7 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
         flag: Flag::Value("eventuous|ledger-core|custom"),
-        unset: Unset::Default("eventuous"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             profile,
             ProfileKind::parse,
@@ -521,7 +510,7 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "ledger-core: the tombstone stream's stream_id (its stream_category is tombstone_stream, default $gap for this profile)",
         flag: Flag::Value("UUID"),
-        unset: Unset::Default(NIL_UUID),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             tombstone_stream_id,
             parse_uuid,
@@ -541,7 +530,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN,
         help: "Take the store's leader lock before filling; false only for a single instance",
         flag: Flag::Switch,
-        unset: Unset::Default("true"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             leader_election,
             parse_bool,
@@ -567,7 +556,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN | SCAN | HEAL | CHECK | SQL,
         help: "Publish the contiguous watermark in this table (schema.table); empty: do not",
         flag: Flag::Value("SCHEMA.TABLE"),
-        unset: Unset::Default(""),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             watermark_table,
             |v| match v {
@@ -583,7 +572,7 @@ pub const KEYS: &[Key] = &[
         commands: RUN,
         help: "`run` exits 3 once its scans have failed for this long without a success (database unreachable, tables missing); `never` keeps retrying",
         flag: Flag::Value("DURATION|never"),
-        unset: Unset::Default("never"),
+        unset: Unset::Default,
         scope: Scope::Store(field!(
             give_up_after,
             |v| match v {
@@ -615,9 +604,20 @@ impl Key {
 
     /// The help line with the default, as `--help` shows it.
     pub fn help_line(&self) -> String {
-        match self.unset {
-            Unset::Default(d) | Unset::Derived(d) => format!("{} [default: {d}]", self.help),
-            Unset::Required | Unset::Optional => self.help.to_string(),
+        match (self.unset, self.default_text()) {
+            (Unset::Default, Some(d)) => format!("{} [default: {d}]", self.help),
+            (Unset::Derived(d), _) => format!("{} [default: {d}]", self.help),
+            _ => self.help.to_string(),
+        }
+    }
+
+    /// The default as text, as `--help` shows it: the value its field of
+    /// what was read has by default, written as the key's text. `None`:
+    /// no default.
+    pub fn default_text(&self) -> Option<String> {
+        match &self.scope {
+            Scope::Daemon(f) => (f.slot)(&mut DaemonKeys::default()).text(),
+            Scope::Store(f) => (f.slot)(&mut StoreKeys::default()).text(),
         }
     }
 
@@ -705,35 +705,44 @@ mod tests {
         }
     }
 
+    /// The defaults are written once, in what was read's `Default`: a key
+    /// has one exactly when its row says so, and its text, as `--help`
+    /// shows it, reads back through the key's own parser as the same value.
     #[test]
-    fn every_default_parses() {
-        let mut daemon = DaemonKeys::default();
-        let mut store = StoreKeys::default();
-        for k in KEYS {
-            if let Unset::Default(text) = k.unset {
-                let given = Given {
-                    key: k.name,
-                    text: text.into(),
-                    origin: "default".into(),
-                    rank: Origin::Default,
-                };
-                let parsed = match &k.scope {
-                    Scope::Daemon(f) => (f.update)(&mut daemon, given),
-                    Scope::Store(f) => (f.update)(&mut store, given),
-                };
-                assert!(parsed.is_ok(), "the default of {}: {parsed:?}", k.name);
-            }
+    fn every_default_is_its_rows_and_reads_back_as_itself() {
+        fn reads_back<K: Default, S>(key: &Key, f: &Field<K, S>) -> Option<String> {
+            let text = (f.slot)(&mut K::default()).text()?;
+            let given = Given {
+                key: key.name,
+                text: text.clone(),
+                origin: "--help".into(),
+                rank: Origin::Flag,
+            };
+            let mut read = K::default();
+            let parsed = (f.update)(&mut read, given);
+            assert!(
+                parsed.is_ok(),
+                "the default of {}: {text:?}: {parsed:?}",
+                key.name
+            );
+            let again = (f.slot)(&mut read).text();
+            assert_eq!(again.as_ref(), Some(&text), "the default of {}", key.name);
+            Some(text)
         }
-        assert_eq!(store.gap_timeout.get(), Some(DEFAULT_GAP_TIMEOUT));
-        assert_eq!(store.poll_interval.get(), Some(DEFAULT_POLL_INTERVAL));
-        assert_eq!(store.lock_timeout.get(), Some(DEFAULT_LOCK_TIMEOUT));
-        assert_eq!(store.connect_timeout.get(), Some(DEFAULT_CONNECT_TIMEOUT));
-        assert_eq!(store.lookback.get(), Some(DEFAULT_LOOKBACK));
-        assert_eq!(store.scan_page_size.get(), Some(DEFAULT_SCAN_PAGE_SIZE));
-        assert_eq!(
-            daemon.metrics_addr.get().map(|a| a.to_string()).as_deref(),
-            Some(DEFAULT_METRICS_ADDR)
-        );
+        for k in KEYS {
+            let default = match &k.scope {
+                Scope::Daemon(f) => reads_back(k, f),
+                Scope::Store(f) => reads_back(k, f),
+            };
+            assert_eq!(
+                default.is_some(),
+                k.unset == Unset::Default,
+                "{}: {default:?}, {:?}",
+                k.name,
+                k.unset
+            );
+            assert_eq!(default, k.default_text(), "{}", k.name);
+        }
     }
 
     #[test]

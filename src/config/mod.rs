@@ -30,12 +30,7 @@ use crate::engine::EngineKind;
 use crate::secret::ConnectionString;
 
 pub use args::{not_read, ConfigArgs, Flags};
-pub use keys::{
-    commands, Field, Flag, Heading, Key, Scope, Unset, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_GAP_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOG_LEVEL, DEFAULT_LOOKBACK,
-    DEFAULT_METRICS_ADDR, DEFAULT_POLL_INTERVAL, DEFAULT_SCAN_PAGE_SIZE, DEFAULT_SCHEMA,
-    DEFAULT_TOMBSTONE_STREAM, DEFAULT_TOMBSTONE_TYPE, ENV_PREFIX, KEYS,
-};
+pub use keys::{commands, Field, Flag, Heading, Key, Scope, Unset, ENV_PREFIX, KEYS};
 pub use parse::{parse_duration, parse_identifier, parse_store_name};
 use problem::{said_once, Problems};
 pub use problem::{ConfigError, Problem};
@@ -145,7 +140,7 @@ struct Layers {
 impl Layers {
     /// The figment of one store: `entry` is its `[[stores]]` entry.
     fn figment(&self, entry: Option<&Layer>) -> Figment {
-        let mut figment = Figment::from(Layer::defaults());
+        let mut figment = Figment::new();
         if let Some(file) = &self.file {
             figment = figment.merge(file.clone());
         }
@@ -407,9 +402,19 @@ fn read_store(name: &str, figment: &Figment, label: Option<&str>, need: Need) ->
 /// found none names.
 fn unvalued<K, S>(keys: &mut K, field: impl Fn(&Key) -> Option<&Field<K, S>>) -> &'static str {
     KEYS.iter()
-        .filter(|k| matches!(k.unset, Unset::Default(_) | Unset::Required))
+        .filter(|k| matches!(k.unset, Unset::Default | Unset::Required))
         .find(|k| field(k).is_some_and(|f| !(f.slot)(keys).has_value()))
         .map_or("configuration", |k| k.name)
+}
+
+/// A key's value in the layers.
+enum Raw {
+    /// No layer sets it.
+    Unset,
+    /// The winning layer's value is no text (a table or a list): a problem
+    /// says so.
+    NoText,
+    Text(Given),
 }
 
 /// Reads one scope's keys from its layers into what was read, saying every
@@ -430,12 +435,22 @@ impl<'a> Validator<'a> {
     }
 
     /// Reads the keys of one scope, those `field` gives a field of `K`,
-    /// into `K`: each key's text through its row's `update`.
+    /// into `K`: each key a layer sets through its row's `update`, over
+    /// the defaults of `K`'s `Default`.
     fn read_keys<K: Default, S>(&mut self, field: impl Fn(&Key) -> Option<&Field<K, S>>) -> K {
         let mut keys = K::default();
         for key in KEYS {
             let Some(field) = field(key) else { continue };
-            let Some(given) = self.raw(key.name) else {
+            let given = match self.raw(key.name) {
+                Raw::Text(given) => Some(given),
+                Raw::Unset => None,
+                // Read as set nowhere: neither its default nor a value.
+                Raw::NoText => {
+                    (field.slot)(&mut keys).clear();
+                    None
+                }
+            };
+            let Some(given) = given else {
                 if key.unset == Unset::Required {
                     self.problems.say(
                         key.name,
@@ -457,14 +472,16 @@ impl<'a> Validator<'a> {
         keys
     }
 
-    /// The value of `key` as text, and where it came from; `None` when
-    /// unset, or when it is no text (a table or list: a problem says so).
-    fn raw(&mut self, key: &'static str) -> Option<Given> {
-        let value = self.figment.find_value(key).ok()?;
+    /// The value of `key` as text, and where it came from.
+    fn raw(&mut self, key: &'static str) -> Raw {
+        let Ok(value) = self.figment.find_value(key) else {
+            return Raw::Unset;
+        };
+        // A value always has its layer's metadata.
         let rank = self
             .figment
             .find_metadata(key)
-            .map_or(read::Origin::Default, read::Origin::of);
+            .map_or(read::Origin::File, read::Origin::of);
         let origin = match self.figment.find_metadata(key) {
             Some(Metadata {
                 source: Some(Source::File(path)),
@@ -490,7 +507,7 @@ impl<'a> Validator<'a> {
                 Err(e) => {
                     self.problems
                         .say(key, &origin, format!("unreadable table: {e}"));
-                    return None;
+                    return Raw::NoText;
                 }
             },
             Value::Dict(..) | Value::Array(..) => {
@@ -499,10 +516,10 @@ impl<'a> Validator<'a> {
                     &origin,
                     "expected a single value, found a table or list",
                 );
-                return None;
+                return Raw::NoText;
             }
         };
-        Some(Given {
+        Raw::Text(Given {
             key,
             text,
             origin,
@@ -556,7 +573,7 @@ mod tests {
     #[test]
     fn defaults_apply() {
         let s = load(&args(), env(&[]), Need::Connection).unwrap();
-        assert_eq!(s.stores[0].gap_timeout, DEFAULT_GAP_TIMEOUT);
+        assert_eq!(s.stores[0].gap_timeout, Duration::from_secs(5));
         assert_eq!(s.stores[0].store.schema.as_str(), "eventuous");
         assert_eq!(s.stores[0].start_from, StartFrom::Checkpoints);
         assert!(s.stores[0].election.is_on());
@@ -566,7 +583,7 @@ mod tests {
             "never gives up unless configured"
         );
         assert_eq!(s.stores[0].election.key(), Some("gap-healer:eventuous"));
-        assert_eq!(s.daemon.log_level, DEFAULT_LOG_LEVEL);
+        assert_eq!(s.daemon.log_level, "info");
     }
 
     #[test]
@@ -1054,6 +1071,26 @@ mod tests {
             .iter()
             .chain(&s.daemon_origins)
             .any(|(_, o)| o.starts_with("config file")));
+    }
+
+    /// The example file sets each key it does not comment out to its
+    /// default: the file, `--help` and the defaults (written once, in what
+    /// was read's `Default`) say the same.
+    #[test]
+    fn the_example_file_states_the_defaults() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-healer.toml");
+        let mut a = ConfigArgs::default().with("connection_string", "host=db");
+        a.config = Some(path.into());
+        let example = load(&a, vec![], Need::Connection).unwrap();
+        let defaults = load(&args(), vec![], Need::Connection).unwrap();
+        let mut from_file = 0;
+        for key in KEYS.iter().filter(|k| k.unset == Unset::Default) {
+            let shown = |s: &Settings| key.show(&s.daemon, Some(&s.stores[0].config));
+            assert_eq!(shown(&example), shown(&defaults), "{} in {path}", key.name);
+            let origins = [&example.daemon_origins[..], &example.stores[0].origins[..]].concat();
+            from_file += origins.iter().filter(|(k, _)| k == &key.name).count();
+        }
+        assert!(from_file > 10, "{from_file} defaults set in {path}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The layers, lowest first: the table's defaults, the config file, the
-//! environment, the flags. Each is a figment provider that can name where a
-//! value came from.
+//! The layers, lowest first: the config file, the environment, the flags;
+//! under them all, each key's default ([`super::read`]). Each is a figment
+//! provider that can name where a value came from.
 
 use std::path::Path;
 
@@ -10,7 +10,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use std::sync::Arc;
 
 use super::args::ConfigArgs;
-use super::keys::{suggest, Key, Unset, ENV_PREFIX, KEYS};
+use super::keys::{suggest, Key, ENV_PREFIX};
 use super::problem::Problem;
 use super::read::Origin;
 
@@ -195,7 +195,6 @@ impl Origin {
     /// The metadata name of a layer of this origin; the file's is figment's own.
     const fn name(self) -> &'static str {
         match self {
-            Origin::Default => "defaults",
             Origin::File => "TOML file",
             Origin::StoreEntry => "store entry",
             Origin::Env => "environment",
@@ -206,15 +205,10 @@ impl Origin {
     /// The origin of a value whose metadata is `meta`: a layer built here
     /// by its name, anything else (figment's TOML file) is the file.
     pub(super) fn of(meta: &Metadata) -> Self {
-        [
-            Origin::Default,
-            Origin::StoreEntry,
-            Origin::Env,
-            Origin::Flag,
-        ]
-        .into_iter()
-        .find(|o| meta.name == o.name())
-        .unwrap_or(Origin::File)
+        [Origin::StoreEntry, Origin::Env, Origin::Flag]
+            .into_iter()
+            .find(|o| meta.name == o.name())
+            .unwrap_or(Origin::File)
     }
 }
 
@@ -222,22 +216,6 @@ impl Layer {
     /// Whether this layer sets `key`.
     pub(super) fn has(&self, key: &str) -> bool {
         self.values.contains_key(key)
-    }
-
-    /// Each key's [`Unset::Default`].
-    pub(super) fn defaults() -> Self {
-        let values = KEYS
-            .iter()
-            .filter_map(|k| match k.unset {
-                Unset::Default(text) => Some((k.name.to_string(), Value::from(text))),
-                _ => None,
-            })
-            .collect();
-        Layer {
-            layer: Origin::Default,
-            values,
-            origin: Arc::new(|_: &str| "default".into()),
-        }
     }
 
     /// `GAP_HEALER_<KEY>` for known keys only: unknown `GAP_HEALER_*` variables
