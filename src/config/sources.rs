@@ -179,6 +179,29 @@ fn store_entry(
     )
 }
 
+/// The layers every store shares, lowest first: the
+/// file's top level, then (between it and these) a store's own entry, then
+/// the environment and the flags.
+pub(super) struct Layers {
+    pub(super) file: Option<Figment>,
+    pub(super) env: Layer,
+    pub(super) flags: Layer,
+}
+
+impl Layers {
+    /// The figment of one store: `entry` is its `[[stores]]` entry.
+    pub(super) fn figment(&self, entry: Option<&Layer>) -> Figment {
+        let mut figment = Figment::new();
+        if let Some(file) = &self.file {
+            figment = figment.merge(file.clone());
+        }
+        if let Some(entry) = entry {
+            figment = figment.merge(entry.clone());
+        }
+        figment.merge(self.env.clone()).merge(self.flags.clone())
+    }
+}
+
 /// A figment provider of raw string values that can name the exact
 /// variable or flag a value came from.
 #[derive(Clone)]
