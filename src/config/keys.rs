@@ -134,9 +134,9 @@ pub enum Flag {
 /// What an unset key means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unset {
-    /// The value its field of what was read has by default
-    /// ([`StoreKeys`]' or [`DaemonKeys`]' `Default`, origin "default"),
-    /// shown in `--help` as its text ([`Key::default_text`]).
+    /// The value its field of what was read has by default (`StoreKeys`'
+    /// or `DaemonKeys`' `Default` in `read.rs`, origin "default"), shown
+    /// in `--help` as its text ([`Key::default_text`]).
     Default,
     /// A problem: the key must be set.
     Required,
@@ -156,8 +156,8 @@ pub enum Scope {
 }
 
 /// How a key reads its text into its field of `K`, what was read
-/// ([`super::read`]), and shows the field of `S`, the settings built of it,
-/// back as a TOML value. Written with `field!`, which names the field once.
+/// (`read.rs`), and shows the field of `S`, the settings built of it, back
+/// as a TOML value. Written with `field!`, which names the field once.
 #[derive(Debug)]
 pub struct Field<K, S> {
     /// ripgrep's `Flag::update`: parses the text a layer gave into the

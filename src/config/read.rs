@@ -79,7 +79,7 @@ pub struct Given {
 /// One key as read: the value its parser made, and where its text came from.
 #[derive(Clone, Debug)]
 pub struct Read<T> {
-    /// `None`: unset, or refused (a problem says why).
+    /// `None`: unset without a default, or refused (a problem says why).
     value: Option<T>,
     /// `None`: no layer set the key.
     given: Option<Given>,
@@ -123,7 +123,8 @@ impl<T> Read<T> {
         }
     }
 
-    /// The value; `None` when unset or refused.
+    /// The value (the default, if no layer set the key); `None` when
+    /// unset without a default, or refused.
     pub fn value(&self) -> Option<&T> {
         self.value.as_ref()
     }
@@ -140,7 +141,7 @@ impl<T> Read<T> {
 }
 
 impl<T: Clone> Read<T> {
-    /// The value, owned; `None` when unset or refused.
+    /// The value, owned; `None` when unset without a default, or refused.
     pub fn get(&self) -> Option<T> {
         self.value.clone()
     }
