@@ -1,6 +1,6 @@
-//! The layers, lowest first: the table's defaults, the config file, the
-//! environment, the flags. Each is a figment provider that can name where a
-//! value came from.
+//! The layers, lowest first: the config file, the environment, the flags;
+//! under them all, each key's default ([`super::read`]). Each is a figment
+//! provider that can name where a value came from.
 
 use std::path::Path;
 
@@ -9,8 +9,10 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use std::sync::Arc;
 
-use super::keys::{suggest, Key, Unset, KEYS};
-use super::{ConfigArgs, Problem, ENV_PREFIX};
+use super::args::ConfigArgs;
+use super::keys::{suggest, Key, ENV_PREFIX};
+use super::problem::Problem;
+use super::read::Origin;
 
 /// What the config file holds: its top-level keys (defaults for every
 /// store), its `[[stores]]` entries, and a problem for each key it does not know.
@@ -177,6 +179,29 @@ fn store_entry(
     )
 }
 
+/// The layers every store shares, lowest first: the
+/// file's top level, then (between it and these) a store's own entry, then
+/// the environment and the flags.
+pub(super) struct Layers {
+    pub(super) file: Option<Figment>,
+    pub(super) env: Layer,
+    pub(super) flags: Layer,
+}
+
+impl Layers {
+    /// The figment of one store: `entry` is its `[[stores]]` entry.
+    pub(super) fn figment(&self, entry: Option<&Layer>) -> Figment {
+        let mut figment = Figment::new();
+        if let Some(file) = &self.file {
+            figment = figment.merge(file.clone());
+        }
+        if let Some(entry) = entry {
+            figment = figment.merge(entry.clone());
+        }
+        figment.merge(self.env.clone()).merge(self.flags.clone())
+    }
+}
+
 /// A figment provider of raw string values that can name the exact
 /// variable or flag a value came from.
 #[derive(Clone)]
@@ -186,29 +211,13 @@ pub(super) struct Layer {
     origin: Arc<dyn Fn(&str) -> String + Send + Sync>,
 }
 
-/// The layer a value came from, in rank order: a value from a later
-/// variant wins over one from an earlier (`Ord` is that order). Each
-/// [`Layer`] is built with its own; figment's metadata carries it only as
-/// [`Origin::name`], and [`Origin::of`] is that mapping's one inverse.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Origin {
-    /// A key's built-in default.
-    Default,
-    /// The top level of the config file (figment's own TOML provider).
-    File,
-    /// A `[[stores]]` or `[[store_sets]]` entry of the config file.
-    StoreEntry,
-    /// A `GAP_HEALER_*` environment variable.
-    Env,
-    /// A command-line flag.
-    Flag,
-}
-
+/// How figment's metadata names each [`Origin`]: a [`Layer`] is built with
+/// its own, carried only as [`Origin::name`], and [`Origin::of`] is that
+/// mapping's one inverse.
 impl Origin {
     /// The metadata name of a layer of this origin; the file's is figment's own.
     const fn name(self) -> &'static str {
         match self {
-            Origin::Default => "defaults",
             Origin::File => "TOML file",
             Origin::StoreEntry => "store entry",
             Origin::Env => "environment",
@@ -219,15 +228,10 @@ impl Origin {
     /// The origin of a value whose metadata is `meta`: a layer built here
     /// by its name, anything else (figment's TOML file) is the file.
     pub(super) fn of(meta: &Metadata) -> Self {
-        [
-            Origin::Default,
-            Origin::StoreEntry,
-            Origin::Env,
-            Origin::Flag,
-        ]
-        .into_iter()
-        .find(|o| meta.name == o.name())
-        .unwrap_or(Origin::File)
+        [Origin::StoreEntry, Origin::Env, Origin::Flag]
+            .into_iter()
+            .find(|o| meta.name == o.name())
+            .unwrap_or(Origin::File)
     }
 }
 
@@ -235,22 +239,6 @@ impl Layer {
     /// Whether this layer sets `key`.
     pub(super) fn has(&self, key: &str) -> bool {
         self.values.contains_key(key)
-    }
-
-    /// Each key's [`Unset::Default`].
-    pub(super) fn defaults() -> Self {
-        let values = KEYS
-            .iter()
-            .filter_map(|k| match k.unset {
-                Unset::Default(text) => Some((k.name.to_string(), Value::from(text))),
-                _ => None,
-            })
-            .collect();
-        Layer {
-            layer: Origin::Default,
-            values,
-            origin: Arc::new(|_: &str| "default".into()),
-        }
     }
 
     /// `GAP_HEALER_<KEY>` for known keys only: unknown `GAP_HEALER_*` variables
