@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn, Instrument};
 
-use crate::config::{Election, Settings, Store, StoreSet};
+use crate::config::{Election, Settings, Store, StoreName, StoreSet};
 use crate::engine::{self, Catalog, DbResult, Engine, LeaderLock, Opened, Pools, WithEngine};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::{self, Leader};
@@ -42,7 +42,7 @@ struct Running {
     catalogs: Catalogs,
     board: Arc<Board>,
     /// Each store's own stop, to stop a store whose database vanished.
-    stops: HashMap<String, CancellationToken>,
+    stops: HashMap<StoreName, CancellationToken>,
     tasks: JoinSet<(Store, Ended)>,
 }
 
@@ -76,7 +76,7 @@ impl Running {
 
     /// Stops healing `name` and forgets its health; its series leave the
     /// scrape once idle ([`telemetry::retire_after`]).
-    fn stop(&mut self, name: &str) {
+    fn stop(&mut self, name: &StoreName) {
         if let Some(own) = self.stops.remove(name) {
             own.cancel();
         }
@@ -88,17 +88,16 @@ impl Running {
         let wanted = match set_stores(settings, set, &mut self.catalogs, &self.pools).await {
             Ok(wanted) => wanted,
             Err(e) => {
-                telemetry::discovery_errors(&set.name).increment(1);
+                telemetry::discovery_errors(set.name.as_str()).increment(1);
                 warn!(set = %set.name, error = %e, "cannot list the databases of this store set; keeping its stores as they are");
                 return;
             }
         };
         debug!(set = %set.name, databases = wanted.len(), pools = self.pools.len(), "listed the databases of this store set");
-        let prefix = format!("{}/", set.name);
-        let gone: Vec<String> = self
+        let gone: Vec<StoreName> = self
             .stops
             .keys()
-            .filter(|n| n.starts_with(&prefix) && !wanted.iter().any(|w| &w.name == *n))
+            .filter(|n| n.is_in(&set.name) && !wanted.iter().any(|w| &w.name == *n))
             .cloned()
             .collect();
         for name in gone {
@@ -174,7 +173,7 @@ impl Running {
         // A set's discovery errors are counted from zero, and kept in the
         // scrape like the stores' series.
         for set in &settings.sets {
-            let c = telemetry::discovery_errors(&set.name);
+            let c = telemetry::discovery_errors(set.name.as_str());
             c.absolute(0);
             self.board.keep(c);
         }
@@ -313,7 +312,7 @@ pub async fn expand(settings: &Settings, pools: &Pools) -> DbResult<Vec<Store>> 
 
 /// The store sets' catalogs, by set name: each opened once and kept, so
 /// every discovery pass of a set lists on the same engine and pool.
-type Catalogs = HashMap<String, Catalog>;
+type Catalogs = HashMap<StoreName, Catalog>;
 
 /// `set`'s stores now: its databases listed (on its catalog in
 /// `catalogs`, opened through `pools` at its first listing), those
@@ -328,18 +327,17 @@ async fn set_stores(
         Entry::Occupied(kept) => kept.into_mut(),
         Entry::Vacant(first) => {
             let kind = set.template.engine;
-            let on = set.store(engine::catalog_database(kind));
+            let on = set.on_database(engine::catalog_database(kind));
             first.insert(Catalog::open(kind, &on.store, pools)?)
         }
     };
     let found = catalog.list(&set.databases).await?;
     let mut stores = Vec::new();
     for database in found {
-        if !StoreSet::accepts(&database) {
+        let Some(store) = set.store(&database) else {
             warn!(set = %set.name, database = %database, "skipping a database whose name is not [A-Za-z0-9_.-]{{1,63}}");
             continue;
-        }
-        let store = set.store(&database);
+        };
         if settings.selects(&store.name) {
             stores.push(store);
         }

@@ -67,7 +67,7 @@ pub(super) async fn check<E: Engine>(
         .any(|f| f.check == engine::Check::Watermark && f.ok);
     if let Some(table) = engine.watermark_table().filter(|_| watermark_usable) {
         // The row itself: it must describe this store's table.
-        match table.read_watermark(&settings.name).await {
+        match table.read_watermark(settings.name.as_str()).await {
             Ok(Some(p)) => findings.push(engine::Finding::pass(
                 engine::Check::Watermark,
                 format!("store {}: published up to position {p}", settings.name),

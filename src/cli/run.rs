@@ -95,7 +95,7 @@ fn start_above_head(settings: &Store, fleet: bool, from: i64, head: i64) -> conf
                 settings.store.profile.qualified(&settings.store.schema).name(),
                 head + 1
             ),
-            store: fleet.then(|| settings.name.clone()),
+            store: fleet.then(|| settings.name.to_string()),
         }],
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::keys::Key;
-use super::parse::parse_store_name;
+use super::name::StoreName;
 use super::problem::Problem;
 use super::rules::Need;
 use super::settings::{Store, StoreSet, DATABASE_PLACEHOLDER};
@@ -57,7 +57,7 @@ impl Entries<'_> {
                 }
             };
             let figment = layers.figment(Some(&entry.layer));
-            let mut read = read_store(&name, &figment, Some(&name), need);
+            let mut read = read_store(&name, &figment, Some(name.as_str()), need);
             problems.append(&mut read.problems);
             if !is_set {
                 claims.extend(read.claim);
@@ -107,8 +107,8 @@ fn entry_name(
     entry: &StoreEntry,
     label: String,
     origin: &str,
-    seen: &mut BTreeSet<String>,
-) -> Result<String, Problem> {
+    seen: &mut BTreeSet<StoreName>,
+) -> Result<StoreName, Problem> {
     let origin = origin.to_string();
     match &entry.name {
         None => Err(Problem {
@@ -118,7 +118,7 @@ fn entry_name(
             message: "required: every [[stores]] entry has a name".into(),
             store: Some(label),
         }),
-        Some(name) => match parse_store_name(name) {
+        Some(name) => match StoreName::parse(name) {
             Err(message) => Err(Problem {
                 key: "name".into(),
                 value: Some(name.clone()),
@@ -128,7 +128,7 @@ fn entry_name(
             }),
             Ok(name) if !seen.insert(name.clone()) => Err(Problem {
                 key: "name".into(),
-                value: Some(name),
+                value: Some(name.to_string()),
                 origin,
                 message: "two [[stores]] entries have this name".into(),
                 store: None,
@@ -141,7 +141,7 @@ fn entry_name(
 /// A `[[store_sets]]` entry: its template store (whose connection string
 /// names each database as the placeholder) and its `databases` pattern.
 fn store_set(
-    name: String,
+    name: StoreName,
     entry: &StoreEntry,
     store: Store,
     origin: String,
@@ -156,7 +156,7 @@ fn store_set(
                 message: format!(
                     "a [[store_sets]] entry's connection string names each database as {DATABASE_PLACEHOLDER}"
                 ),
-                store: Some(name.clone()),
+                store: Some(name.to_string()),
             });
     }
     match &entry.databases {
@@ -177,7 +177,7 @@ fn store_set(
                 message:
                     "required: a LIKE pattern over the server's database names, e.g. \"tenant_%\""
                         .into(),
-                store: Some(name),
+                store: Some(name.to_string()),
             });
             Err(problems)
         }
@@ -202,7 +202,7 @@ fn shared_leader_locks(claims: &[LockClaim]) -> Vec<Problem> {
                     "stores {} and {} are in one database with one leader lock: give each its own leader_key",
                     b.store, a.store
                 ),
-                store: Some(a.store.clone()),
+                store: Some(a.store.to_string()),
             });
         }
     }

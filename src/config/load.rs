@@ -5,9 +5,10 @@ use std::path::Path;
 
 use super::args::ConfigArgs;
 use super::entries::{per_store_only_set_for_all, Entries};
+use super::name::StoreName;
 use super::problem::{said_once, ConfigError};
 use super::rules::Need;
-use super::settings::{Settings, DEFAULT_STORE};
+use super::settings::Settings;
 use super::sources::{self, Layer, Layers};
 use super::validate::{read_daemon, read_store};
 
@@ -63,7 +64,7 @@ pub fn load(
         };
         entries.read(&layers, need, &mut problems)
     } else {
-        let mut read = read_store(DEFAULT_STORE, &top, None, need);
+        let mut read = read_store(&StoreName::default(), &top, None, need);
         problems.append(&mut read.problems);
         (read.store.into_iter().collect(), Vec::new())
     };

@@ -29,6 +29,7 @@ mod args;
 mod entries;
 mod keys;
 mod load;
+mod name;
 mod parse;
 mod problem;
 mod read;
@@ -41,13 +42,13 @@ mod validate;
 pub use args::{not_read, ConfigArgs, Flags};
 pub use keys::{commands, Field, Flag, Heading, Key, Scope, Unset, ENV_PREFIX, KEYS};
 pub use load::load;
-pub use parse::{parse_duration, parse_identifier, parse_store_name};
+pub use name::{StoreName, DEFAULT_STORE};
+pub use parse::{parse_duration, parse_identifier};
 pub use problem::{ConfigError, Problem};
 pub use read::{LogFormat, StartFrom};
 pub use rules::Need;
 pub use settings::{
     DaemonSettings, Election, Settings, Store, StoreConfig, StoreSet, DATABASE_PLACEHOLDER,
-    DEFAULT_STORE,
 };
 
 #[cfg(test)]

@@ -127,19 +127,6 @@ pub fn parse_log_level(s: &str) -> Result<String, String> {
         .map_err(|e| format!("not a log level or filter: {e}"))
 }
 
-/// `[a-z0-9_-]{1,63}`: a store's name is a metric label and part of a path.
-pub fn parse_store_name(name: &str) -> Result<String, String> {
-    let ok = (1..=63).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-    if ok {
-        Ok(name.to_string())
-    } else {
-        Err("a store's name is 1 to 63 of a-z, 0-9, _ and -".into())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

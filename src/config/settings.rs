@@ -11,6 +11,7 @@ use crate::engine::profile::ProfileKind;
 use crate::engine::{EngineKind, StoreSettings};
 use crate::secret::ConnectionString;
 
+use super::name::StoreName;
 use super::parse::closest;
 use super::problem::{ConfigError, Problem};
 use super::read::{DaemonKeys, LogFormat, StartFrom, StoreKeys};
@@ -145,15 +146,11 @@ impl StoreConfig {
     }
 }
 
-/// The name of the one store the top-level keys define when the file has
-/// no `[[stores]]`.
-pub const DEFAULT_STORE: &str = "default";
-
 /// One store to heal: its name, its keys, and where each came from.
 #[derive(Clone, Debug)]
 pub struct Store {
-    /// [`DEFAULT_STORE`], or the name of its `[[stores]]` entry.
-    pub name: String,
+    /// `default`, the name of its `[[stores]]` entry, or `<set>/<database>`.
+    pub name: StoreName,
     pub config: StoreConfig,
     /// Where each of its keys' values came from, for `gap-healer config`.
     pub origins: Vec<(&'static str, String)>,
@@ -173,7 +170,7 @@ impl Deref for Store {
 /// template with `{database}` in its connection string replaced.
 #[derive(Clone, Debug)]
 pub struct StoreSet {
-    pub name: String,
+    pub name: StoreName,
     /// A `LIKE` pattern over `pg_database` / `sys.databases`.
     pub databases: String,
     /// The stores' keys; its connection string holds `{database}`.
@@ -184,27 +181,29 @@ pub struct StoreSet {
 pub const DATABASE_PLACEHOLDER: &str = "{database}";
 
 impl StoreSet {
-    /// The store for `database` (a name [`StoreSet::accepts`]).
-    pub fn store(&self, database: &str) -> Store {
-        let mut store = self.template.clone();
-        store.name = format!("{}/{database}", self.name);
-        let cs = store
-            .config
+    /// The store `<set>/<database>`, or `None` when the database's name
+    /// cannot go into a connection string and a store name as it is
+    /// ([`StoreName::in_set`]).
+    pub fn store(&self, database: &str) -> Option<Store> {
+        let name = StoreName::in_set(&self.name, database)?;
+        Some(Store {
+            name,
+            config: self.on_database(database),
+            ..self.template.clone()
+        })
+    }
+
+    /// The template's keys with `database` in its connection string (the
+    /// catalog database's, to list the others).
+    pub fn on_database(&self, database: &str) -> StoreConfig {
+        let mut config = self.template.config.clone();
+        let cs = config
             .store
             .connection_string
             .expose()
             .replace(DATABASE_PLACEHOLDER, database);
-        store.config.store.connection_string = ConnectionString::new(cs);
-        store
-    }
-
-    /// Whether a database's name can go into a connection string and a
-    /// store name as it is: `[A-Za-z0-9_.-]`, at most 63 characters.
-    pub fn accepts(database: &str) -> bool {
-        (1..=63).contains(&database.len())
-            && database
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        config.store.connection_string = ConnectionString::new(cs);
+        config
     }
 }
 
@@ -221,7 +220,7 @@ pub struct Settings {
     /// The `--store` names ([`Settings::select`]); empty: every store.
     pub selected: Vec<String>,
     /// The stores came from `[[stores]]` or `[[store_sets]]` entries (else
-    /// one [`DEFAULT_STORE`]).
+    /// one [`super::DEFAULT_STORE`]).
     pub fleet: bool,
 }
 
@@ -264,18 +263,20 @@ impl Settings {
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
-        self.stores.retain(|s| names.contains(&s.name));
+        self.stores
+            .retain(|s| names.iter().any(|n| s.name == n.as_str()));
         self.sets.retain(|set| {
-            names
-                .iter()
-                .any(|n| *n == set.name || n.starts_with(&format!("{}/", set.name)))
+            names.iter().any(|n| {
+                set.name == n.as_str() || n.split_once('/').is_some_and(|(s, _)| set.name == s)
+            })
         });
         self.selected = names.to_vec();
         Ok(())
     }
 
     /// Whether a discovered store `<set>/<database>` is selected.
-    pub fn selects(&self, store: &str) -> bool {
+    pub fn selects(&self, store: &StoreName) -> bool {
+        let store = store.as_str();
         self.selected.is_empty()
             || self
                 .selected

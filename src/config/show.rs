@@ -19,13 +19,13 @@ impl Settings {
             (_, stores) => {
                 out += &self.rows(daemon, None, &self.daemon_origins);
                 for store in stores {
-                    let name = toml::Value::String(store.name.clone());
+                    let name = toml::Value::String(store.name.to_string());
                     out += &format!("\n[[stores]]\nname = {name}\n");
                     let keys = KEYS.iter().filter(|k| k.is_store());
                     out += &self.rows(keys, Some(store), &store.origins);
                 }
                 for set in &self.sets {
-                    let name = toml::Value::String(set.name.clone());
+                    let name = toml::Value::String(set.name.to_string());
                     let databases = toml::Value::String(set.databases.clone());
                     out += &format!("\n[[store_sets]]\nname = {name}\ndatabases = {databases}\n");
                     let keys = KEYS.iter().filter(|k| k.is_store());

@@ -12,6 +12,7 @@ use crate::engine::EngineKind;
 use crate::secret::ConnectionString;
 
 use super::keys::{Field, Key, Unset, KEYS};
+use super::name::StoreName;
 use super::problem::{Problem, Problems};
 use super::read::{Given, Origin};
 use super::rules::{Need, Rules};
@@ -48,7 +49,7 @@ pub(super) struct StoreOutcome {
 /// One store's keys from its layers; `label`: the store named in problems
 /// (`None` for the single default store).
 pub(super) fn read_store(
-    name: &str,
+    name: &StoreName,
     figment: &Figment,
     label: Option<&str>,
     need: Need,
@@ -64,7 +65,7 @@ pub(super) fn read_store(
     let claim = resolved.as_ref().ok().and_then(|r| {
         keys.leader_election.get()?.then_some(())?;
         Some(LockClaim {
-            store: name.to_string(),
+            store: name.clone(),
             engine: keys.engine.get()?,
             connection_string: r.connection_string.clone(),
             key: r.leader_key.clone(),
@@ -82,7 +83,7 @@ pub(super) fn read_store(
     });
     let config = v.built(built);
     let store = config.map(|config| Store {
-        name: name.to_string(),
+        name: name.clone(),
         config,
         origins: v.origins,
     });
@@ -243,7 +244,7 @@ impl<'a> Validator<'a> {
 /// A store's leader lock, as far as its keys name it: also for a store
 /// whose other keys have problems, so that a shared lock is said with them.
 pub(super) struct LockClaim {
-    pub(super) store: String,
+    pub(super) store: StoreName,
     pub(super) engine: EngineKind,
     pub(super) connection_string: ConnectionString,
     pub(super) key: String,

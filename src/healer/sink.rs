@@ -35,7 +35,7 @@ impl Sink {
 
     /// The store's name (the `store` label, the watermark row's key).
     pub fn store(&self) -> &str {
-        self.health.store()
+        self.health.store().as_str()
     }
 
     pub(super) fn loop_turned(&self) {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use metrics::Counter;
 
 use super::metrics::{self as m, Gauges, Observer, Operation, Outcome, Series, StoreState};
+use crate::config::StoreName;
 
 /// Why a healer cannot fill its store (and so stays out of the election).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +40,7 @@ impl std::fmt::Display for CannotFill {
 /// endpoints.
 #[derive(Debug)]
 pub struct Health {
-    store: String,
+    store: StoreName,
     /// The store's series, written through [`Observer`].
     series: Series,
     epoch: Instant,
@@ -75,26 +76,30 @@ pub struct Status {
 }
 
 impl Health {
-    /// The health of the store called [`crate::config`]'s `default`.
+    /// The health of the store called `default` ([`StoreName::default`]).
     pub fn new(poll_interval: Duration, lock_timeout: Duration) -> Arc<Self> {
-        Self::for_store("default", poll_interval, lock_timeout)
+        Self::for_store(&StoreName::default(), poll_interval, lock_timeout)
     }
 
-    pub fn for_store(store: &str, poll_interval: Duration, lock_timeout: Duration) -> Arc<Self> {
+    pub fn for_store(
+        store: &StoreName,
+        poll_interval: Duration,
+        lock_timeout: Duration,
+    ) -> Arc<Self> {
         // One failed scan is a blip; several polls' worth is an outage.
         let fail_grace = (poll_interval * 5).max(Duration::from_secs(3));
         Arc::new(Self::build(store, poll_interval, lock_timeout, fail_grace))
     }
 
     fn build(
-        store: &str,
+        store: &StoreName,
         poll_interval: Duration,
         lock_timeout: Duration,
         fail_grace: Duration,
     ) -> Self {
         Health {
-            store: store.to_string(),
-            series: Series::new(store),
+            store: store.clone(),
+            series: Series::new(store.as_str()),
             epoch: Instant::now(),
             last_loop_ms: AtomicU64::new(0),
             last_scan_ms: AtomicU64::new(u64::MAX),
@@ -115,7 +120,7 @@ impl Health {
     }
 
     /// The store's name, the `store` label of its series.
-    pub fn store(&self) -> &str {
+    pub fn store(&self) -> &StoreName {
         &self.store
     }
 
@@ -318,7 +323,7 @@ impl Observer for Health {
 /// store taken off the board loses its series ([`m::retire_after`]).
 #[derive(Debug, Default)]
 pub struct Board {
-    stores: RwLock<BTreeMap<String, Arc<Health>>>,
+    stores: RwLock<BTreeMap<StoreName, Arc<Health>>>,
     /// Series of the daemon's own (a store set's discovery errors), kept
     /// like the stores'.
     kept: Mutex<Vec<Counter>>,
@@ -335,11 +340,11 @@ impl Board {
 
     pub fn add(&self, health: Arc<Health>) {
         if let Ok(mut stores) = self.stores.write() {
-            stores.insert(health.store().to_string(), health);
+            stores.insert(health.store().clone(), health);
         }
     }
 
-    pub fn remove(&self, store: &str) {
+    pub fn remove(&self, store: &StoreName) {
         if let Ok(mut stores) = self.stores.write() {
             stores.remove(store);
         }
@@ -403,7 +408,7 @@ impl Board {
     pub fn status(&self) -> serde_json::Value {
         let stores: Vec<serde_json::Value> = self.each(|h| {
             let mut v = serde_json::to_value(h.status()).unwrap_or_default();
-            v["store"] = h.store().into();
+            v["store"] = h.store().as_str().into();
             v["state"] = h.state().label().into();
             v["ready"] = h.ready().is_ok().into();
             v
@@ -422,13 +427,21 @@ impl Board {
 mod tests {
     use super::*;
 
+    fn name(s: &str) -> StoreName {
+        StoreName::parse(s).unwrap()
+    }
+
     /// Issue 27: while its first scan ran, a store was `failing` in
     /// `/status` and `gap_healer_stores`: every restart looked like a
     /// failure. It is `starting` until a scan ends.
     #[test]
     fn a_store_is_starting_until_its_first_scan_ends() {
         let board = Board::new();
-        let h = Health::for_store("s", Duration::from_millis(250), Duration::from_secs(2));
+        let h = Health::for_store(
+            &name("s"),
+            Duration::from_millis(250),
+            Duration::from_secs(2),
+        );
         board.add(h.clone());
         board.open();
         assert_eq!(h.state(), StoreState::Starting);
@@ -444,7 +457,11 @@ mod tests {
         assert_eq!(board.status()["stores"][0]["state"], "healthy");
         h.scan_failed("boom");
         assert_eq!(h.state(), StoreState::Failing);
-        let never = Health::for_store("t", Duration::from_millis(250), Duration::from_secs(2));
+        let never = Health::for_store(
+            &name("t"),
+            Duration::from_millis(250),
+            Duration::from_secs(2),
+        );
         never.scan_failed("refused");
         assert_eq!(
             never.state(),
@@ -465,7 +482,7 @@ mod tests {
         assert!(h.ready().is_ok(), "one failed scan is within the grace");
         assert!(h.failing());
         let h = Health::build(
-            "default",
+            &StoreName::default(),
             Duration::from_millis(250),
             Duration::ZERO,
             Duration::ZERO,
@@ -503,8 +520,16 @@ mod tests {
     fn the_board_joins_every_stores_reasons() {
         let board = Board::new();
         let (a, b) = (
-            Health::for_store("a", Duration::from_millis(250), Duration::from_secs(2)),
-            Health::for_store("b", Duration::from_millis(250), Duration::from_secs(2)),
+            Health::for_store(
+                &name("a"),
+                Duration::from_millis(250),
+                Duration::from_secs(2),
+            ),
+            Health::for_store(
+                &name("b"),
+                Duration::from_millis(250),
+                Duration::from_secs(2),
+            ),
         );
         board.add(a.clone());
         board.add(b.clone());
@@ -513,7 +538,11 @@ mod tests {
         let why = board.ready().unwrap_err();
         assert!(why.starts_with("starting"), "not open yet: {why}");
         board.open();
-        let b = Health::for_store("b", Duration::from_millis(250), Duration::from_secs(2));
+        let b = Health::for_store(
+            &name("b"),
+            Duration::from_millis(250),
+            Duration::from_secs(2),
+        );
         board.add(b.clone());
         let why = board.ready().unwrap_err();
         assert!(
@@ -530,7 +559,7 @@ mod tests {
         assert_eq!(status["stores"][0]["store"], "a");
         assert_eq!(status["stores"][0]["head"], 7);
         assert_eq!(status["stores"][1]["state"], "healthy");
-        board.remove("b");
+        board.remove(&name("b"));
         assert_eq!(board.status()["stores"].as_array().unwrap().len(), 1);
     }
 }
