@@ -44,23 +44,6 @@ fn healer(store: &Store, opts: Options) -> Healer<PostgresEngine> {
     gap_healer_testkit::engine::healer(engine(store), opts)
 }
 
-/// `n` events of a stream `bulk` at positions 2, 4, ..., 2n: n one-position
-/// holes below them.
-async fn rows_at_even_positions(store: &Store, n: i32) {
-    let s = &store.schema;
-    store
-        .client
-        .batch_execute(&format!(
-            "INSERT INTO {s}.streams (stream_name, version) VALUES ('bulk', {n} - 1);
-             INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
-             OVERRIDING SYSTEM VALUE
-             SELECT gen_random_uuid(), 'TestEvent', 1, g - 1, 2 * g, '{{}}', now() FROM generate_series(1, {n}) g;
-             SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), 2 * {n});"
-        ))
-        .await
-        .unwrap();
-}
-
 /// Runs a healer in the background until the returned token is cancelled.
 fn spawn_healer(
     store: &Store,
@@ -315,7 +298,7 @@ async fn lock_timeout_storm_fills_the_free_and_takes_no_held_position() {
     let store = Store::new("storm").await;
     let s = &store.schema;
     // 1,000 rows at even positions: 1,000 one-position holes (1, 3, ..., 1,999).
-    rows_at_even_positions(&store, 1_000).await;
+    store.insert_bulk(1_000, "g * 2").await;
     // 24 open appends, one per connection, at holes spread over the range.
     let held_at: Vec<i64> = (0..24).map(|i| 1 + 2 * (20 + 40 * i)).collect();
     let mut open = Vec::new();
@@ -472,7 +455,7 @@ async fn a_first_append_open_at_the_start_is_examined_and_filled_after_its_rollb
 async fn more_holes_than_the_tracker_keeps_are_healed_in_rounds() {
     let store = Store::new("tracker_bound").await;
     let n = gap_healer::healer::MAX_TRACKED as i32 + 5_000;
-    rows_at_even_positions(&store, n).await;
+    store.insert_bulk(i64::from(n), "g * 2").await;
     let mut h = healer(&store, options(Duration::from_secs(3600)));
     h.scan_to_head(&CancellationToken::new(), &mut gap_healer::healer::LogOnly)
         .await
