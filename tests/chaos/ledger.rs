@@ -5,7 +5,8 @@
 //! order; healed by 3 healer processes of the real binary with
 //! `--profile ledger-core` and a `watermark_table`, killed and restarted, the
 //! server restarted once, as in the other runs (`run.rs` drives it and
-//! judges the store: [`LedgerStore`] is its [`Backend`]).
+//! judges the store: [`LedgerStore`] is its [`Backend`], a schema of the
+//! run's cluster as `postgres.rs`'s [`InCluster`] keeps one).
 //!
 //! The writers are the chaos writers: rollbacks after insert, slow appends
 //! held open 50-500 ms, and appends that conflict on the unique
@@ -37,7 +38,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,9 +50,7 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::postgres::{
-    connect_within, end_append, is_connection_error, restart_cluster, try_connect,
-};
+use crate::postgres::{end_append, refusal, try_connect, InCluster};
 use crate::run::*;
 use crate::support::*;
 use crate::watermark::{create_watermark_table, Watermark};
@@ -85,55 +83,38 @@ fn stream_of(name: &str) -> (Uuid, String) {
     (id, format!("{CATEGORY}/{id}"))
 }
 
-/// seed 003's table in a schema of the run's cluster.
+/// seed 003's table in a schema of the run's cluster ([`InCluster`], which
+/// it derefs to).
 pub struct LedgerStore {
-    pub schema: String,
-    cluster: Arc<Throwaway>,
-    url: String,
-    removed: AtomicBool,
+    store: InCluster,
+}
+
+impl std::ops::Deref for LedgerStore {
+    type Target = InCluster;
+
+    fn deref(&self) -> &InCluster {
+        &self.store
+    }
 }
 
 impl LedgerStore {
     async fn create(cluster: Arc<Throwaway>, db: &str) -> LedgerStore {
-        let url = cluster.url(db);
-        let schema = pg::schema_name("chaos_ledger");
-        Ledger::create(&url, &schema).await;
-        LedgerStore {
-            schema,
-            cluster,
-            url,
-            removed: AtomicBool::new(false),
-        }
-    }
-
-    async fn check(&self) -> Client {
-        connect_within(&self.url, Duration::from_secs(30)).await
+        let store = InCluster::new(cluster, db, "chaos_ledger");
+        Ledger::create(store.url(), &store.schema).await;
+        LedgerStore { store }
     }
 
     /// Every tombstone's version, in position order.
     async fn tombstone_versions(&self) -> Vec<(i64, i64)> {
-        self.check()
+        let sql = format!(
+            "SELECT position, version FROM {}.events WHERE event_type = $1 ORDER BY position",
+            self.schema
+        );
+        self.select(&sql, &[&TOMBSTONE_TYPE])
             .await
-            .query(
-                &format!(
-                    "SELECT position, version FROM {}.events WHERE event_type = $1 ORDER BY position",
-                    self.schema
-                ),
-                &[&TOMBSTONE_TYPE],
-            )
-            .await
-            .unwrap()
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect()
-    }
-}
-
-impl Drop for LedgerStore {
-    fn drop(&mut self) {
-        if !self.removed.load(Ordering::SeqCst) {
-            self.cluster.keep_files();
-        }
     }
 }
 
@@ -148,7 +129,7 @@ impl Backend for LedgerStore {
     const SLOW_HOLD: (f64, f64) = (0.05, 3.0);
 
     async fn connect(&self) -> Result<Client, String> {
-        try_connect(&self.url).await.map_err(|e| e.to_string())
+        self.store.connect().await
     }
 
     /// seed 003's append without its lock: per stream, read the current
@@ -159,21 +140,7 @@ impl Backend for LedgerStore {
         let c: &Client = c;
         let s = &self.schema;
         let refused = |e: &tokio_postgres::Error, what: &str| -> Attempt {
-            let constraint = e.as_db_error().and_then(|d| d.constraint());
-            let refusal = if is_connection_error(e) {
-                Refusal::Lost
-            } else if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == Some(PKEY) {
-                Refusal::PrimaryKey
-            } else if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                && constraint == Some(VERSION_KEY)
-            {
-                Refusal::LostRace
-            } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
-                Refusal::Deadlock
-            } else {
-                Refusal::Other
-            };
-            append.refused(what, refusal, &format!("{e:?}"))
+            append.refused(what, refusal(e, PKEY, Some(VERSION_KEY)), &format!("{e:?}"))
         };
         if let Err(e) = c.batch_execute("BEGIN").await {
             return refused(&e, "BEGIN");
@@ -279,130 +246,70 @@ impl Backend for LedgerStore {
             )
             .await
             .map_err(|e| e.to_string())?;
-        Ok(rows
-            .iter()
-            .map(|r| PageRow {
-                position: r.get(0),
-                id: r.get(1),
-                stream: r.get(2),
-                message_type: r.get(3),
-                old: r.get(4),
-            })
-            .collect())
+        Ok(pg::page_rows(&rows))
     }
 
     fn healer_store(&self, slot: usize) -> Spec {
-        let cs = pg::named(&self.url, &format!("gh-chaos-healer-{slot}"));
         let wm = format!("{}.watermarks", self.schema);
-        let args = [
-            "--engine",
-            "postgres",
-            "--schema",
-            &self.schema,
-            "--profile",
-            "ledger-core",
-            "--watermark-table",
-            &wm,
-        ];
-        (
-            args.iter().map(|s| s.to_string()).collect(),
-            vec![("GAP_HEALER_CONNECTION_STRING".into(), cs)],
+        self.store.healer_store(
+            slot,
+            &["--profile", "ledger-core", "--watermark-table", &wm],
         )
     }
 
     async fn restart(&self) -> (Duration, String) {
-        restart_cluster(&self.cluster, &self.url).await
+        self.store.restart().await
     }
 
     async fn count_and_head(&self) -> (i64, i64) {
-        let row = self
-            .check()
-            .await
-            .query_one(
-                &format!(
-                    "SELECT COUNT(*), COALESCE(MAX(position), 0) FROM {}.events",
-                    self.schema
-                ),
-                &[],
-            )
-            .await
-            .unwrap();
+        let sql = format!(
+            "SELECT COUNT(*), COALESCE(MAX(position), 0) FROM {}.events",
+            self.schema
+        );
+        let row = &self.select(&sql, &[]).await[0];
         (row.get(0), row.get(1))
     }
 
     /// The rows, the id out of the data.
     async fn rows(&self) -> Vec<StoredRow> {
-        self.check()
-            .await
-            .query(
-                &format!(
-                    "SELECT position, COALESCE((data->>'id')::uuid, '{nil}'), {name}, version::int, event_type, (data - 'id')::text
-                     FROM {s}.events ORDER BY 1",
-                    nil = Uuid::nil(),
-                    name = name_sql(),
-                    s = self.schema
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| {
-                let data: String = r.get(5);
-                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), serde_json::from_str(&data).unwrap())
-            })
-            .collect()
+        self.stored_rows(&format!(
+            "SELECT position, COALESCE((data->>'id')::uuid, '{nil}'), {name}, version::int, event_type, (data - 'id')::text
+             FROM {s}.events ORDER BY 1",
+            nil = Uuid::nil(),
+            name = name_sql(),
+            s = self.schema
+        ))
+        .await
     }
 
     /// Each stream's versions, counted from 0 as the verdict counts
     /// Eventuous's stream positions (ledger-core's start at 1): contiguous
     /// versions 1..=n are "Version n-1, positions 0..=n-1".
     async fn streams(&self) -> Vec<StoredStream> {
-        self.check()
-            .await
-            .query(
-                &format!(
-                    "SELECT {name}, MAX(version)::int - 1, COUNT(*), MIN(version)::int - 1, MAX(version)::int - 1
-                     FROM {s}.events GROUP BY 1 ORDER BY 1",
-                    name = name_sql(),
-                    s = self.schema
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-            .collect()
+        self.stored_streams(&format!(
+            "SELECT {name}, MAX(version)::int - 1, COUNT(*), MIN(version)::int - 1, MAX(version)::int - 1
+             FROM {s}.events GROUP BY 1 ORDER BY 1",
+            name = name_sql(),
+            s = self.schema
+        ))
+        .await
     }
 
     /// A fill's rows share its transaction's `recorded_at` (`now()`).
     async fn fill_transactions(&self) -> i64 {
-        self.check()
-            .await
-            .query_one(
-                &format!(
-                    "SELECT COUNT(DISTINCT recorded_at) FROM {}.events WHERE event_type = $1",
-                    self.schema
-                ),
-                &[&TOMBSTONE_TYPE],
-            )
-            .await
-            .unwrap()
-            .get(0)
+        let sql = format!(
+            "SELECT COUNT(DISTINCT recorded_at) FROM {}.events WHERE event_type = $1",
+            self.schema
+        );
+        self.select(&sql, &[&TOMBSTONE_TYPE]).await[0].get(0)
     }
 
     fn describe(&self) -> String {
-        format!("schema {}", self.schema)
+        self.store.describe()
     }
 
     async fn remove(&self) {
-        self.check()
-            .await
-            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
-            .await
-            .unwrap();
-        self.removed.store(true, Ordering::SeqCst);
+        self.store.remove().await;
     }
 }
 
@@ -573,7 +480,7 @@ pub async fn run() {
     let wm_table = format!("{}.watermarks", store.schema);
     create_watermark_table(
         &store.check().await,
-        &store.url,
+        store.url(),
         &["--schema", &store.schema, "--profile", "ledger-core"],
         &wm_table,
     )
@@ -581,7 +488,7 @@ pub async fn run() {
     println!(
         "chaos ledger-core on {engine} ({}, cluster port {}): {seconds} s, seed {seed} (CHAOS_SEED={seed} replays the random choices){}",
         store.describe(),
-        cluster.port,
+        store.port(),
         if no_watermark() { "; the checked reader WITHOUT the watermark predicate" } else { "" }
     );
 
@@ -590,14 +497,14 @@ pub async fn run() {
     let mut events = LedgerEvents {
         store: store.clone(),
         wm: Watermark::new(
-            &store.url,
+            store.url(),
             &format!("{}.events", store.schema),
             "position",
             &wm_table,
             STORE,
         ),
-        checked: Reader::start(&store.url, &store.schema, checked_bound),
-        unbounded: Reader::start(&store.url, &store.schema, None),
+        checked: Reader::start(store.url(), &store.schema, checked_bound),
+        unbounded: Reader::start(store.url(), &store.schema, None),
     };
     let s = store.clone();
     let mut healers = Healers::start(Box::new(move |slot| {
