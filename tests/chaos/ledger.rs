@@ -6,7 +6,8 @@
 //! `--profile ledger-core` and a `watermark_table`, killed and restarted, the
 //! server restarted once, as in the other runs (`run.rs` drives it and
 //! judges the store: [`LedgerStore`] is its [`Backend`], a schema of the
-//! run's cluster as `postgres.rs`'s [`InCluster`] keeps one).
+//! run's cluster as `postgres.rs`'s [`InCluster`] keeps one, and
+//! [`LedgerEvents`] its [`Verdict`], what it adds).
 //!
 //! The writers are the chaos writers: rollbacks after insert, slow appends
 //! held open 50-500 ms, and appends that conflict on the unique
@@ -470,13 +471,127 @@ fn no_watermark() -> bool {
     std::env::var("CHAOS_LEDGER_NO_WATERMARK").is_ok()
 }
 
-/// The ledger-core chaos run; panics with every failure found.
+impl Verdict for LedgerEvents {
+    /// The watermark's samples, the readers (the checked one: every
+    /// committed event exactly once, in order; the unbounded one counted),
+    /// the tombstone versions.
+    async fn verdict(self, head: i64) -> (Vec<String>, String) {
+        let LedgerEvents {
+            store,
+            wm,
+            checked,
+            unbounded,
+        } = self;
+        let (checked, unbounded) = (checked.stop().await, unbounded.stop().await);
+        let mut failures = wm.failures(head);
+
+        // The committed events, as the readers must have read them.
+        let rows = store.rows().await;
+        let committed: Vec<(i64, Uuid)> = rows
+            .iter()
+            .filter(|r| r.4 != TOMBSTONE_TYPE)
+            .map(|r| (r.0, r.1))
+            .collect();
+        let committed_set: HashSet<(i64, Uuid)> = committed.iter().copied().collect();
+        let missed = |log: &ReaderLog| -> Vec<(i64, Uuid)> {
+            let read: HashSet<(i64, Uuid)> = log.read.iter().copied().collect();
+            committed
+                .iter()
+                .filter(|e| !read.contains(e))
+                .copied()
+                .collect()
+        };
+
+        // The checked reader: every committed event exactly once, in order.
+        let skipped = missed(&checked);
+        let label = if no_watermark() {
+            "the checked reader (WITHOUT the watermark predicate: CHAOS_LEDGER_NO_WATERMARK)"
+        } else {
+            "the reader bounded by the watermark"
+        };
+        if !skipped.is_empty() {
+            failures.push(format!(
+                "{label} never read {} committed events, e.g. (position, id) {:?}",
+                skipped.len(),
+                &skipped[..skipped.len().min(5)]
+            ));
+        }
+        if let Some(w) = checked.read.windows(2).find(|w| w[0].0 >= w[1].0) {
+            failures.push(format!(
+                "{label} read out of position order or twice: {w:?}"
+            ));
+        }
+        let foreign: Vec<_> = checked
+            .read
+            .iter()
+            .filter(|e| !committed_set.contains(e))
+            .take(5)
+            .collect();
+        if !foreign.is_empty() {
+            failures.push(format!(
+                "{label} read events that are not committed (or not at that position), e.g. {foreign:?}"
+            ));
+        }
+
+        // The unbounded reader: counted, not judged.
+        let unbounded_skipped = missed(&unbounded);
+
+        // Tombstone versions: each of 1..=n exactly once. They follow the
+        // order of the fills, which is position order within one fill but not
+        // across fills: a position held by a slow append is filled after the
+        // holes above it.
+        let tombstones = store.tombstone_versions().await;
+        let mut versions: Vec<i64> = tombstones.iter().map(|(_, v)| *v).collect();
+        versions.sort_unstable();
+        if let Some((k, v)) = versions
+            .iter()
+            .enumerate()
+            .find(|(k, v)| **v != *k as i64 + 1)
+        {
+            failures.push(format!(
+                "tombstone versions are not each of 1..={} once: sorted, the {}th is {v}",
+                tombstones.len(),
+                k + 1
+            ));
+        }
+        let out_of_order = tombstones.windows(2).filter(|w| w[1].1 < w[0].1).count();
+
+        let mut figures = wm.figures(head);
+        figures.push_str(&format!(
+            "bounded reader         read {} events ({} distinct) of {} committed, {} not read (and {} tombstones), {} polls, {} connections; longest lag behind the head {:.2?} (head {}){}\n",
+            checked.read.len(),
+            checked.read.iter().collect::<HashSet<_>>().len(),
+            committed.len(),
+            skipped.len(),
+            checked.tombstones,
+            checked.polls,
+            checked.reconnects,
+            checked.longest_lag.0,
+            checked.longest_lag.1,
+            if no_watermark() { "; WITHOUT the watermark predicate" } else { "" }
+        ));
+        figures.push_str(&format!(
+            "unbounded reader       read {} of {} committed events: skipped {} that committed after it had read past their positions (expected, not judged)\n",
+            unbounded.read.len(),
+            committed.len(),
+            unbounded_skipped.len(),
+        ));
+        figures.push_str(&format!(
+            "tombstone versions     {} tombstones, each of versions 1..={} once; {} places where a later position has a lower version (filled after the holes above it)\n",
+            tombstones.len(),
+            versions.last().copied().unwrap_or(0),
+            out_of_order
+        ));
+        (failures, figures)
+    }
+}
+
+/// The ledger-core chaos run: seed 003's table in a cluster of its own, a
+/// watermark table, the two readers; [`run`] drives and judges it.
 pub async fn run() {
-    let engine = LedgerStore::NAME;
-    let (seconds, seed) = seconds_and_seed();
     let cluster = Arc::new(Throwaway::started("chaos-ledger", "trust"));
     cluster.create_database("chaos").await;
-    let store = Arc::new(LedgerStore::create(cluster.clone(), "chaos").await);
+    let store = Arc::new(LedgerStore::create(cluster, "chaos").await);
     let wm_table = format!("{}.watermarks", store.schema);
     create_watermark_table(
         &store.check().await,
@@ -486,15 +601,16 @@ pub async fn run() {
     )
     .await;
     println!(
-        "chaos ledger-core on {engine} ({}, cluster port {}): {seconds} s, seed {seed} (CHAOS_SEED={seed} replays the random choices){}",
-        store.describe(),
+        "chaos ledger-core: cluster port {}, watermark table {wm_table}{}",
         store.port(),
-        if no_watermark() { "; the checked reader WITHOUT the watermark predicate" } else { "" }
+        if no_watermark() {
+            "; the checked reader WITHOUT the watermark predicate"
+        } else {
+            ""
+        }
     );
-
-    let mut stores = vec![Tested::start(store.clone(), None, WRITERS, seed)];
     let checked_bound = (!no_watermark()).then_some(wm_table.as_str());
-    let mut events = LedgerEvents {
+    let events = LedgerEvents {
         store: store.clone(),
         wm: Watermark::new(
             store.url(),
@@ -506,160 +622,5 @@ pub async fn run() {
         checked: Reader::start(store.url(), &store.schema, checked_bound),
         unbounded: Reader::start(store.url(), &store.schema, None),
     };
-    let s = store.clone();
-    let mut healers = Healers::start(Box::new(move |slot| {
-        let mut spec = s.healer_store(slot);
-        if split_leaders() {
-            spec.0
-                .extend(["--leader-key".into(), format!("chaos-split-{slot}")]);
-        }
-        spec
-    }));
-    let driven = drive(
-        &*store,
-        &mut stores,
-        &mut healers,
-        &mut events,
-        seconds,
-        seed,
-    )
-    .await;
-    let head = driven.heads[0];
-    let LedgerEvents {
-        wm,
-        checked,
-        unbounded,
-        ..
-    } = events;
-    let (checked, unbounded) = (checked.stop().await, unbounded.stop().await);
-    let judged = judge(
-        stores.pop().expect("one store"),
-        &healers,
-        &driven,
-        head,
-        None,
-    )
-    .await;
-
-    let mut failures = std::mem::take(&mut healers.failures);
-    failures.extend(judged.failures);
-    if driven.restart.is_none() {
-        failures.push(format!("{engine} was not restarted"));
-    }
-    failures.extend(wm.failures(head));
-
-    // The committed events, as the readers must have read them.
-    let rows = store.rows().await;
-    let committed: Vec<(i64, Uuid)> = rows
-        .iter()
-        .filter(|r| r.4 != TOMBSTONE_TYPE)
-        .map(|r| (r.0, r.1))
-        .collect();
-    let committed_set: HashSet<(i64, Uuid)> = committed.iter().copied().collect();
-    let missed = |log: &ReaderLog| -> Vec<(i64, Uuid)> {
-        let read: HashSet<(i64, Uuid)> = log.read.iter().copied().collect();
-        committed
-            .iter()
-            .filter(|e| !read.contains(e))
-            .copied()
-            .collect()
-    };
-
-    // The checked reader: every committed event exactly once, in order.
-    let skipped = missed(&checked);
-    let label = if no_watermark() {
-        "the checked reader (WITHOUT the watermark predicate: CHAOS_LEDGER_NO_WATERMARK)"
-    } else {
-        "the reader bounded by the watermark"
-    };
-    if !skipped.is_empty() {
-        failures.push(format!(
-            "{label} never read {} committed events, e.g. (position, id) {:?}",
-            skipped.len(),
-            &skipped[..skipped.len().min(5)]
-        ));
-    }
-    if let Some(w) = checked.read.windows(2).find(|w| w[0].0 >= w[1].0) {
-        failures.push(format!(
-            "{label} read out of position order or twice: {w:?}"
-        ));
-    }
-    let foreign: Vec<_> = checked
-        .read
-        .iter()
-        .filter(|e| !committed_set.contains(e))
-        .take(5)
-        .collect();
-    if !foreign.is_empty() {
-        failures.push(format!(
-            "{label} read events that are not committed (or not at that position), e.g. {foreign:?}"
-        ));
-    }
-
-    // The unbounded reader: counted, not judged.
-    let unbounded_skipped = missed(&unbounded);
-
-    // Tombstone versions: each of 1..=n exactly once. They follow the
-    // order of the fills, which is position order within one fill but not
-    // across fills: a position held by a slow append is filled after the
-    // holes above it.
-    let tombstones = store.tombstone_versions().await;
-    let mut versions: Vec<i64> = tombstones.iter().map(|(_, v)| *v).collect();
-    versions.sort_unstable();
-    if let Some((k, v)) = versions
-        .iter()
-        .enumerate()
-        .find(|(k, v)| **v != *k as i64 + 1)
-    {
-        failures.push(format!(
-            "tombstone versions are not each of 1..={} once: sorted, the {}th is {v}",
-            tombstones.len(),
-            k + 1
-        ));
-    }
-    let out_of_order = tombstones.windows(2).filter(|w| w[1].1 < w[0].1).count();
-
-    let mut figures = format!(
-        "\n=== chaos figures, ledger-core on {engine} ({seconds} s of writes, seed {seed}) ===\n"
-    );
-    figures.push_str(&judged.figures);
-    figures.push_str(&wm.figures(head));
-    figures.push_str(&format!(
-        "bounded reader         read {} events ({} distinct) of {} committed, {} not read (and {} tombstones), {} polls, {} connections; longest lag behind the head {:.2?} (head {}){}\n",
-        checked.read.len(),
-        checked.read.iter().collect::<HashSet<_>>().len(),
-        committed.len(),
-        skipped.len(),
-        checked.tombstones,
-        checked.polls,
-        checked.reconnects,
-        checked.longest_lag.0,
-        checked.longest_lag.1,
-        if no_watermark() { "; WITHOUT the watermark predicate" } else { "" }
-    ));
-    figures.push_str(&format!(
-        "unbounded reader       read {} of {} committed events: skipped {} that committed after it had read past their positions (expected, not judged)\n",
-        unbounded.read.len(),
-        committed.len(),
-        unbounded_skipped.len(),
-    ));
-    figures.push_str(&format!(
-        "tombstone versions     {} tombstones, each of versions 1..={} once; {} places where a later position has a lower version (filled after the holes above it)\n",
-        tombstones.len(),
-        versions.last().copied().unwrap_or(0),
-        out_of_order
-    ));
-    figures.push_str(&format!(
-        "wrote for {:.1?}; healed the rest and caught up in {:.1?} after the writers stopped\n",
-        driven.wrote_for, driven.settle_took
-    ));
-    let logs = healers.save_logs(&format!("ledger-{}", store.schema));
-    figures.push_str(&format!("healer logs            {}\n", logs.display()));
-    finish(
-        &format!("ledger-core-{engine}"),
-        &figures,
-        failures,
-        &[store],
-    )
-    .await;
+    crate::run::run(store, Some("ledger-core"), events).await;
 }
