@@ -100,7 +100,12 @@ async fn chaos_run_keeps_every_invariant() {
     // without a restart: the run restarts only its own cluster.
     let _one = ONE_AT_A_TIME.lock().await;
     let machine = postgres::machine_server_started().await;
-    run::run(postgres::Postgres::create().await).await;
+    run::run(
+        std::sync::Arc::new(postgres::Postgres::create().await),
+        None,
+        (),
+    )
+    .await;
     assert_eq!(
         postgres::machine_server_started().await,
         machine,
@@ -112,7 +117,12 @@ async fn chaos_run_keeps_every_invariant() {
 #[ignore = "needs SQL Server: GAP_HEALER_TEST_MSSQL or a Docker engine (see tests/kit/src/mssql.rs)"]
 async fn sql_server_chaos_run_keeps_every_invariant() {
     let _one = ONE_AT_A_TIME.lock().await;
-    run::run(mssql::SqlServer::create().await).await;
+    run::run(
+        std::sync::Arc::new(mssql::SqlServer::create().await),
+        None,
+        (),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gap_healer_testkit::bin;
-use gap_healer_testkit::pg::{self, Throwaway};
+use gap_healer_testkit::pg::Throwaway;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -62,7 +62,7 @@ pub struct FleetStore {
 impl FleetStore {
     /// Its `[[stores]]` entry for the healer in `slot`.
     pub fn entry(&self, slot: usize) -> String {
-        let cs = pg::named(self.backend.url(), &format!("gh-chaos-healer-{slot}"));
+        let cs = self.backend.healer_url(slot);
         let mut e = format!(
             "\n[[stores]]\nname = \"{}\"\nconnection_string = \"{cs}\"\nschema = \"{}\"\n",
             self.name, self.backend.schema

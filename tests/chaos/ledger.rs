@@ -5,7 +5,9 @@
 //! order; healed by 3 healer processes of the real binary with
 //! `--profile ledger-core` and a `watermark_table`, killed and restarted, the
 //! server restarted once, as in the other runs (`run.rs` drives it and
-//! judges the store: [`LedgerStore`] is its [`Backend`]).
+//! judges the store: [`LedgerStore`] is its [`Backend`], a schema of the
+//! run's cluster as `postgres.rs`'s [`InCluster`] keeps one, and
+//! [`LedgerEvents`] its [`Verdict`], what it adds).
 //!
 //! The writers are the chaos writers: rollbacks after insert, slow appends
 //! held open 50-500 ms, and appends that conflict on the unique
@@ -37,7 +39,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,9 +51,7 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::postgres::{
-    connect_within, end_append, is_connection_error, restart_cluster, try_connect,
-};
+use crate::postgres::{end_append, refusal, try_connect, InCluster};
 use crate::run::*;
 use crate::support::*;
 use crate::watermark::{create_watermark_table, Watermark};
@@ -85,55 +84,38 @@ fn stream_of(name: &str) -> (Uuid, String) {
     (id, format!("{CATEGORY}/{id}"))
 }
 
-/// seed 003's table in a schema of the run's cluster.
+/// seed 003's table in a schema of the run's cluster ([`InCluster`], which
+/// it derefs to).
 pub struct LedgerStore {
-    pub schema: String,
-    cluster: Arc<Throwaway>,
-    url: String,
-    removed: AtomicBool,
+    store: InCluster,
+}
+
+impl std::ops::Deref for LedgerStore {
+    type Target = InCluster;
+
+    fn deref(&self) -> &InCluster {
+        &self.store
+    }
 }
 
 impl LedgerStore {
     async fn create(cluster: Arc<Throwaway>, db: &str) -> LedgerStore {
-        let url = cluster.url(db);
-        let schema = pg::schema_name("chaos_ledger");
-        Ledger::create(&url, &schema).await;
-        LedgerStore {
-            schema,
-            cluster,
-            url,
-            removed: AtomicBool::new(false),
-        }
-    }
-
-    async fn check(&self) -> Client {
-        connect_within(&self.url, Duration::from_secs(30)).await
+        let store = InCluster::new(cluster, db, "chaos_ledger");
+        Ledger::create(store.url(), &store.schema).await;
+        LedgerStore { store }
     }
 
     /// Every tombstone's version, in position order.
     async fn tombstone_versions(&self) -> Vec<(i64, i64)> {
-        self.check()
+        let sql = format!(
+            "SELECT position, version FROM {}.events WHERE event_type = $1 ORDER BY position",
+            self.schema
+        );
+        self.select(&sql, &[&TOMBSTONE_TYPE])
             .await
-            .query(
-                &format!(
-                    "SELECT position, version FROM {}.events WHERE event_type = $1 ORDER BY position",
-                    self.schema
-                ),
-                &[&TOMBSTONE_TYPE],
-            )
-            .await
-            .unwrap()
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect()
-    }
-}
-
-impl Drop for LedgerStore {
-    fn drop(&mut self) {
-        if !self.removed.load(Ordering::SeqCst) {
-            self.cluster.keep_files();
-        }
     }
 }
 
@@ -148,7 +130,7 @@ impl Backend for LedgerStore {
     const SLOW_HOLD: (f64, f64) = (0.05, 3.0);
 
     async fn connect(&self) -> Result<Client, String> {
-        try_connect(&self.url).await.map_err(|e| e.to_string())
+        self.store.connect().await
     }
 
     /// seed 003's append without its lock: per stream, read the current
@@ -159,21 +141,7 @@ impl Backend for LedgerStore {
         let c: &Client = c;
         let s = &self.schema;
         let refused = |e: &tokio_postgres::Error, what: &str| -> Attempt {
-            let constraint = e.as_db_error().and_then(|d| d.constraint());
-            let refusal = if is_connection_error(e) {
-                Refusal::Lost
-            } else if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == Some(PKEY) {
-                Refusal::PrimaryKey
-            } else if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                && constraint == Some(VERSION_KEY)
-            {
-                Refusal::LostRace
-            } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
-                Refusal::Deadlock
-            } else {
-                Refusal::Other
-            };
-            append.refused(what, refusal, &format!("{e:?}"))
+            append.refused(what, refusal(e, PKEY, Some(VERSION_KEY)), &format!("{e:?}"))
         };
         if let Err(e) = c.batch_execute("BEGIN").await {
             return refused(&e, "BEGIN");
@@ -279,130 +247,70 @@ impl Backend for LedgerStore {
             )
             .await
             .map_err(|e| e.to_string())?;
-        Ok(rows
-            .iter()
-            .map(|r| PageRow {
-                position: r.get(0),
-                id: r.get(1),
-                stream: r.get(2),
-                message_type: r.get(3),
-                old: r.get(4),
-            })
-            .collect())
+        Ok(pg::page_rows(&rows))
     }
 
     fn healer_store(&self, slot: usize) -> Spec {
-        let cs = pg::named(&self.url, &format!("gh-chaos-healer-{slot}"));
         let wm = format!("{}.watermarks", self.schema);
-        let args = [
-            "--engine",
-            "postgres",
-            "--schema",
-            &self.schema,
-            "--profile",
-            "ledger-core",
-            "--watermark-table",
-            &wm,
-        ];
-        (
-            args.iter().map(|s| s.to_string()).collect(),
-            vec![("GAP_HEALER_CONNECTION_STRING".into(), cs)],
+        self.store.healer_store(
+            slot,
+            &["--profile", "ledger-core", "--watermark-table", &wm],
         )
     }
 
     async fn restart(&self) -> (Duration, String) {
-        restart_cluster(&self.cluster, &self.url).await
+        self.store.restart().await
     }
 
     async fn count_and_head(&self) -> (i64, i64) {
-        let row = self
-            .check()
-            .await
-            .query_one(
-                &format!(
-                    "SELECT COUNT(*), COALESCE(MAX(position), 0) FROM {}.events",
-                    self.schema
-                ),
-                &[],
-            )
-            .await
-            .unwrap();
+        let sql = format!(
+            "SELECT COUNT(*), COALESCE(MAX(position), 0) FROM {}.events",
+            self.schema
+        );
+        let row = &self.select(&sql, &[]).await[0];
         (row.get(0), row.get(1))
     }
 
     /// The rows, the id out of the data.
     async fn rows(&self) -> Vec<StoredRow> {
-        self.check()
-            .await
-            .query(
-                &format!(
-                    "SELECT position, COALESCE((data->>'id')::uuid, '{nil}'), {name}, version::int, event_type, (data - 'id')::text
-                     FROM {s}.events ORDER BY 1",
-                    nil = Uuid::nil(),
-                    name = name_sql(),
-                    s = self.schema
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| {
-                let data: String = r.get(5);
-                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), serde_json::from_str(&data).unwrap())
-            })
-            .collect()
+        self.stored_rows(&format!(
+            "SELECT position, COALESCE((data->>'id')::uuid, '{nil}'), {name}, version::int, event_type, (data - 'id')::text
+             FROM {s}.events ORDER BY 1",
+            nil = Uuid::nil(),
+            name = name_sql(),
+            s = self.schema
+        ))
+        .await
     }
 
     /// Each stream's versions, counted from 0 as the verdict counts
     /// Eventuous's stream positions (ledger-core's start at 1): contiguous
     /// versions 1..=n are "Version n-1, positions 0..=n-1".
     async fn streams(&self) -> Vec<StoredStream> {
-        self.check()
-            .await
-            .query(
-                &format!(
-                    "SELECT {name}, MAX(version)::int - 1, COUNT(*), MIN(version)::int - 1, MAX(version)::int - 1
-                     FROM {s}.events GROUP BY 1 ORDER BY 1",
-                    name = name_sql(),
-                    s = self.schema
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-            .collect()
+        self.stored_streams(&format!(
+            "SELECT {name}, MAX(version)::int - 1, COUNT(*), MIN(version)::int - 1, MAX(version)::int - 1
+             FROM {s}.events GROUP BY 1 ORDER BY 1",
+            name = name_sql(),
+            s = self.schema
+        ))
+        .await
     }
 
     /// A fill's rows share its transaction's `recorded_at` (`now()`).
     async fn fill_transactions(&self) -> i64 {
-        self.check()
-            .await
-            .query_one(
-                &format!(
-                    "SELECT COUNT(DISTINCT recorded_at) FROM {}.events WHERE event_type = $1",
-                    self.schema
-                ),
-                &[&TOMBSTONE_TYPE],
-            )
-            .await
-            .unwrap()
-            .get(0)
+        let sql = format!(
+            "SELECT COUNT(DISTINCT recorded_at) FROM {}.events WHERE event_type = $1",
+            self.schema
+        );
+        self.select(&sql, &[&TOMBSTONE_TYPE]).await[0].get(0)
     }
 
     fn describe(&self) -> String {
-        format!("schema {}", self.schema)
+        self.store.describe()
     }
 
     async fn remove(&self) {
-        self.check()
-            .await
-            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
-            .await
-            .unwrap();
-        self.removed.store(true, Ordering::SeqCst);
+        self.store.remove().await;
     }
 }
 
@@ -563,196 +471,156 @@ fn no_watermark() -> bool {
     std::env::var("CHAOS_LEDGER_NO_WATERMARK").is_ok()
 }
 
-/// The ledger-core chaos run; panics with every failure found.
+impl Verdict for LedgerEvents {
+    /// The watermark's samples, the readers (the checked one: every
+    /// committed event exactly once, in order; the unbounded one counted),
+    /// the tombstone versions.
+    async fn verdict(self, head: i64) -> (Vec<String>, String) {
+        let LedgerEvents {
+            store,
+            wm,
+            checked,
+            unbounded,
+        } = self;
+        let (checked, unbounded) = (checked.stop().await, unbounded.stop().await);
+        let mut failures = wm.failures(head);
+
+        // The committed events, as the readers must have read them.
+        let rows = store.rows().await;
+        let committed: Vec<(i64, Uuid)> = rows
+            .iter()
+            .filter(|r| r.4 != TOMBSTONE_TYPE)
+            .map(|r| (r.0, r.1))
+            .collect();
+        let committed_set: HashSet<(i64, Uuid)> = committed.iter().copied().collect();
+        let missed = |log: &ReaderLog| -> Vec<(i64, Uuid)> {
+            let read: HashSet<(i64, Uuid)> = log.read.iter().copied().collect();
+            committed
+                .iter()
+                .filter(|e| !read.contains(e))
+                .copied()
+                .collect()
+        };
+
+        // The checked reader: every committed event exactly once, in order.
+        let skipped = missed(&checked);
+        let label = if no_watermark() {
+            "the checked reader (WITHOUT the watermark predicate: CHAOS_LEDGER_NO_WATERMARK)"
+        } else {
+            "the reader bounded by the watermark"
+        };
+        if !skipped.is_empty() {
+            failures.push(format!(
+                "{label} never read {} committed events, e.g. (position, id) {:?}",
+                skipped.len(),
+                &skipped[..skipped.len().min(5)]
+            ));
+        }
+        if let Some(w) = checked.read.windows(2).find(|w| w[0].0 >= w[1].0) {
+            failures.push(format!(
+                "{label} read out of position order or twice: {w:?}"
+            ));
+        }
+        let foreign: Vec<_> = checked
+            .read
+            .iter()
+            .filter(|e| !committed_set.contains(e))
+            .take(5)
+            .collect();
+        if !foreign.is_empty() {
+            failures.push(format!(
+                "{label} read events that are not committed (or not at that position), e.g. {foreign:?}"
+            ));
+        }
+
+        // The unbounded reader: counted, not judged.
+        let unbounded_skipped = missed(&unbounded);
+
+        // Tombstone versions: each of 1..=n exactly once. They follow the
+        // order of the fills, which is position order within one fill but not
+        // across fills: a position held by a slow append is filled after the
+        // holes above it.
+        let tombstones = store.tombstone_versions().await;
+        let mut versions: Vec<i64> = tombstones.iter().map(|(_, v)| *v).collect();
+        versions.sort_unstable();
+        if let Some((k, v)) = versions
+            .iter()
+            .enumerate()
+            .find(|(k, v)| **v != *k as i64 + 1)
+        {
+            failures.push(format!(
+                "tombstone versions are not each of 1..={} once: sorted, the {}th is {v}",
+                tombstones.len(),
+                k + 1
+            ));
+        }
+        let out_of_order = tombstones.windows(2).filter(|w| w[1].1 < w[0].1).count();
+
+        let mut figures = wm.figures(head);
+        figures.push_str(&format!(
+            "bounded reader         read {} events ({} distinct) of {} committed, {} not read (and {} tombstones), {} polls, {} connections; longest lag behind the head {:.2?} (head {}){}\n",
+            checked.read.len(),
+            checked.read.iter().collect::<HashSet<_>>().len(),
+            committed.len(),
+            skipped.len(),
+            checked.tombstones,
+            checked.polls,
+            checked.reconnects,
+            checked.longest_lag.0,
+            checked.longest_lag.1,
+            if no_watermark() { "; WITHOUT the watermark predicate" } else { "" }
+        ));
+        figures.push_str(&format!(
+            "unbounded reader       read {} of {} committed events: skipped {} that committed after it had read past their positions (expected, not judged)\n",
+            unbounded.read.len(),
+            committed.len(),
+            unbounded_skipped.len(),
+        ));
+        figures.push_str(&format!(
+            "tombstone versions     {} tombstones, each of versions 1..={} once; {} places where a later position has a lower version (filled after the holes above it)\n",
+            tombstones.len(),
+            versions.last().copied().unwrap_or(0),
+            out_of_order
+        ));
+        (failures, figures)
+    }
+}
+
+/// The ledger-core chaos run: seed 003's table in a cluster of its own, a
+/// watermark table, the two readers; [`run`] drives and judges it.
 pub async fn run() {
-    let engine = LedgerStore::NAME;
-    let (seconds, seed) = seconds_and_seed();
     let cluster = Arc::new(Throwaway::started("chaos-ledger", "trust"));
     cluster.create_database("chaos").await;
-    let store = Arc::new(LedgerStore::create(cluster.clone(), "chaos").await);
+    let store = Arc::new(LedgerStore::create(cluster, "chaos").await);
     let wm_table = format!("{}.watermarks", store.schema);
     create_watermark_table(
         &store.check().await,
-        &store.url,
+        store.url(),
         &["--schema", &store.schema, "--profile", "ledger-core"],
         &wm_table,
     )
     .await;
     println!(
-        "chaos ledger-core on {engine} ({}, cluster port {}): {seconds} s, seed {seed} (CHAOS_SEED={seed} replays the random choices){}",
-        store.describe(),
-        cluster.port,
-        if no_watermark() { "; the checked reader WITHOUT the watermark predicate" } else { "" }
+        "chaos ledger-core: cluster port {}, watermark table {wm_table}{}",
+        store.port(),
+        if no_watermark() {
+            "; the checked reader WITHOUT the watermark predicate"
+        } else {
+            ""
+        }
     );
-
-    let mut stores = vec![Tested::start(store.clone(), None, WRITERS, seed)];
     let checked_bound = (!no_watermark()).then_some(wm_table.as_str());
-    let mut events = LedgerEvents {
+    let events = LedgerEvents {
         store: store.clone(),
         wm: Watermark::new(
-            &store.url,
+            store.url(),
             &format!("{}.events", store.schema),
             "position",
             &wm_table,
             STORE,
         ),
-        checked: Reader::start(&store.url, &store.schema, checked_bound),
-        unbounded: Reader::start(&store.url, &store.schema, None),
+        checked: Reader::start(store.url(), &store.schema, checked_bound),
+        unbounded: Reader::start(store.url(), &store.schema, None),
     };
-    let s = store.clone();
-    let mut healers = Healers::start(Box::new(move |slot| {
-        let mut spec = s.healer_store(slot);
-        if split_leaders() {
-            spec.0
-                .extend(["--leader-key".into(), format!("chaos-split-{slot}")]);
-        }
-        spec
-    }));
-    let driven = drive(
-        &*store,
-        &mut stores,
-        &mut healers,
-        &mut events,
-        seconds,
-        seed,
-    )
-    .await;
-    let head = driven.heads[0];
-    let LedgerEvents {
-        wm,
-        checked,
-        unbounded,
-        ..
-    } = events;
-    let (checked, unbounded) = (checked.stop().await, unbounded.stop().await);
-    let judged = judge(
-        stores.pop().expect("one store"),
-        &healers,
-        &driven,
-        head,
-        None,
-    )
-    .await;
-
-    let mut failures = std::mem::take(&mut healers.failures);
-    failures.extend(judged.failures);
-    if driven.restart.is_none() {
-        failures.push(format!("{engine} was not restarted"));
-    }
-    failures.extend(wm.failures(head));
-
-    // The committed events, as the readers must have read them.
-    let rows = store.rows().await;
-    let committed: Vec<(i64, Uuid)> = rows
-        .iter()
-        .filter(|r| r.4 != TOMBSTONE_TYPE)
-        .map(|r| (r.0, r.1))
-        .collect();
-    let committed_set: HashSet<(i64, Uuid)> = committed.iter().copied().collect();
-    let missed = |log: &ReaderLog| -> Vec<(i64, Uuid)> {
-        let read: HashSet<(i64, Uuid)> = log.read.iter().copied().collect();
-        committed
-            .iter()
-            .filter(|e| !read.contains(e))
-            .copied()
-            .collect()
-    };
-
-    // The checked reader: every committed event exactly once, in order.
-    let skipped = missed(&checked);
-    let label = if no_watermark() {
-        "the checked reader (WITHOUT the watermark predicate: CHAOS_LEDGER_NO_WATERMARK)"
-    } else {
-        "the reader bounded by the watermark"
-    };
-    if !skipped.is_empty() {
-        failures.push(format!(
-            "{label} never read {} committed events, e.g. (position, id) {:?}",
-            skipped.len(),
-            &skipped[..skipped.len().min(5)]
-        ));
-    }
-    if let Some(w) = checked.read.windows(2).find(|w| w[0].0 >= w[1].0) {
-        failures.push(format!(
-            "{label} read out of position order or twice: {w:?}"
-        ));
-    }
-    let foreign: Vec<_> = checked
-        .read
-        .iter()
-        .filter(|e| !committed_set.contains(e))
-        .take(5)
-        .collect();
-    if !foreign.is_empty() {
-        failures.push(format!(
-            "{label} read events that are not committed (or not at that position), e.g. {foreign:?}"
-        ));
-    }
-
-    // The unbounded reader: counted, not judged.
-    let unbounded_skipped = missed(&unbounded);
-
-    // Tombstone versions: each of 1..=n exactly once. They follow the
-    // order of the fills, which is position order within one fill but not
-    // across fills: a position held by a slow append is filled after the
-    // holes above it.
-    let tombstones = store.tombstone_versions().await;
-    let mut versions: Vec<i64> = tombstones.iter().map(|(_, v)| *v).collect();
-    versions.sort_unstable();
-    if let Some((k, v)) = versions
-        .iter()
-        .enumerate()
-        .find(|(k, v)| **v != *k as i64 + 1)
-    {
-        failures.push(format!(
-            "tombstone versions are not each of 1..={} once: sorted, the {}th is {v}",
-            tombstones.len(),
-            k + 1
-        ));
-    }
-    let out_of_order = tombstones.windows(2).filter(|w| w[1].1 < w[0].1).count();
-
-    let mut figures = format!(
-        "\n=== chaos figures, ledger-core on {engine} ({seconds} s of writes, seed {seed}) ===\n"
-    );
-    figures.push_str(&judged.figures);
-    figures.push_str(&wm.figures(head));
-    figures.push_str(&format!(
-        "bounded reader         read {} events ({} distinct) of {} committed, {} not read (and {} tombstones), {} polls, {} connections; longest lag behind the head {:.2?} (head {}){}\n",
-        checked.read.len(),
-        checked.read.iter().collect::<HashSet<_>>().len(),
-        committed.len(),
-        skipped.len(),
-        checked.tombstones,
-        checked.polls,
-        checked.reconnects,
-        checked.longest_lag.0,
-        checked.longest_lag.1,
-        if no_watermark() { "; WITHOUT the watermark predicate" } else { "" }
-    ));
-    figures.push_str(&format!(
-        "unbounded reader       read {} of {} committed events: skipped {} that committed after it had read past their positions (expected, not judged)\n",
-        unbounded.read.len(),
-        committed.len(),
-        unbounded_skipped.len(),
-    ));
-    figures.push_str(&format!(
-        "tombstone versions     {} tombstones, each of versions 1..={} once; {} places where a later position has a lower version (filled after the holes above it)\n",
-        tombstones.len(),
-        versions.last().copied().unwrap_or(0),
-        out_of_order
-    ));
-    figures.push_str(&format!(
-        "wrote for {:.1?}; healed the rest and caught up in {:.1?} after the writers stopped\n",
-        driven.wrote_for, driven.settle_took
-    ));
-    let logs = healers.save_logs(&format!("ledger-{}", store.schema));
-    figures.push_str(&format!("healer logs            {}\n", logs.display()));
-    finish(
-        &format!("ledger-core-{engine}"),
-        &figures,
-        failures,
-        &[store],
-    )
-    .await;
+    crate::run::run(store, Some("ledger-core"), events).await;
 }

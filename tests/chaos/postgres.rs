@@ -14,28 +14,163 @@ use gap_healer_testkit::pg::{self, Throwaway};
 use gap_healer_testkit::subscriber::PageRow;
 use tokio::sync::RwLock;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::Client;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
 use uuid::Uuid;
 
+use crate::run::Spec;
 use crate::support::*;
 
-pub struct Postgres {
+/// A schema of the run's own in its throwaway cluster, as every PostgreSQL
+/// store of the chaos runs keeps it whatever tables it holds (Eventuous's
+/// here, seed 003's in `ledger.rs`): where it is, sessions to it, the
+/// healers' flags and connection strings, the cluster's restart, and its
+/// removal after a run that passed (else the cluster's files stay for
+/// inspection).
+pub struct InCluster {
     pub schema: String,
-    /// Name of the messages table's primary key constraint.
-    pub pkey: String,
     /// The run's own server: the only one it restarts (a fleet's stores
     /// share it).
     cluster: Arc<Throwaway>,
     /// The store's database over TCP, as the healers connect.
     url: String,
+    /// The run passed and [`InCluster::remove`] dropped the schema.
+    removed: AtomicBool,
+}
+
+impl InCluster {
+    /// A fresh schema name (`gh_<tag>_...`) in database `db` (which exists)
+    /// of `cluster`; the caller creates the schema.
+    pub fn new(cluster: Arc<Throwaway>, db: &str, tag: &str) -> InCluster {
+        InCluster {
+            url: cluster.url(db),
+            schema: pg::schema_name(tag),
+            cluster,
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    /// The store's database over TCP (no application name).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The port of the run's cluster.
+    pub fn port(&self) -> u16 {
+        self.cluster.port
+    }
+
+    /// A session for the run's own reads, retried while the server restarts.
+    pub async fn check(&self) -> Client {
+        connect_within(&self.url, Duration::from_secs(30)).await
+    }
+
+    /// One attempt at a writer's or subscriber's session.
+    pub async fn connect(&self) -> Result<Client, String> {
+        try_connect(&self.url).await.map_err(|e| e.to_string())
+    }
+
+    /// The connection string of the healer in `slot` (its application name).
+    pub fn healer_url(&self, slot: usize) -> String {
+        pg::named(&self.url, &format!("gh-chaos-healer-{slot}"))
+    }
+
+    /// The healer's store flags for `slot` (`--engine postgres --schema S`,
+    /// then `more`), its connection string in the environment.
+    pub fn healer_store(&self, slot: usize, more: &[&str]) -> Spec {
+        let args = ["--engine", "postgres", "--schema", &self.schema];
+        (
+            args.iter().chain(more).map(|s| s.to_string()).collect(),
+            vec![("GAP_HEALER_CONNECTION_STRING".into(), self.healer_url(slot))],
+        )
+    }
+
+    pub async fn restart(&self) -> (Duration, String) {
+        restart_cluster(&self.cluster, &self.url).await
+    }
+
+    pub fn describe(&self) -> String {
+        format!("schema {}", self.schema)
+    }
+
+    /// What `sql` selects with `params`, on a session of its own: the
+    /// verdict's reads.
+    pub async fn select(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<Row> {
+        self.check()
+            .await
+            .query(sql, params)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\nin:\n{sql}"))
+    }
+
+    /// The rows `sql` selects as the verdict reads them: position, message
+    /// id, stream, stream position, type, data as text.
+    pub async fn stored_rows(&self, sql: &str) -> Vec<StoredRow> {
+        self.select(sql, &[])
+            .await
+            .iter()
+            .map(|r| {
+                let data: String = r.get(5);
+                (
+                    r.get(0),
+                    r.get(1),
+                    r.get(2),
+                    r.get(3),
+                    r.get(4),
+                    serde_json::from_str(&data).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// The streams `sql` selects as the verdict reads them: name, Version,
+    /// rows, lowest and highest stream position.
+    pub async fn stored_streams(&self, sql: &str) -> Vec<StoredStream> {
+        self.select(sql, &[])
+            .await
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect()
+    }
+
+    /// Drops the schema (after a run that passed).
+    pub async fn remove(&self) {
+        self.check()
+            .await
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
+            .await
+            .unwrap();
+        self.removed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for InCluster {
+    fn drop(&mut self) {
+        if !self.removed.load(Ordering::SeqCst) {
+            self.cluster.keep_files();
+        }
+    }
+}
+
+/// Eventuous's tables in a schema of the run's cluster ([`InCluster`],
+/// which it derefs to).
+pub struct Postgres {
+    store: InCluster,
+    /// Name of the messages table's primary key constraint.
+    pub pkey: String,
     /// Every append, read-back and page holds it to read; breaking the
     /// store (renaming its schema away, `fleet.rs`) holds it to write, so
     /// the store's writers and subscriber wait out the break instead of
     /// meeting a missing table.
     pub gate: Arc<RwLock<()>>,
-    /// The run passed and [`Backend::remove`] dropped the schema; otherwise
-    /// the cluster's files stay for inspection.
-    removed: AtomicBool,
+}
+
+impl std::ops::Deref for Postgres {
+    type Target = InCluster;
+
+    fn deref(&self) -> &InCluster {
+        &self.store
+    }
 }
 
 impl Postgres {
@@ -50,45 +185,43 @@ impl Postgres {
     /// A fresh schema with the Eventuous tables in database `db` (which
     /// exists) of `cluster`.
     pub async fn in_cluster(cluster: Arc<Throwaway>, db: &str) -> Postgres {
-        let url = cluster.url(db);
-        let admin = connect_within(&url, Duration::from_secs(10)).await;
-        let schema = pg::schema_name("chaos");
-        pg::create_schema(&admin, &schema)
+        let store = InCluster::new(cluster, db, "chaos");
+        let admin = connect_within(store.url(), Duration::from_secs(10)).await;
+        pg::create_schema(&admin, &store.schema)
             .await
             .expect("create the chaos schema");
         let pkey: String = admin
             .query_one(
                 "SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
-                &[&format!("{schema}.messages")],
+                &[&format!("{}.messages", store.schema)],
             )
             .await
             .unwrap()
             .get(0);
         Postgres {
-            schema,
+            store,
             pkey,
-            cluster,
-            url,
             gate: Arc::new(RwLock::new(())),
-            removed: AtomicBool::new(false),
         }
-    }
-
-    /// The store's database over TCP (no application name).
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    pub async fn check(&self) -> Client {
-        connect_within(&self.url, Duration::from_secs(30)).await
     }
 }
 
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        if !self.removed.load(Ordering::SeqCst) {
-            self.cluster.keep_files();
-        }
+/// What an error inside an append means to the journal: the connection
+/// lost, the primary key `pkey` met (a fill took a position), the unique
+/// key `race` met (a version race lost), a deadlock, or something else.
+pub fn refusal(e: &tokio_postgres::Error, pkey: &str, race: Option<&str>) -> Refusal {
+    let constraint = e.as_db_error().and_then(|d| d.constraint());
+    let unique = e.code() == Some(&SqlState::UNIQUE_VIOLATION);
+    if is_connection_error(e) {
+        Refusal::Lost
+    } else if unique && constraint == Some(pkey) {
+        Refusal::PrimaryKey
+    } else if unique && race.is_some() && constraint == race {
+        Refusal::LostRace
+    } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
+        Refusal::Deadlock
+    } else {
+        Refusal::Other
     }
 }
 
@@ -101,7 +234,7 @@ impl Backend for Postgres {
     const EVENTUOUS_FUNCTION: bool = true;
 
     async fn connect(&self) -> Result<Client, String> {
-        try_connect(&self.url).await.map_err(|e| e.to_string())
+        self.store.connect().await
     }
 
     async fn append_function(&self, c: &mut Client, call: &Call<'_>) -> Called {
@@ -161,7 +294,7 @@ impl Backend for Postgres {
         let check = if committed {
             None
         } else {
-            Some(connect_within(&self.url, Duration::from_secs(60)).await)
+            Some(connect_within(self.url(), Duration::from_secs(60)).await)
         };
         let reader: &Client = check.as_ref().unwrap_or(c);
         let found = reader
@@ -233,17 +366,7 @@ impl Backend for Postgres {
         let (pkey, s) = (self.pkey.as_str(), self.schema.as_str());
         // An error inside the transaction: was the connection lost, or did the server refuse?
         let refused = |e: &tokio_postgres::Error, what: &str| -> Attempt {
-            let constraint = e.as_db_error().and_then(|d| d.constraint());
-            let refusal = if is_connection_error(e) {
-                Refusal::Lost
-            } else if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && constraint == Some(pkey) {
-                Refusal::PrimaryKey
-            } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
-                Refusal::Deadlock
-            } else {
-                Refusal::Other
-            };
-            append.refused(what, refusal, &format!("{e:?}"))
+            append.refused(what, refusal(e, pkey, None), &format!("{e:?}"))
         };
         if let Err(e) = c.batch_execute("BEGIN").await {
             return refused(&e, "BEGIN");
@@ -328,7 +451,7 @@ impl Backend for Postgres {
 
     async fn resolve(&self, journal: &Journal, events: &[Event]) -> bool {
         let _gate = self.gate.read().await;
-        resolve(&self.url, &self.schema, journal, events).await
+        resolve(self.url(), &self.schema, journal, events).await
     }
 
     async fn page(&self, c: &mut Client, next: i64) -> Result<Vec<PageRow>, String> {
@@ -338,98 +461,53 @@ impl Backend for Postgres {
             .map_err(|e| e.to_string())
     }
 
-    fn healer_store(&self, slot: usize) -> (Vec<String>, Vec<(String, String)>) {
-        let cs = pg::named(&self.url, &format!("gh-chaos-healer-{slot}"));
-        let args = ["--engine", "postgres", "--schema", &self.schema];
-        (
-            args.iter().map(|s| s.to_string()).collect(),
-            vec![("GAP_HEALER_CONNECTION_STRING".into(), cs)],
-        )
+    fn healer_store(&self, slot: usize) -> Spec {
+        self.store.healer_store(slot, &[])
     }
 
     async fn restart(&self) -> (Duration, String) {
-        restart_cluster(&self.cluster, &self.url).await
+        self.store.restart().await
     }
 
     async fn count_and_head(&self) -> (i64, i64) {
         let s = &self.schema;
-        let row = self
-            .check()
-            .await
-            .query_one(
-                &format!("SELECT COUNT(*), COALESCE(MAX(global_position), 0) FROM {s}.messages"),
-                &[],
-            )
-            .await
-            .unwrap();
+        let sql = format!("SELECT COUNT(*), COALESCE(MAX(global_position), 0) FROM {s}.messages");
+        let row = &self.select(&sql, &[]).await[0];
         (row.get(0), row.get(1))
     }
 
     async fn rows(&self) -> Vec<StoredRow> {
         let s = &self.schema;
-        self.check()
-            .await
-            .query(
-                &format!(
-                    "SELECT m.global_position, m.message_id, s.stream_name::text, m.stream_position, m.message_type::text, m.json_data::text
-                     FROM {s}.messages m JOIN {s}.streams s USING (stream_id) ORDER BY 1"
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| {
-                let data: String = r.get(5);
-                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), serde_json::from_str(&data).unwrap())
-            })
-            .collect()
+        self.stored_rows(&format!(
+            "SELECT m.global_position, m.message_id, s.stream_name::text, m.stream_position, m.message_type::text, m.json_data::text
+             FROM {s}.messages m JOIN {s}.streams s USING (stream_id) ORDER BY 1"
+        ))
+        .await
     }
 
     async fn streams(&self) -> Vec<StoredStream> {
         let s = &self.schema;
-        self.check()
-            .await
-            .query(
-                &format!(
-                    "SELECT s.stream_name::text, s.version, COUNT(m.*), COALESCE(MIN(m.stream_position), 0), COALESCE(MAX(m.stream_position), -1)
-                     FROM {s}.streams s LEFT JOIN {s}.messages m USING (stream_id) GROUP BY 1, 2 ORDER BY 1"
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-            .collect()
+        self.stored_streams(&format!(
+            "SELECT s.stream_name::text, s.version, COUNT(m.*), COALESCE(MIN(m.stream_position), 0), COALESCE(MAX(m.stream_position), -1)
+             FROM {s}.streams s LEFT JOIN {s}.messages m USING (stream_id) GROUP BY 1, 2 ORDER BY 1"
+        ))
+        .await
     }
 
     async fn fill_transactions(&self) -> i64 {
         let s = &self.schema;
-        self.check()
-            .await
-            .query_one(
-                &format!(
-                    "SELECT COUNT(DISTINCT m.created) FROM {s}.messages m JOIN {s}.streams s USING (stream_id) WHERE s.stream_name = $1"
-                ),
-                &[&TOMBSTONE_STREAM],
-            )
-            .await
-            .unwrap()
-            .get(0)
+        let sql = format!(
+            "SELECT COUNT(DISTINCT m.created) FROM {s}.messages m JOIN {s}.streams s USING (stream_id) WHERE s.stream_name = $1"
+        );
+        self.select(&sql, &[&TOMBSTONE_STREAM]).await[0].get(0)
     }
 
     fn describe(&self) -> String {
-        format!("schema {}", self.schema)
+        self.store.describe()
     }
 
     async fn remove(&self) {
-        self.check()
-            .await
-            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
-            .await
-            .unwrap();
-        self.removed.store(true, Ordering::SeqCst);
+        self.store.remove().await;
     }
 }
 

@@ -818,13 +818,32 @@ pub async fn judge<B: Backend>(
     }
 }
 
-/// One chaos run against `backend`'s store; panics with every failure found.
-pub async fn run<B: Backend>(backend: B) {
-    let backend = Arc::new(backend);
+/// What a single-store run adds to [`run`]: its events during the loop
+/// ([`Extra`]), and its own verdict once the run has ended at `head`:
+/// failures and figure lines. `()` adds nothing.
+pub trait Verdict: Extra {
+    fn verdict(self, head: i64) -> impl Future<Output = (Vec<String>, String)>;
+}
+
+impl Verdict for () {
+    async fn verdict(self, _: i64) -> (Vec<String>, String) {
+        (vec![], String::new())
+    }
+}
+
+/// One chaos run against `backend`'s store: its writers and subscriber,
+/// [`HEALERS`] healers on its flags (each its own leader key under
+/// CHAOS_SPLIT_LEADERS), the loop with `extra`, the verdict and `extra`'s,
+/// the figures; panics with every failure found. `kind` names a variant in
+/// its lines, figures file and log directory ("ledger-core"); `None`: the
+/// plain run.
+pub async fn run<B: Backend, E: Verdict>(backend: Arc<B>, kind: Option<&str>, mut extra: E) {
     let engine = B::NAME;
     let (seconds, seed) = seconds_and_seed();
+    let title = kind.map_or_else(|| engine.to_string(), |k| format!("{k} on {engine}"));
     println!(
-        "chaos on {engine} ({}): {seconds} s, seed {seed} (CHAOS_SEED={seed} replays the random choices)",
+        "chaos {} ({}): {seconds} s, seed {seed} (CHAOS_SEED={seed} replays the random choices)",
+        kind.map_or_else(|| format!("on {engine}"), |_| title.clone()),
         backend.describe()
     );
     let mut stores = vec![Tested::start(backend.clone(), None, WRITERS, seed)];
@@ -837,25 +856,41 @@ pub async fn run<B: Backend>(backend: B) {
         }
         spec
     }));
-    let driven = drive(&*backend, &mut stores, &mut healers, &mut (), seconds, seed).await;
+    let driven = drive(
+        &*backend,
+        &mut stores,
+        &mut healers,
+        &mut extra,
+        seconds,
+        seed,
+    )
+    .await;
+    let head = driven.heads[0];
     let tested = stores.pop().expect("one store");
-    let judged = judge(tested, &healers, &driven, driven.heads[0], None).await;
+    let judged = judge(tested, &healers, &driven, head, None).await;
 
     let mut failures = std::mem::take(&mut healers.failures);
     failures.extend(judged.failures);
+    if driven.restart.is_none() {
+        failures.push(format!("{engine} was not restarted"));
+    }
+    let (extra_failures, extra_figures) = extra.verdict(head).await;
+    failures.extend(extra_failures);
     let mut figures =
-        format!("\n=== chaos figures, {engine} ({seconds} s of writes, seed {seed}) ===\n");
+        format!("\n=== chaos figures, {title} ({seconds} s of writes, seed {seed}) ===\n");
     figures.push_str(&judged.figures);
+    figures.push_str(&extra_figures);
     figures.push_str(&format!(
         "wrote for {:.1?}; healed the rest and caught up in {:.1?} after the writers stopped\n",
         driven.wrote_for, driven.settle_took
     ));
-    let logs = healers.save_logs(&backend.describe());
+    let logs = healers.save_logs(&kind.map_or_else(
+        || backend.describe(),
+        |k| format!("{k}-{}", backend.describe()),
+    ));
     figures.push_str(&format!("healer logs            {}\n", logs.display()));
-    if driven.restart.is_none() {
-        failures.push(format!("{engine} was not restarted"));
-    }
-    finish(engine, &figures, failures, &[backend]).await;
+    let name = kind.map_or_else(|| engine.to_string(), |k| format!("{k}-{engine}"));
+    finish(&name, &figures, failures, &[backend]).await;
 }
 
 /// Prints the figures (and writes them to

@@ -8,11 +8,12 @@
 //! (or with a Docker engine and no variable).
 //!
 //! What both engines must show (the lock cases, the head, scan and probe
-//! answers, the leader lock and fence, a held position in a wide hole) is
-//! the engine contract's, written once in `contract` and run here as
-//! `contract::mssql::*`; this module keeps what only SQL Server has (RCSI,
-//! fill modes and the procedure, pooled session state, lock escalation,
-//! identity reseeds, its binary runs).
+//! answers, the leader lock and fence) and the healer scenarios (the seed's
+//! reproduction, the 10,000-wide jump, a held position inside it, scattered
+//! holes) are the engine contract's, written once in `contract` and run here
+//! as `contract::mssql::*`; this module keeps what only SQL Server has
+//! (RCSI, fill modes and the procedure, pooled session state, lock
+//! escalation, identity reseeds, its binary runs).
 //!
 //! Each test makes its own database, dropped by the kit's guard when the
 //! test ends, also when it fails; positions below are computed, never
@@ -33,11 +34,10 @@ use gap_healer_testkit::engine::FillRange;
 
 use crate::contract::{
     self,
-    mssql::{MssqlStore, DIRECT_GRANTS},
+    mssql::{load_bulk, MssqlStore, DIRECT_GRANTS},
 };
 use gap_healer_testkit::mssql::{
-    self as ms, healer, skipped_on_babelfish, subscribe, Handled, TestDb, EVENT_TYPE,
-    TOMBSTONE_TYPE,
+    self as ms, healer, skipped_on_babelfish, TestDb, EVENT_TYPE, TOMBSTONE_TYPE,
 };
 
 const NEEDS: &str = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker";
@@ -97,220 +97,6 @@ async fn rcsi_on_and_off() {
         );
         open.rollback().await;
     }
-}
-
-// ---------------------------------------------------------------------------
-// The seed's reproduction, with the real binary and an Eventuous-rules
-// subscriber.
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time() {
-    let gap_timeout = Duration::from_secs(1);
-    let poll = Duration::from_millis(250);
-    let db = TestDb::create().await;
-    let cs = db.connection_string();
-    let mut daemon = Process::spawn(healer(
-        &cs,
-        &["run"],
-        &[
-            "--gap-timeout",
-            "1s",
-            "--poll-interval",
-            "250ms",
-            "--lock-timeout",
-            "2s",
-            "--start-from",
-            "0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-level",
-            "gap_healer=debug",
-        ],
-    ))
-    .expect("gap-healer starts");
-
-    let stop = CancellationToken::new();
-    let (tx, mut handled) = tokio::sync::mpsc::unbounded_channel::<Handled>();
-    let subscriber = tokio::spawn(subscribe(
-        cs.clone(),
-        0,
-        Duration::from_millis(50),
-        stop.clone(),
-        tx,
-    ));
-
-    // 1. An event with message id X to stream A, handled.
-    let x = Uuid::new_v4();
-    let first = db.try_append_ids("A", &[x]).await.expect("first append");
-    let h = tokio::time::timeout(Duration::from_secs(10), handled.recv())
-        .await
-        .expect("handled in time")
-        .unwrap();
-    assert_eq!(h.position, first[0]);
-
-    // 2. The same message id again: 2627 on UQ_StreamIdAndMessageId after the
-    // insert took an identity value.
-    let ident_before = db.ident_current().await;
-    assert_eq!(db.try_append_ids("A", &[x]).await, Err(2627));
-    let burned = db.ident_current().await;
-    assert_eq!(
-        burned,
-        ident_before + 1,
-        "the failed append used one identity value"
-    );
-
-    // Let the daemon connect, lead and take its first look (its start is
-    // not what this test measures; on a loaded Babelfish it took 11 s).
-    let started = Instant::now();
-    while !(daemon.output().contains("scan starts")
-        && daemon.output().contains("became the leader"))
-        && started.elapsed() < Duration::from_secs(60)
-        && daemon.exited().is_none()
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        daemon.exited(),
-        None,
-        "gap-healer run exited early\n{}",
-        daemon.output()
-    );
-
-    // 3. An event to stream B, after the hole.
-    let b = db.append("B", 1).await[0];
-    let committed = Instant::now();
-    assert_eq!(b, burned + 1);
-
-    let bound = gap_timeout + poll + Duration::from_secs(1);
-    // On Babelfish the one-position fill statement alone took 0.75-1.2 s
-    // (a T-SQL batch's first run in a session was seen taking 2.2 s under
-    // load), so the bound may not hold there: a miss is reported as skipped
-    // on Babelfish, and B must still be handled within 10 s more.
-    let babelfish = ms::is_babelfish().await;
-    let allowed = if babelfish {
-        bound + Duration::from_secs(10)
-    } else {
-        bound
-    };
-    let mut seen = vec![h];
-    let deadline = committed + allowed;
-    while !seen.iter().any(|h| h.stream == "B") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, handled.recv()).await {
-            Ok(Some(h)) => seen.push(h),
-            _ => panic!(
-                "stream B's event was not handled within {allowed:?} of its commit; handled {seen:?}\n{}",
-                daemon.output()
-            ),
-        }
-    }
-    let took = seen.last().unwrap().at.duration_since(committed);
-    let fill_ms = daemon
-        .output()
-        .lines()
-        .find(|l| l.contains("filled hole with tombstones"))
-        .and_then(|l| l.split("ms=").nth(1))
-        .and_then(|v| v.split_whitespace().next())
-        .unwrap_or("?")
-        .to_string();
-    println!(
-        "stream B handled {took:?} after its commit (bound {bound:?}); the fill statement took {fill_ms} ms"
-    );
-    if took > bound {
-        let reason = format!(
-            "the {bound:?} bound: B was handled {took:?} after its commit, of which Babelfish spent {fill_ms} ms on the one-position fill statement"
-        );
-        assert!(
-            skipped_on_babelfish(
-                "seed_reproduction_duplicate_message_id_then_stream_b_handled_in_time",
-                &reason
-            )
-            .await,
-            "{reason}\n{}",
-            daemon.output()
-        );
-    }
-    let tombstone = seen
-        .iter()
-        .find(|h| h.position == burned)
-        .expect("the hole was handed over");
-    assert!(
-        tombstone.ignored && tombstone.message_type == TOMBSTONE_TYPE,
-        "{tombstone:?}"
-    );
-
-    stop.cancel();
-    let _ = subscriber.await;
-    drop(daemon);
-    assert_eq!(db.ident_current().await, b, "IDENT_CURRENT moved");
-    db.assert_tombstone_stream_contiguous().await;
-}
-
-// ---------------------------------------------------------------------------
-// An identity jump of 10,000 (the identity cache after a failover).
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn identity_jump_of_10000_filled_in_one_heal_cycle() {
-    let db = TestDb::create().await;
-    let before = db.append("A", 5).await;
-    assert_eq!(before, vec![0, 1, 2, 3, 4], "a fresh store starts at 0");
-    db.jump_identity(10_000).await;
-    let after = db.append("B", 2).await;
-    assert_eq!(after, vec![10_005, 10_006]);
-    let ident = db.ident_current().await;
-
-    // The engine sees one range, however wide.
-    let engine = db.engine();
-    let page = engine.scan(-1, 1000).await.unwrap();
-    assert_eq!(page.holes, vec![PosRange::new(5, 10_004).unwrap()]);
-    assert_eq!((page.high, page.rows), (10_006, 7));
-    assert_eq!(engine.identity_floor().await.unwrap(), 0);
-
-    let cs = db.connection_string();
-    let (code, out) = bin::run(
-        healer(&cs, &["scan"], &["--start-from", "0"]),
-        Duration::from_secs(60),
-    )
-    .await;
-    assert_eq!(code, 1, "scan exits 1 when it finds holes\n{out}");
-
-    let started = Instant::now();
-    let (code, out) = heal_everything_once(&cs, Duration::from_secs(180)).await;
-    assert_eq!(code, 0, "heal --once\n{out}");
-    println!(
-        "heal --once filled 10,000 positions in {:?}",
-        started.elapsed()
-    );
-
-    let messages = db.messages().await;
-    assert_eq!(messages.len(), 10_007);
-    assert!(
-        messages
-            .iter()
-            .enumerate()
-            .all(|(i, m)| m.position == i as i64),
-        "every position 0..=10006 present"
-    );
-    assert_eq!(
-        messages
-            .iter()
-            .filter(|m| m.message_type == TOMBSTONE_TYPE)
-            .count(),
-        10_000
-    );
-    assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
-    assert_eq!(db.tombstone_version().await, Some(9_999));
-    db.assert_tombstone_stream_contiguous().await;
-
-    let (code, out) = bin::run(
-        healer(&cs, &["scan"], &["--start-from", "0"]),
-        Duration::from_secs(60),
-    )
-    .await;
-    assert_eq!(code, 0, "scan exits 0 when there are no holes\n{out}");
 }
 
 /// The JSON line of `scan --format json` in a process's output.
@@ -504,104 +290,6 @@ async fn pooled_connection_is_clean_after_held_committed_failed_and_cancelled_fi
 
 // ---------------------------------------------------------------------------
 // IDENT_CURRENT never moves, and the tail is never filled.
-
-/// Issue 11 item 5: scattered holes share one fill transaction on SQL
-/// Server too (up to 1,000 ranges, within the lock budget), and a batch is
-/// refused whole when one of its positions is committed or held.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
-async fn scattered_holes_share_one_fill_transaction() {
-    let db = store_with_streams().await;
-    // 200 rolled-back appends, each followed by a committed one, in one
-    // batch (a session per append would take minutes on a loaded Babelfish).
-    let mut c = db.client().await;
-    ms::exec(
-        &mut c,
-        "SET NOCOUNT ON;
-         DECLARE @s INT = (SELECT StreamId FROM eventuous.Streams WHERE StreamName = N'B');
-         DECLARE @v INT = (SELECT [Version] FROM eventuous.Streams WHERE StreamId = @s);
-         DECLARE @i INT = 0;
-         WHILE @i < 200
-             BEGIN
-                 BEGIN TRANSACTION;
-                 INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
-                 VALUES (NEWID(), N'TestEvent', @s, @v + 1, N'{}', SYSUTCDATETIME());
-                 ROLLBACK TRANSACTION;
-                 INSERT INTO eventuous.Messages (MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
-                 VALUES (NEWID(), N'TestEvent', @s, @v + 1, N'{}', SYSUTCDATETIME());
-                 SET @v = @v + 1;
-                 SET @i = @i + 1;
-             END;
-         UPDATE eventuous.Streams SET [Version] = @v WHERE StreamId = @s;",
-    )
-    .await;
-    let engine = db.engine();
-    let holes = engine.scan(-1, 10_000).await.unwrap().holes;
-    assert_eq!(holes.len(), 200, "{holes:?}");
-    let ident = db.ident_current().await;
-    let started = Instant::now();
-    let outcome = engine
-        .fill_ranges(&holes, Duration::from_secs(2), &Fence::Unfenced)
-        .await
-        .unwrap();
-    println!(
-        "200 scattered one-position holes filled in one transaction in {:?}",
-        started.elapsed()
-    );
-    assert_eq!(outcome, FillOutcome::Filled { rows: 200 });
-    let messages = db.messages().await;
-    for hole in &holes {
-        let m = messages
-            .iter()
-            .find(|m| m.position == hole.start())
-            .expect("a tombstone");
-        assert_eq!(m.message_type, TOMBSTONE_TYPE, "{hole}");
-    }
-    assert_eq!(db.ident_current().await, ident, "IDENT_CURRENT moved");
-    db.assert_tombstone_stream_contiguous().await;
-
-    // A committed position among them: the whole batch is refused.
-    let a = db.rolled_back_append("A", 1).await[0];
-    let committed = db.append("B", 1).await[0];
-    let b = db.rolled_back_append("A", 1).await[0];
-    db.append("B", 1).await;
-    let batch = [single(a), single(committed), single(b)];
-    assert_eq!(
-        engine
-            .fill_ranges(&batch, Duration::from_secs(2), &Fence::Unfenced)
-            .await
-            .unwrap(),
-        FillOutcome::Committed
-    );
-    assert!(db.message_at(a).await.is_none() && db.message_at(b).await.is_none());
-    // A held position among them: refused whole too, after the lock timeout.
-    let open = db.begin_append("A", 1).await;
-    let held = open.positions[0];
-    db.append("B", 1).await;
-    let outcome = engine
-        .fill_ranges(
-            &[single(a), single(b), single(held)],
-            Duration::from_millis(500),
-            &Fence::Unfenced,
-        )
-        .await
-        .unwrap();
-    assert_eq!(outcome, FillOutcome::Held);
-    assert!(db.message_at(a).await.is_none() && db.message_at(b).await.is_none());
-    open.rollback().await;
-    assert_eq!(
-        engine
-            .fill_ranges(
-                &[single(a), single(b), single(held)],
-                Duration::from_secs(2),
-                &Fence::Unfenced
-            )
-            .await
-            .unwrap(),
-        FillOutcome::Filled { rows: 3 }
-    );
-    db.assert_tombstone_stream_contiguous().await;
-}
 
 /// Locks one statement took in each index of Messages, from
 /// sys.dm_db_index_operational_stats: (index, row locks, page locks,
@@ -1432,29 +1120,9 @@ async fn a_store_set_heals_every_database_its_pattern_finds() {
 }
 
 // ---------------------------------------------------------------------------
-// Figures for docs/benchmarks.md (issue 11): a held position inside a wide
-// hole, and the idle poll at 100k and 1M rows.
-
-/// `heal --once` from position 0 with gap_timeout 0 (every hole due) and a
-/// 2 s lock timeout, bounded by `within`: its exit code and output.
-async fn heal_everything_once(cs: &str, within: Duration) -> (i32, String) {
-    bin::run(
-        healer(
-            cs,
-            &["heal", "--once"],
-            &[
-                "--start-from",
-                "0",
-                "--gap-timeout",
-                "0s",
-                "--lock-timeout",
-                "2s",
-            ],
-        ),
-        within,
-    )
-    .await
-}
+// Figures for docs/benchmarks.md (issue 11): the idle poll at 100k and 1M
+// rows, and 200,000 scattered holes healed once (the held position inside a
+// wide hole is the contract's).
 
 fn healer_options(gap_timeout: Duration) -> gap_healer::healer::Options {
     gap_healer::healer::Options {
@@ -1468,40 +1136,6 @@ fn healer_options(gap_timeout: Duration) -> gap_healer::healer::Options {
         give_up_after: None,
         publish_watermark: false,
     }
-}
-
-/// Appends `n` committed rows of a stream `bulk` above the head in one
-/// set-based statement (explicit identity values from a numbers CTE), one
-/// every `step` positions (a step of 2 leaves a hole after each): how long
-/// it took.
-async fn load_bulk(db: &TestDb, from_stream_position: i64, n: i64, step: i64) -> Duration {
-    let started = Instant::now();
-    let mut c = db.client().await;
-    ms::exec(
-        &mut c,
-        &format!(
-            "SET NOCOUNT ON;
-             IF NOT EXISTS (SELECT 1 FROM eventuous.Streams WHERE StreamName = N'bulk')
-                 INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (N'bulk', -1);
-             DECLARE @s INT = (SELECT StreamId FROM eventuous.Streams WHERE StreamName = N'bulk');
-             DECLARE @head BIGINT = (SELECT MAX(GlobalPosition) FROM eventuous.Messages);
-             SET IDENTITY_INSERT eventuous.Messages ON;
-             WITH d AS (SELECT v FROM (VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)) AS t(v)),
-             n AS (
-                 SELECT a.v + 10 * b.v + 100 * c.v + 1000 * e.v + 10000 * f.v + 100000 * g.v AS i
-                 FROM d AS a CROSS JOIN d AS b CROSS JOIN d AS c CROSS JOIN d AS e
-                 CROSS JOIN d AS f CROSS JOIN d AS g
-             )
-             INSERT INTO eventuous.Messages
-                 (GlobalPosition, MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
-             SELECT @head + {step} * (n.i + 1), NEWID(), N'TestEvent', @s, {from_stream_position} + n.i, N'{{}}', SYSUTCDATETIME()
-             FROM n WHERE n.i < {n};
-             SET IDENTITY_INSERT eventuous.Messages OFF;
-             UPDATE eventuous.Streams SET [Version] = {from_stream_position} + {n} - 1 WHERE StreamId = @s;"
-        ),
-    )
-    .await;
-    started.elapsed()
 }
 
 fn percentiles(mut xs: Vec<Duration>) -> (Duration, Duration) {
@@ -1587,7 +1221,7 @@ async fn idle_poll_at_100k_and_1m_rows() {
 #[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
 async fn two_hundred_thousand_scattered_holes_healed_once() {
     const HOLES: i64 = 200_000;
-    let db = store_with_streams().await;
+    let db = MssqlStore(store_with_streams().await);
     let loaded = load_bulk(&db, 0, HOLES, 2).await;
     println!("loaded {HOLES} rows at every other position in {loaded:.1?}");
     let head = db
@@ -1602,7 +1236,7 @@ async fn two_hundred_thousand_scattered_holes_healed_once() {
     let ident = db.ident_current().await;
 
     let started = Instant::now();
-    let (code, out) = heal_everything_once(&db.connection_string(), Duration::from_secs(420)).await;
+    let (code, out) = contract::heal_everything_once(&db, Duration::from_secs(420)).await;
     let took = started.elapsed();
     // One Created value per fill transaction.
     let fills = db

@@ -4,10 +4,11 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gap_healer::engine::mssql::{FillMode, MssqlEngine, MssqlLeaderSession};
 use gap_healer_testkit::mssql::{self as ms, skipped_on_babelfish, TestDb};
+use uuid::Uuid;
 
 use super::{contract_tests, Row, Server};
 
@@ -69,7 +70,8 @@ async fn app_lock_holders(db: &TestDb) -> Vec<(i64, String, String)> {
 }
 
 /// Takes `n` identity values with inserts that roll back (one set-based
-/// statement): the next append lands `n` positions later. Not `DBCC
+/// statement, rows of the store's first stream: it needs one): the next
+/// append lands `n` positions later. Not `DBCC
 /// CHECKIDENT`, which on Babelfish waits for an exclusive lock on the table,
 /// behind any open append.
 pub async fn burn_identity(db: &TestDb, n: i64) {
@@ -78,7 +80,7 @@ pub async fn burn_identity(db: &TestDb, n: i64) {
         &mut c,
         &format!(
             "SET NOCOUNT ON;
-             DECLARE @s INT = (SELECT StreamId FROM eventuous.Streams WHERE StreamName = N'B');
+             DECLARE @s INT = (SELECT MIN(StreamId) FROM eventuous.Streams);
              BEGIN TRANSACTION;
              WITH d AS (SELECT v FROM (VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)) AS t(v)),
              n AS (
@@ -94,11 +96,47 @@ pub async fn burn_identity(db: &TestDb, n: i64) {
     .await;
 }
 
+/// Appends `n` committed rows of a stream `bulk` above the head in one
+/// set-based statement (explicit identity values from a numbers CTE), one
+/// every `step` positions (a step of 2 leaves a hole after each): how long
+/// it took.
+pub async fn load_bulk(db: &TestDb, from_stream_position: i64, n: i64, step: i64) -> Duration {
+    let started = Instant::now();
+    let mut c = db.client().await;
+    ms::exec(
+        &mut c,
+        &format!(
+            "SET NOCOUNT ON;
+             IF NOT EXISTS (SELECT 1 FROM eventuous.Streams WHERE StreamName = N'bulk')
+                 INSERT INTO eventuous.Streams (StreamName, [Version]) VALUES (N'bulk', -1);
+             DECLARE @s INT = (SELECT StreamId FROM eventuous.Streams WHERE StreamName = N'bulk');
+             DECLARE @head BIGINT = (SELECT MAX(GlobalPosition) FROM eventuous.Messages);
+             SET IDENTITY_INSERT eventuous.Messages ON;
+             WITH d AS (SELECT v FROM (VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)) AS t(v)),
+             n AS (
+                 SELECT a.v + 10 * b.v + 100 * c.v + 1000 * e.v + 10000 * f.v + 100000 * g.v AS i
+                 FROM d AS a CROSS JOIN d AS b CROSS JOIN d AS c CROSS JOIN d AS e
+                 CROSS JOIN d AS f CROSS JOIN d AS g
+             )
+             INSERT INTO eventuous.Messages
+                 (GlobalPosition, MessageId, MessageType, StreamId, StreamPosition, JsonData, Created)
+             SELECT @head + {step} * (n.i + 1), NEWID(), N'TestEvent', @s, {from_stream_position} + n.i, N'{{}}', SYSUTCDATETIME()
+             FROM n WHERE n.i < {n};
+             SET IDENTITY_INSERT eventuous.Messages OFF;
+             UPDATE eventuous.Streams SET [Version] = {from_stream_position} + {n} - 1 WHERE StreamId = @s;"
+        ),
+    )
+    .await;
+    started.elapsed()
+}
+
 impl Server for MssqlStore {
     type Engine = MssqlEngine;
     type Open = ms::OpenAppend;
+    type Pages = ms::Pages;
 
     const FIRST_POSITION: i64 = 0;
+    const STATEMENTS_FOR_10000: u64 = 3;
     const PROBE_SEES_IN_FLIGHT: bool = true;
     const ENDS_A_SESSION_WITHIN: Duration = Duration::from_secs(10);
     const KILL_NOTICED_WITHIN: Duration = Duration::from_secs(10);
@@ -122,8 +160,35 @@ impl Server for MssqlStore {
         format!("gap-healer:{}", ms::SCHEMA)
     }
 
+    fn store_args(&self) -> Vec<String> {
+        [
+            "--engine",
+            "mssql",
+            "--connection-string",
+            &self.connection_string(),
+            "--schema",
+            ms::SCHEMA,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     async fn append(&self, stream: &str, count: usize) -> Vec<i64> {
         self.0.append(stream, count).await
+    }
+
+    async fn append_with_id(&self, stream: &str, id: Uuid) -> Vec<i64> {
+        match self.0.try_append_ids(stream, &[id]).await {
+            Ok(positions) => positions,
+            Err(code) => {
+                assert_eq!(code, 2627, "a duplicate id meets UQ_StreamIdAndMessageId");
+                vec![]
+            }
+        }
+    }
+
+    async fn load_every_other(&self, n: i64) {
+        load_bulk(self, 0, n, 2).await;
     }
 
     async fn begin_append(&self, stream: &str, count: usize) -> ms::OpenAppend {
@@ -160,6 +225,10 @@ impl Server for MssqlStore {
             .into_iter()
             .map(|m| (m.position, m.stream, m.message_type))
             .collect()
+    }
+
+    async fn pages(&self) -> ms::Pages {
+        ms::Pages::new(self).await
     }
 
     async fn identity(&self) -> i64 {

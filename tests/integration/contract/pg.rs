@@ -8,6 +8,8 @@ use gap_healer::engine::postgres::{advisory_key, PgLeaderSession, PostgresEngine
 use gap_healer::engine::LeaderSession;
 use gap_healer_testkit::bin::cli;
 use gap_healer_testkit::pg::{as_user, Ending, OpenAppend, Store};
+use gap_healer_testkit::subscriber::PgPages;
+use uuid::Uuid;
 
 use super::{contract_tests, Row, Server};
 
@@ -33,8 +35,10 @@ impl PgStore {
 impl Server for PgStore {
     type Engine = PostgresEngine;
     type Open = OpenAppend;
+    type Pages = PgPages;
 
     const FIRST_POSITION: i64 = 1;
+    const STATEMENTS_FOR_10000: u64 = 1;
     const PROBE_SEES_IN_FLIGHT: bool = false;
     const ENDS_A_SESSION_WITHIN: Duration = Duration::from_secs(1);
     const KILL_NOTICED_WITHIN: Duration = Duration::ZERO;
@@ -66,8 +70,21 @@ impl Server for PgStore {
         format!("gap-healer:{}", self.store.schema)
     }
 
+    fn store_args(&self) -> Vec<String> {
+        self.store.args()
+    }
+
     async fn append(&self, stream: &str, count: usize) -> Vec<i64> {
         self.store.append(stream, count, Ending::Commit).await
+    }
+
+    async fn append_with_id(&self, stream: &str, id: Uuid) -> Vec<i64> {
+        self.store.append_with_id(stream, id).await
+    }
+
+    async fn load_every_other(&self, n: i64) {
+        let head = self.store.head().await;
+        self.store.insert_bulk(n, &format!("{head} + 2 * g")).await;
     }
 
     async fn begin_append(&self, stream: &str, count: usize) -> OpenAppend {
@@ -102,6 +119,10 @@ impl Server for PgStore {
 
     async fn rows(&self) -> Vec<Row> {
         self.store.rows().await
+    }
+
+    async fn pages(&self) -> PgPages {
+        PgPages::new(&self.store).await
     }
 
     async fn identity(&self) -> i64 {

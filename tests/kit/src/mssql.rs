@@ -1,7 +1,7 @@
 //! SQL Server for the integration tests and the chaos run: where the server
 //! comes from, one database per test, an append that does what Eventuous's
-//! `append_events` does, and a subscriber that follows Eventuous's
-//! all-stream gap rules.
+//! `append_events` does, and the pages a subscriber that follows Eventuous's
+//! all-stream gap rules reads ([`Pages`]).
 //!
 //! # Where the server comes from
 //! 1. `GAP_HEALER_TEST_MSSQL`: an ADO.NET connection string of a login that
@@ -23,17 +23,16 @@
 use std::fmt::Write as _;
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gap_healer::engine::mssql::MssqlEngine;
 use gap_healer::engine::StoreSettings;
 use tiberius::{Row, ToSql, Uuid};
 use tokio::net::TcpStream;
 use tokio_util::compat::Compat;
-use tokio_util::sync::CancellationToken;
 
 pub use crate::eventuous::{EVENT_TYPE, TOMBSTONE_STREAM, TOMBSTONE_TYPE};
-use crate::subscriber::{Follower, Offered, PageRow};
+use crate::subscriber::PageRow;
 
 pub const ENV: &str = "GAP_HEALER_TEST_MSSQL";
 /// `on`: every test database gets optimized locking (SQL Server 2025).
@@ -751,51 +750,22 @@ pub async fn page(
         .collect())
 }
 
-/// What a subscriber handled.
-#[derive(Clone, Debug)]
-pub struct Handled {
-    pub position: i64,
-    pub stream: String,
-    pub message_type: String,
-    /// Unknown type (a tombstone): Eventuous logs it, marks it ignored and
-    /// moves its checkpoint past it.
-    pub ignored: bool,
-    pub at: Instant,
+/// A SQL Server store's pages ([`page`], 100 rows each) for a
+/// [`crate::subscriber::Subscriber`], on a session of their own (under the
+/// database's default isolation, as Eventuous's reader reads).
+pub struct Pages(pub Client);
+
+impl Pages {
+    pub async fn new(db: &TestDb) -> Pages {
+        Pages(db.client().await)
+    }
 }
 
-/// An all-stream subscriber with Eventuous 0.17's gap rules
-/// ([`crate::subscriber`]) from position `from`, polling every `poll` until
-/// `stop`; it sends every row it hands over, tombstones (an unknown type)
-/// marked ignored.
-pub async fn subscribe(
-    cs: String,
-    from: i64,
-    poll: Duration,
-    stop: CancellationToken,
-    out: tokio::sync::mpsc::UnboundedSender<Handled>,
-) {
-    let mut c = connect(&cs).await.expect("subscriber connects");
-    let mut follower = Follower::new(from);
-    while !stop.is_cancelled() {
-        let rows = page(&mut c, follower.next(), 100)
+impl crate::subscriber::Pages for Pages {
+    async fn page(&mut self, next: i64) -> Vec<PageRow> {
+        page(&mut self.0, next, 100)
             .await
-            .expect("the subscriber's page");
-        for row in rows {
-            if follower.offer(row.position, row.old) == Offered::Hole {
-                break; // a gap: hold here, poll again
-            }
-            let _ = out.send(Handled {
-                position: row.position,
-                stream: row.stream,
-                ignored: row.message_type != EVENT_TYPE,
-                message_type: row.message_type,
-                at: Instant::now(),
-            });
-        }
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(poll) => {}
-        }
+            .expect("the subscriber's page")
     }
 }
 

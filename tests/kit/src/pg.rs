@@ -174,8 +174,13 @@ pub async fn page(
             &[&next],
         )
         .await?;
-    Ok(rows
-        .iter()
+    Ok(page_rows(&rows))
+}
+
+/// Rows selected as (position, message id, stream, type, older than one
+/// hour) as a subscriber reads them.
+pub fn page_rows(rows: &[tokio_postgres::Row]) -> Vec<PageRow> {
+    rows.iter()
         .map(|r| PageRow {
             position: r.get(0),
             id: r.get(1),
@@ -183,7 +188,7 @@ pub async fn page(
             message_type: r.get(3),
             old: r.get(4),
         })
-        .collect())
+        .collect()
 }
 
 /// One test's store: a schema with the Eventuous tables, a session to it, and

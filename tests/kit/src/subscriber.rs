@@ -6,9 +6,11 @@
 //! logged as ignored and the checkpoint moves past them.
 //!
 //! [`Follower`] is that rule without any I/O, used by every subscriber of the
-//! tests, the chaos run and the bench harness; [`Subscriber`] is the
-//! PostgreSQL one the integration tests poll.
+//! tests, the chaos run and the bench harness; [`Subscriber`] is the one the
+//! integration tests poll, reading its [`Pages`] from either engine
+//! ([`PgPages`], `mssql::Pages`).
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
@@ -95,25 +97,52 @@ pub struct Handled {
     pub at: Instant,
 }
 
-/// An all-stream subscriber of a PostgreSQL store, polled by the test.
-pub struct Subscriber {
-    schema: String,
-    client: Client,
-    follower: Follower,
-    pub handled: Vec<Handled>,
-    /// Tombstones it ignored.
-    pub ignored: u64,
+/// Where a [`Subscriber`] reads: a session of its own on one store, read a
+/// page at a time as Eventuous's all-stream subscription reads.
+pub trait Pages: Send {
+    /// Rows from `next` on, in position order (one page of them).
+    fn page(&mut self, next: i64) -> impl Future<Output = Vec<PageRow>> + Send;
 }
 
-impl Subscriber {
-    /// A subscription from the first position, on a session of its own.
-    pub async fn new(store: &Store) -> Subscriber {
-        Subscriber {
-            schema: store.schema.clone(),
+/// A PostgreSQL store's pages ([`pg::page`]), on a session of their own.
+pub struct PgPages {
+    client: Client,
+    schema: String,
+}
+
+impl PgPages {
+    pub async fn new(store: &Store) -> PgPages {
+        PgPages {
             client: pg::connect_to(&store.url()).await,
-            follower: Follower::new(1),
+            schema: store.schema.clone(),
+        }
+    }
+}
+
+impl Pages for PgPages {
+    async fn page(&mut self, next: i64) -> Vec<PageRow> {
+        pg::page(&self.client, &self.schema, next).await.unwrap()
+    }
+}
+
+/// An all-stream subscriber of a store, polled by the test.
+pub struct Subscriber<P: Pages> {
+    pages: P,
+    follower: Follower,
+    pub handled: Vec<Handled>,
+    /// The positions of the tombstones it ignored (a type no handler
+    /// knows: logged as ignored, the checkpoint moved past it).
+    pub ignored: Vec<i64>,
+}
+
+impl<P: Pages> Subscriber<P> {
+    /// A subscription from `first` (the identity's first value) on `pages`.
+    pub fn new(pages: P, first: i64) -> Subscriber<P> {
+        Subscriber {
+            pages,
+            follower: Follower::new(first),
             handled: vec![],
-            ignored: 0,
+            ignored: vec![],
         }
     }
 
@@ -124,16 +153,14 @@ impl Subscriber {
 
     /// One poll: handles what it may; returns how many events it handled.
     pub async fn poll(&mut self) -> usize {
-        let rows = pg::page(&self.client, &self.schema, self.follower.next())
-            .await
-            .unwrap();
+        let rows = self.pages.page(self.follower.next()).await;
         let before = self.handled.len();
         for r in rows {
             if self.follower.offer(r.position, r.old) == Offered::Hole {
                 break;
             }
             if r.is_tombstone() {
-                self.ignored += 1;
+                self.ignored.push(r.position);
             } else {
                 self.handled.push(Handled {
                     position: r.position,
@@ -149,7 +176,7 @@ impl Subscriber {
     pub async fn poll_until(
         &mut self,
         limit: Duration,
-        mut pred: impl FnMut(&Subscriber) -> bool,
+        mut pred: impl FnMut(&Subscriber<P>) -> bool,
     ) -> Option<Instant> {
         let end = Instant::now() + limit;
         loop {
