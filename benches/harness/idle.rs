@@ -122,6 +122,7 @@ async fn measure(schema: &Store, sizes: &[i64], polls: usize) -> Result<Vec<Idle
         let mut healer = gap_healer_testkit::engine::healer(
             engine.clone(),
             Options {
+                store: Default::default(),
                 gap_timeout: Duration::from_secs(5),
                 poll_interval: Duration::from_millis(250),
                 lock_timeout: Duration::from_secs(2),

@@ -99,6 +99,7 @@ async fn measure(schema: &Store, width: i64, sample: i64) -> Result<Measured> {
     let mut healer = gap_healer_testkit::engine::healer(
         engine.clone(),
         Options {
+            store: Default::default(),
             gap_timeout: Duration::ZERO,
             poll_interval: Duration::from_millis(250),
             lock_timeout: Duration::from_secs(2),

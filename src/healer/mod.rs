@@ -72,7 +72,7 @@ pub use self::scan::{Rechecked, ScanStep, Scanner};
 pub use self::sink::Sink;
 pub use self::start::{Begun, Start};
 pub use self::waits::Prover;
-use crate::config::{StartFrom, Store};
+use crate::config::{StartFrom, Store, StoreName};
 use crate::engine::{DbResult, Engine, SharedHeads};
 use crate::gaps::Tracker;
 use crate::leader::Leader;
@@ -103,6 +103,8 @@ fn next_tick(every: Duration) -> Instant {
 /// The healer's knobs, taken from a [`Store`]'s configuration.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// The store healed: the key of its row in the watermark table.
+    pub store: StoreName,
     pub gap_timeout: Duration,
     pub poll_interval: Duration,
     pub lock_timeout: Duration,
@@ -137,6 +139,7 @@ pub enum Ended {
 impl From<&Store> for Options {
     fn from(s: &Store) -> Self {
         Options {
+            store: s.name.clone(),
             gap_timeout: s.gap_timeout,
             poll_interval: s.poll_interval,
             lock_timeout: s.lock_timeout,

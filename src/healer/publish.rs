@@ -121,7 +121,10 @@ impl Publisher {
         let Some(table) = engine.watermark_table() else {
             return;
         };
-        match table.publish_watermark(sink.store(), watermark).await {
+        match table
+            .publish_watermark(opts.store.as_str(), watermark)
+            .await
+        {
             Ok(()) => {
                 debug!(watermark, "published the contiguous watermark");
                 self.published = Some(watermark);
@@ -152,7 +155,7 @@ impl Publisher {
         sink: &Sink,
     ) -> i64 {
         let read = match engine.watermark_table() {
-            Some(table) => table.read_watermark(sink.store()).await,
+            Some(table) => table.read_watermark(opts.store.as_str()).await,
             None => Ok(None),
         };
         let proven = match read {

@@ -33,11 +33,6 @@ impl Sink {
         &self.health
     }
 
-    /// The store's name (the `store` label, the watermark row's key).
-    pub fn store(&self) -> &str {
-        self.health.store().as_str()
-    }
-
     pub(super) fn loop_turned(&self) {
         self.health.loop_turned();
     }

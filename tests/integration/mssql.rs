@@ -1126,6 +1126,7 @@ async fn a_store_set_heals_every_database_its_pattern_finds() {
 
 fn healer_options(gap_timeout: Duration) -> gap_healer::healer::Options {
     gap_healer::healer::Options {
+        store: Default::default(),
         gap_timeout,
         poll_interval: Duration::from_millis(100),
         lock_timeout: Duration::from_millis(500),

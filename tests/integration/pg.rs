@@ -28,6 +28,7 @@ fn engine(store: &Store) -> Arc<PostgresEngine> {
 
 fn options(gap_timeout: Duration) -> Options {
     Options {
+        store: Default::default(),
         gap_timeout,
         poll_interval: Duration::from_millis(100),
         lock_timeout: Duration::from_millis(500),
@@ -427,6 +428,7 @@ async fn a_first_append_open_at_the_start_is_examined_and_filled_after_its_rollb
     let mut h = healer(
         &store,
         Options {
+            store: Default::default(),
             start_from: StartFrom::Checkpoints,
             lookback: 10,
             ..options(Duration::ZERO)

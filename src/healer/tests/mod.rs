@@ -196,6 +196,7 @@ impl WatermarkTable for Fake {
 
 fn opts() -> Options {
     Options {
+        store: Default::default(),
         gap_timeout: Duration::from_secs(5),
         poll_interval: Duration::from_millis(250),
         lock_timeout: Duration::from_secs(2),

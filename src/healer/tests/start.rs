@@ -8,6 +8,7 @@ use super::*;
 #[tokio::test(start_paused = true)]
 async fn the_first_watermark_proof_starts_at_the_seed_not_the_first_row() {
     let o = Options {
+        store: Default::default(),
         start_from: StartFrom::Checkpoints,
         publish_watermark: true,
         ..opts()
@@ -26,6 +27,7 @@ async fn the_first_watermark_proof_starts_at_the_seed_not_the_first_row() {
     assert_eq!(fake.0.lock().unwrap().watermark, Some(8));
     // Without a watermark, the same store starts at its first row.
     let o = Options {
+        store: Default::default(),
         start_from: StartFrom::Checkpoints,
         lookback: 1_000,
         ..opts()

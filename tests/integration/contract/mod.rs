@@ -263,6 +263,7 @@ fn as_strs(row: &Option<(String, String)>) -> Option<(&str, &str)> {
 /// 0), a 500 ms lock timeout, from the store's first position.
 fn options<S: Server>() -> Options {
     Options {
+        store: Default::default(),
         gap_timeout: Duration::ZERO,
         poll_interval: Duration::from_millis(100),
         lock_timeout: Duration::from_millis(500),

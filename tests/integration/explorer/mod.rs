@@ -212,6 +212,7 @@ impl<W: World> Lab<W> {
         kit::healer(
             self.world.engine(),
             Options {
+                store: Default::default(),
                 gap_timeout: Duration::ZERO,
                 poll_interval: Duration::from_millis(10),
                 lock_timeout: Duration::from_millis(50),
