@@ -832,15 +832,11 @@ async fn a_store_is_starting_not_failing_while_its_first_scan_runs() {
     let s = store.schema.clone();
     let role = format!("{s}_r");
     let cs = store.create_login(&role).await;
+    store.grant_healer_rights(&role).await;
     store
         .client
         .batch_execute(&format!(
-            "GRANT USAGE ON SCHEMA {s} TO {role};
-             GRANT SELECT, INSERT ON {s}.messages TO {role};
-             GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role};
-             GRANT SELECT ON {s}.checkpoints TO {role};
-             GRANT SELECT ON SEQUENCE {s}.messages_global_position_seq TO {role};
-             CREATE FUNCTION {s}.slow() RETURNS boolean LANGUAGE plpgsql STABLE AS
+            "CREATE FUNCTION {s}.slow() RETURNS boolean LANGUAGE plpgsql STABLE AS
                $$ BEGIN PERFORM pg_sleep(1); RETURN true; END $$;
              ALTER TABLE {s}.messages ENABLE ROW LEVEL SECURITY;
              CREATE POLICY slow ON {s}.messages FOR SELECT USING ({s}.slow());

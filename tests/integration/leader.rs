@@ -108,21 +108,6 @@ async fn a_dry_run_never_takes_the_leader_lock_from_a_healer_that_fills() {
     );
 }
 
-/// What a healer's role needs on `store` (`gap-healer sql`'s grants).
-async fn grant_healer_rights(store: &Store, role: &str) {
-    let s = &store.schema;
-    store
-        .client
-        .batch_execute(&format!(
-            "GRANT USAGE ON SCHEMA {s} TO {role};
-             GRANT SELECT, INSERT ON {s}.messages TO {role};
-             GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role};
-             GRANT SELECT ON {s}.checkpoints TO {role};"
-        ))
-        .await
-        .unwrap();
-}
-
 /// `gap-healer run` on `store` logging in with `cs`.
 fn daemon_at(store: &Store, cs: &str, flags: &[&str]) -> Daemon {
     let args: Vec<String> = ["run".to_string()]
@@ -145,7 +130,7 @@ async fn a_healer_that_cannot_scan_gives_the_lock_to_one_that_can() {
     let (role_a, role_b) = (format!("{}_a", store.schema), format!("{}_b", store.schema));
     let cs_a = store.create_login(&role_a).await;
     let cs_b = store.create_login(&role_b).await;
-    grant_healer_rights(&store, &role_b).await;
+    store.grant_healer_rights(&role_b).await;
     let flags = timing("200ms", "50ms", &[]);
     let a = daemon_at(&store, &cs_a, &flags);
     tokio::time::sleep(Duration::from_millis(2_000)).await;
@@ -170,7 +155,7 @@ async fn a_healer_that_cannot_scan_gives_the_lock_to_one_that_can() {
 
     // The leader loses its rights, the other is given them: the leader's
     // scans fail, it steps down, and the other takes over and fills.
-    grant_healer_rights(&store, &role_a).await;
+    store.grant_healer_rights(&role_a).await;
     let s = &store.schema;
     store
         .client

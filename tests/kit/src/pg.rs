@@ -437,6 +437,23 @@ impl Store {
         as_user(&self.url, role)
     }
 
+    /// Grants `role` what a healer's role needs on the store (`gap-healer
+    /// sql`'s grants, the identity's sequence for the transaction-end
+    /// proof among them).
+    pub async fn grant_healer_rights(&self, role: &str) {
+        let s = &self.schema;
+        self.client
+            .batch_execute(&format!(
+                "GRANT USAGE ON SCHEMA {s} TO {role};
+                 GRANT SELECT, INSERT ON {s}.messages TO {role};
+                 GRANT SELECT, INSERT (stream_name, version), UPDATE (version) ON {s}.streams TO {role};
+                 GRANT SELECT ON {s}.checkpoints TO {role};
+                 GRANT SELECT ON SEQUENCE {s}.messages_global_position_seq TO {role};"
+            ))
+            .await
+            .expect("grant the healer's rights");
+    }
+
     /// Closes the store's session and hands over its guard: what the store
     /// made stays until the guard goes (a test that must end its own
     /// sessions on a database before changing it).
