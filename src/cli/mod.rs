@@ -35,6 +35,7 @@ mod config;
 mod docs;
 mod heal;
 mod install;
+mod on_store;
 mod one_shot;
 mod progress;
 mod run;
@@ -49,7 +50,7 @@ pub use sql::SqlArgs;
 use check::CHECK_EXIT;
 use heal::HEAL_EXIT;
 use install::INSTALL_EXIT;
-use one_shot::OnStore;
+use on_store::OnStore;
 use run::RUN_EXIT;
 use scan::SCAN_EXIT;
 
@@ -387,7 +388,7 @@ fn load<const C: u16>(flags: &Flags<C>, need: Need) -> Result<Settings, Failure>
 
 /// Runs `command` on each store `settings` select.
 fn on_each_store(settings: Settings, command: OnStore) -> Result<u8, Failure> {
-    on_runtime(&settings, one_shot::each_store(&settings, &command))
+    on_runtime(&settings, on_store::each_store(&settings, &command))
 }
 
 /// Logs as `settings` say, and runs `work` to its end on the runtime of a
