@@ -30,6 +30,7 @@ use crate::config::{Election, Settings, Store, StoreName, StoreSet};
 use crate::engine::{self, Catalog, DbResult, Engine, LeaderLock, Opened, Pools, WithEngine};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::{self, Leader};
+use crate::replicas::Replica;
 use crate::telemetry::{self, Board, Health};
 
 /// A store's task: it ends with the store it healed, and how.
@@ -41,6 +42,8 @@ struct Running {
     /// Each store set's catalog, by set name, opened at its first pass.
     catalogs: Catalogs,
     board: Arc<Board>,
+    /// This replica, as the roll of each database knows it.
+    replica: Replica,
     /// Each store's own stop, to stop a store whose database vanished.
     stops: HashMap<StoreName, CancellationToken>,
     tasks: JoinSet<(Store, Ended)>,
@@ -58,6 +61,7 @@ impl Running {
         let own = stop.child_token();
         let task = HealTask {
             store: store.clone(),
+            replica: self.replica,
             health: health.clone(),
             stop: own.clone(),
         };
@@ -120,7 +124,14 @@ impl Running {
 /// refused its start ([`Outcome::StartAboveHead`], the store itself), else
 /// [`Outcome::GaveUp`].
 pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken) -> Outcome {
-    let mut running = Running::new(board);
+    let name = settings
+        .daemon
+        .replica
+        .clone()
+        .unwrap_or_else(Replica::default_name);
+    let replica = Replica::named(&name);
+    info!(replica = %replica, name = %name, "this daemon is replica {replica} ({name}) of the stores' healers");
+    let mut running = Running::new(board, replica);
     let opened = running.begin(settings, &stop);
     let ends = running.heal_until_done(settings, &stop, opened).await;
     let stopped = stop.is_cancelled();
@@ -156,12 +167,13 @@ pub struct Refused {
 }
 
 impl Running {
-    /// No store healed yet, reporting into `board`.
-    fn new(board: Arc<Board>) -> Self {
+    /// No store healed yet, reporting into `board`, as `replica`.
+    fn new(board: Arc<Board>, replica: Replica) -> Self {
         Running {
             pools: Pools::default(),
             catalogs: HashMap::new(),
             board,
+            replica,
             stops: HashMap::new(),
             tasks: JoinSet::new(),
         }
@@ -349,6 +361,7 @@ async fn set_stores(
 /// opens for it.
 struct HealTask {
     store: Store,
+    replica: Replica,
     health: Arc<Health>,
     stop: CancellationToken,
 }
@@ -358,7 +371,14 @@ impl WithEngine for HealTask {
 
     fn with<E: Engine, L: LeaderLock>(self, opened: Opened<E, L>) -> StoreTask {
         let Opened { engine, lock } = opened;
-        Box::pin(heal(engine, lock, self.store, self.health, self.stop))
+        Box::pin(heal(
+            engine,
+            lock,
+            self.store,
+            self.replica,
+            self.health,
+            self.stop,
+        ))
     }
 }
 
@@ -368,6 +388,7 @@ async fn heal<E: Engine, L: LeaderLock>(
     engine: Arc<E>,
     lock: Arc<L>,
     store: Store,
+    replica: Replica,
     health: Arc<Health>,
     stop: CancellationToken,
 ) -> (Store, Ended) {
@@ -386,7 +407,8 @@ async fn heal<E: Engine, L: LeaderLock>(
         (Leader::never(), None)
     } else if let Election::On { key } = &store.election {
         let (tx, leader) = Leader::channel();
-        let election = leader::Election::start(lock, key.clone(), health.clone(), tx, &stop);
+        let election =
+            leader::Election::start(lock, key.clone(), replica, health.clone(), tx, &stop);
         (leader, Some(election))
     } else {
         info!("leader election off: this process fills as the only healer of the store");

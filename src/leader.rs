@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::engine::{Fence, LeaderLock, LeaderSession};
+use crate::replicas::{self, Follower, Replica, Turn};
 use crate::telemetry as t;
 
 /// How often a follower tries the lock and a leader checks it still holds it.
@@ -104,18 +105,28 @@ pub struct Election {
 }
 
 impl Election {
-    /// Starts an election for the lock named `key` on `lock`, publishing
-    /// through `tx`; it ends with `stop` or with [`Election::stop`].
+    /// Starts an election for the lock named `key` on `lock` as replica
+    /// `me`, publishing through `tx`; it ends with `stop` or with
+    /// [`Election::stop`].
     pub fn start<L: LeaderLock>(
         lock: Arc<L>,
         key: String,
+        me: Replica,
         health: Arc<t::Health>,
         tx: LeaderSender,
         stop: &CancellationToken,
     ) -> Election {
         use tracing::Instrument;
         let stop = stop.child_token();
-        let task = tokio::spawn(elect(lock, key, health, tx, stop.clone()).in_current_span());
+        let elector = Elector {
+            lock,
+            key,
+            me,
+            health,
+            tx,
+            stop: stop.clone(),
+        };
+        let task = tokio::spawn(elector.elect().in_current_span());
         Election { task, stop }
     }
 
@@ -143,86 +154,247 @@ impl Drop for Election {
     }
 }
 
-/// Runs an election until `stop`: tries the lock every [`ELECTION_INTERVAL`]
-/// while a follower; while the leader, checks every interval that the lock's
-/// session is alive and still holds it, and steps down (the sender goes false
-/// first) as soon as a check fails or does not answer within the interval.
-///
-/// Only a healer that can fill takes part: while `health` says it cannot
-/// (its scans fail, or its fills are refused for good: no rights, a
-/// shape it must not fill), it does not try the lock, and a leader gives
-/// the lock up at its next check, so a healthy replica takes over within
-/// about two intervals. It tries again after its next successful scan.
-async fn elect<L: LeaderLock>(
+/// One store's election: its lock, key and replica, what it reports to,
+/// where it publishes, and when it ends.
+struct Elector<L: LeaderLock> {
     lock: Arc<L>,
     key: String,
+    me: Replica,
     health: Arc<t::Health>,
     tx: LeaderSender,
     stop: CancellationToken,
-) {
-    info!(key = %key, "leader election: trying the store's leader lock");
-    let mut said_follower = false;
-    // Say it once when the database goes away, not every second.
-    let mut unreachable = false;
-    // Why this healer stays out of the election, once said.
-    let mut said_unable: Option<t::CannotFill> = None;
-    // A follower's session, kept between tries.
-    let mut idle: Option<L::Session> = None;
-    loop {
-        if let Some(why) = health.cannot_fill() {
-            if said_unable.as_ref() != Some(&why) {
-                if why == t::CannotFill::NotScannedYet {
-                    debug!(key = %key, "not taking the leader lock before the first scan");
-                } else {
-                    warn!(key = %key, reason = %why, "not taking the leader lock: this healer cannot fill the store");
+}
+
+/// What a follower's turn came to, for what it says once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Said {
+    Nothing,
+    Following,
+    LeavingTo(Replica),
+}
+
+impl<L: LeaderLock> Elector<L> {
+    /// Runs the election until `stop`. While a follower, each
+    /// [`ELECTION_INTERVAL`] asks the roll ([`replicas`]) what to do: a
+    /// lock held elsewhere costs no statement of its own; a free one is
+    /// tried at once by the replica that prefers the store, by the others
+    /// once it has been free for [`replicas::TAKEOVER_GRACE`]; where the
+    /// lock reads no roll, every replica tries it every interval. While the
+    /// leader, checks every interval that the lock's session is alive and
+    /// still holds it, and steps down (the sender goes false first) as soon
+    /// as a check fails or does not answer within the interval, or to hand
+    /// the store to its preferred replica.
+    ///
+    /// Only a healer that can fill takes part: while `health` says it cannot
+    /// (its scans fail, or its fills are refused for good: no rights, a
+    /// shape it must not fill), it does not try the lock, and a leader gives
+    /// the lock up at its next check, so a healthy replica takes over within
+    /// about two intervals. It tries again after its next successful scan.
+    async fn elect(self) {
+        let key = self.key.as_str();
+        info!(key = %key, replica = %self.me, "leader election: trying the store's leader lock");
+        let mut said = Said::Nothing;
+        // Say it once when the database goes away, not every second.
+        let mut unreachable = false;
+        // Why this healer stays out of the election, once said.
+        let mut said_unable: Option<t::CannotFill> = None;
+        // A follower's session, kept between tries.
+        let mut idle: Option<L::Session> = None;
+        let mut follower = Follower::default();
+        let mut last_handover: Option<tokio::time::Instant> = None;
+        loop {
+            if let Some(why) = self.health.cannot_fill() {
+                if said_unable.as_ref() != Some(&why) {
+                    if why == t::CannotFill::NotScannedYet {
+                        debug!(key = %key, "not taking the leader lock before the first scan");
+                    } else {
+                        warn!(key = %key, reason = %why, "not taking the leader lock: this healer cannot fill the store");
+                    }
+                    said_unable = Some(why);
                 }
-                said_unable = Some(why);
+                said = Said::Nothing;
+                follower.reset();
+                if self.pause().await {
+                    return;
+                }
+                continue;
             }
-            said_follower = false;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+            said_unable = None;
+            let turn = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                turn = self.turn(&mut follower) => turn,
+            };
+            match turn {
+                Turn::Held => said = self.say(said, Said::Following),
+                Turn::LeaveTo(other) => said = self.say(said, Said::LeavingTo(other)),
+                Turn::Try => {
+                    let tried = tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        tried = self.lock.try_lead_reusing(key, &mut idle) => tried,
+                    };
+                    match tried {
+                        Ok(Some(session)) => {
+                            said = Said::Nothing;
+                            unreachable = false;
+                            follower.reset();
+                            match self.lead(session, last_handover).await {
+                                Reign::Stopped => return,
+                                // `said_unable` is `None` here: it was cleared before the try.
+                                Reign::SteppedDown { unable } => said_unable = unable,
+                                Reign::HandedOver => {
+                                    last_handover = Some(tokio::time::Instant::now())
+                                }
+                            }
+                        }
+                        Ok(None) => {
+                            unreachable = false;
+                            said = self.say(said, Said::Following);
+                            debug!("leader lock taken by another session");
+                        }
+                        Err(e) => {
+                            t::Observer::db_error(&*self.health, t::Operation::Leader);
+                            if unreachable {
+                                debug!(error = %e, "leader election: cannot reach the database");
+                            } else {
+                                warn!(error = %e, "leader election: cannot reach the database; retrying every second");
+                                unreachable = true;
+                            }
+                            said = Said::Nothing;
+                        }
+                    }
+                }
             }
-            continue;
+            if self.pause().await {
+                return;
+            }
         }
-        said_unable = None;
-        let tried = tokio::select! {
-            _ = stop.cancelled() => return,
-            tried = lock.try_lead_reusing(&key, &mut idle) => tried,
-        };
-        match tried {
-            Ok(Some(session)) => {
-                said_follower = false;
-                unreachable = false;
-                match lead(&*lock, &key, &health, &tx, &stop, session).await {
-                    Reign::Stopped => return,
-                    // `said_unable` is `None` here: it was cleared before the try.
-                    Reign::SteppedDown { unable } => said_unable = unable,
-                }
-            }
-            Ok(None) => {
-                unreachable = false;
-                if !said_follower {
-                    info!(key = %key, "another healer holds the leader lock: following (scanning and reporting, not filling)");
-                    said_follower = true;
-                }
-                debug!("leader lock taken by another session");
-            }
-            Err(e) => {
-                t::Observer::db_error(&*health, t::Operation::Leader);
-                if unreachable {
-                    debug!(error = %e, "leader election: cannot reach the database");
-                } else {
-                    warn!(error = %e, "leader election: cannot reach the database; retrying every second");
-                    unreachable = true;
-                }
-                said_follower = false;
-            }
-        }
+    }
+
+    /// Waits an interval; whether the election was stopped meanwhile.
+    async fn pause(&self) -> bool {
         tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
+            _ = self.stop.cancelled() => true,
+            _ = tokio::time::sleep(ELECTION_INTERVAL) => false,
         }
+    }
+
+    /// A follower's move this turn, from the roll (a roll that cannot be
+    /// read makes it try, as without one: the try reports the error).
+    async fn turn(&self, follower: &mut Follower) -> Turn {
+        let standing = match self.lock.standing(&self.key, self.me).await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, "the roll of replicas could not be read: trying the lock");
+                follower.reset();
+                None
+            }
+        };
+        follower.turn(standing.as_ref(), self.me, tokio::time::Instant::now())
+    }
+
+    /// Says what a follower does, once for as long as it does it.
+    fn say(&self, said: Said, now: Said) -> Said {
+        if said != now {
+            let key = self.key.as_str();
+            match now {
+                Said::Following => {
+                    info!(key = %key, "another healer holds the leader lock: following (not filling)")
+                }
+                Said::LeavingTo(other) => info!(
+                    key = %key,
+                    preferred = %other,
+                    "the leader lock is free and replica {other} prefers the store: leaving it to that replica for {}",
+                    humantime::format_duration(replicas::TAKEOVER_GRACE)
+                ),
+                Said::Nothing => {}
+            }
+        }
+        now
+    }
+
+    /// Leads with `session`'s lock: publishes its fence, then checks every
+    /// interval that the healer can still fill and the session still holds
+    /// the lock, and steps down (the fence goes to `None` first) when either
+    /// fails, or when the roll says another replica on it prefers the store
+    /// ([`replicas::hand_over`]).
+    async fn lead(
+        &self,
+        mut session: L::Session,
+        last_handover: Option<tokio::time::Instant>,
+    ) -> Reign {
+        let (key, tx, stop) = (self.key.as_str(), &self.tx, &self.stop);
+        let token = session.fence_token();
+        info!(key = %key, session = token.session_id, "became the leader: this process fills");
+        tx.set(Some(Fence::Leader(token)));
+        let since = tokio::time::Instant::now();
+        loop {
+            if self.pause().await {
+                tx.set(None);
+                return Reign::Stopped;
+            }
+            if let Some(why) = self.health.cannot_fill() {
+                // Step down before giving the lock up.
+                tx.set(None);
+                warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
+                tokio::select! {
+                    _ = stop.cancelled() => return Reign::Stopped,
+                    _ = self.lock.release(session, key) => {}
+                }
+                self.health.forget_fill_refusal();
+                return Reign::SteppedDown { unable: Some(why) };
+            }
+            let check = tokio::select! {
+                _ = stop.cancelled() => {
+                    tx.set(None);
+                    return Reign::Stopped;
+                }
+                check = tokio::time::timeout(ELECTION_INTERVAL, self.lock.still_held(&mut session, key)) => check,
+            };
+            let why = match check {
+                Ok(Ok(true)) => match self.hand_over_to(since, last_handover).await {
+                    None => continue,
+                    Some(other) => {
+                        // Step down before giving the lock up.
+                        tx.set(None);
+                        info!(key = %key, preferred = %other, "handing the store to the replica that prefers it: stepped down and released the lock");
+                        tokio::select! {
+                            _ = stop.cancelled() => return Reign::Stopped,
+                            _ = self.lock.release(session, key) => {}
+                        }
+                        return Reign::HandedOver;
+                    }
+                },
+                Ok(Ok(false)) => "the lock is no longer held".to_string(),
+                Ok(Err(e)) => {
+                    t::Observer::db_error(&*self.health, t::Operation::Leader);
+                    format!("the lock's session failed: {e}")
+                }
+                Err(_) => "the lock's session did not answer in time".to_string(),
+            };
+            // Step down before anything else: no fill may start from now on.
+            tx.set(None);
+            warn!(key = %key, reason = %why, "stepped down as leader");
+            return Reign::SteppedDown { unable: None };
+        }
+    }
+
+    /// The replica to hand the store to now, if any (a roll that cannot be
+    /// read hands nothing over).
+    async fn hand_over_to(
+        &self,
+        since: tokio::time::Instant,
+        last_handover: Option<tokio::time::Instant>,
+    ) -> Option<Replica> {
+        let now = tokio::time::Instant::now();
+        if now.duration_since(since) < replicas::HANDOVER_AFTER {
+            return None;
+        }
+        let standing =
+            tokio::time::timeout(ELECTION_INTERVAL, self.lock.standing(&self.key, self.me))
+                .await
+                .ok()?
+                .ok()??;
+        replicas::hand_over(&standing, self.me, since, last_handover, now)
     }
 }
 
@@ -233,62 +405,9 @@ enum Reign {
     /// Stepped down (the fence is `None`); `unable` is why, when this
     /// healer cannot fill the store and gave the lock up.
     SteppedDown { unable: Option<t::CannotFill> },
-}
-
-/// Leads with `session`'s lock: publishes its fence, then checks every
-/// interval that the healer can still fill and the session still holds the
-/// lock, and steps down (the fence goes to `None` first) when either fails.
-async fn lead<L: LeaderLock>(
-    lock: &L,
-    key: &str,
-    health: &t::Health,
-    tx: &LeaderSender,
-    stop: &CancellationToken,
-    mut session: L::Session,
-) -> Reign {
-    let token = session.fence_token();
-    info!(key = %key, session = token.session_id, "became the leader: this process fills");
-    tx.set(Some(Fence::Leader(token)));
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => {
-                tx.set(None);
-                return Reign::Stopped;
-            }
-            _ = tokio::time::sleep(ELECTION_INTERVAL) => {}
-        }
-        if let Some(why) = health.cannot_fill() {
-            // Step down before giving the lock up.
-            tx.set(None);
-            warn!(key = %key, reason = %why, "stepped down as leader: this healer cannot fill the store; another may take over");
-            tokio::select! {
-                _ = stop.cancelled() => return Reign::Stopped,
-                _ = lock.release(session, key) => {}
-            }
-            health.forget_fill_refusal();
-            return Reign::SteppedDown { unable: Some(why) };
-        }
-        let check = tokio::select! {
-            _ = stop.cancelled() => {
-                tx.set(None);
-                return Reign::Stopped;
-            }
-            check = tokio::time::timeout(ELECTION_INTERVAL, lock.still_held(&mut session, key)) => check,
-        };
-        let why = match check {
-            Ok(Ok(true)) => continue,
-            Ok(Ok(false)) => "the lock is no longer held".to_string(),
-            Ok(Err(e)) => {
-                t::Observer::db_error(health, t::Operation::Leader);
-                format!("the lock's session failed: {e}")
-            }
-            Err(_) => "the lock's session did not answer in time".to_string(),
-        };
-        // Step down before anything else: no fill may start from now on.
-        tx.set(None);
-        warn!(key = %key, reason = %why, "stepped down as leader");
-        return Reign::SteppedDown { unable: None };
-    }
+    /// Gave the store to the replica that prefers it (the fence is `None`,
+    /// the lock released).
+    HandedOver,
 }
 
 #[cfg(test)]
@@ -371,7 +490,7 @@ mod tests {
             hang,
             ended: ended.clone(),
         });
-        let e = Election::start(lock, "k".into(), health, tx, &parent);
+        let e = Election::start(lock, "k".into(), Replica(1), health, tx, &parent);
         (e, leader, ended, parent)
     }
 

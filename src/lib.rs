@@ -13,6 +13,7 @@
 //! - [`healer`]: the loop: scan, track, fill what is due, report.
 //! - [`fleet`]: many stores in one daemon, each its own healer.
 //! - [`leader`]: whether this process may fill now.
+//! - [`replicas`]: how replicas divide the stores (a roll in each database, rendezvous preference).
 //! - [`telemetry`]: logs, metrics, and the `/metrics`, `/healthz`, `/readyz`, `/status` server.
 //! - [`shutdown`]: SIGTERM and SIGINT into a cancellation token.
 //! - [`systemd`]: `READY=1` and `STOPPING=1` for a `Type=notify` unit.
@@ -31,6 +32,7 @@ pub mod healer;
 pub mod leader;
 pub mod plan;
 pub mod proof;
+pub mod replicas;
 pub mod secret;
 pub mod shutdown;
 pub mod systemd;
@@ -111,12 +113,14 @@ mod architecture {
         }
     }
 
-    /// Architecture invariant: the engines know ranges and connection
-    /// strings, not the configuration, the loop or the telemetry.
+    /// Architecture invariant: the engines know ranges, connection
+    /// strings and the roll of replicas (pure values), not the
+    /// configuration, the loop or the telemetry.
     #[test]
     fn engines_import_only_the_engine_neutral_core() {
         let graph = graph();
         let engine: Vec<&String> = graph["engine"].iter().collect();
-        assert_eq!(engine, ["gaps", "secret"], "{graph:?}");
+        assert_eq!(engine, ["gaps", "replicas", "secret"], "{graph:?}");
+        assert!(graph["replicas"].is_empty(), "{graph:?}");
     }
 }

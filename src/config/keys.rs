@@ -328,6 +328,19 @@ pub const KEYS: &[Key] = &[
         )),
     },
     Key {
+        name: "replica",
+        heading: Heading::Daemon,
+        commands: RUN,
+        help: "This daemon's name among the replicas that heal the same stores: they divide the stores by it (empty: the host's name, which Kubernetes sets to the pod's, and the process id)",
+        flag: Flag::Value("NAME"),
+        unset: Unset::Default,
+        scope: Scope::Daemon(field!(
+            replica,
+            |v| Ok(Some(v.trim().to_string()).filter(|v| !v.is_empty())),
+            |d| quote(&d.replica.clone().unwrap_or_default()),
+        )),
+    },
+    Key {
         name: "start_from",
         heading: Heading::Scan,
         commands: SCANNING,
@@ -757,6 +770,7 @@ mod tests {
             [
                 "metrics_addr",
                 "discover_interval",
+                "replica",
                 "log_format",
                 "log_level"
             ]

@@ -194,6 +194,13 @@ impl KeyText for Option<Duration> {
     }
 }
 
+/// `replica`: `None` is empty.
+impl KeyText for Option<String> {
+    fn text(&self) -> String {
+        self.clone().unwrap_or_default()
+    }
+}
+
 /// `watermark_table`: `None` is empty.
 impl KeyText for Option<QualifiedName> {
     fn text(&self) -> String {
@@ -259,6 +266,8 @@ key_text_by_display!(String, SocketAddr, StartFrom, u64, u32, bool);
 pub struct DaemonKeys {
     pub metrics_addr: Read<SocketAddr>,
     pub discover_interval: Read<Duration>,
+    /// `None`: [`crate::replicas::Replica::default_name`].
+    pub replica: Read<Option<String>>,
     pub log_format: Read<LogFormat>,
     pub log_level: Read<String>,
 }
@@ -303,6 +312,7 @@ impl Default for DaemonKeys {
         DaemonKeys {
             metrics_addr: Read::defaults_to(SocketAddr::from(([0, 0, 0, 0], 9477))),
             discover_interval: Read::defaults_to(Duration::from_secs(5 * 60)),
+            replica: Read::defaults_to(None),
             log_format: Read::defaults_to(LogFormat::Text),
             log_level: Read::defaults_to("info".into()),
         }

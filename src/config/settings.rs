@@ -23,6 +23,8 @@ pub struct DaemonSettings {
     pub metrics_addr: SocketAddr,
     /// How often [`StoreSet`]s are listed again.
     pub discover_interval: Duration,
+    /// This replica's name; `None`: [`crate::replicas::Replica::default_name`].
+    pub replica: Option<String>,
     pub log_format: LogFormat,
     pub log_level: String,
 }
@@ -95,6 +97,7 @@ impl DaemonSettings {
         Some(DaemonSettings {
             metrics_addr: k.metrics_addr.get()?,
             discover_interval: k.discover_interval.get()?,
+            replica: k.replica.get()?,
             log_format: k.log_format.get()?,
             log_level: k.log_level.get()?,
         })

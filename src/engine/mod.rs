@@ -38,6 +38,7 @@ pub use self::open::{
 };
 pub use crate::gaps::FillLimits;
 use crate::gaps::PosRange;
+use crate::replicas::{Replica, Roll, Standing};
 use crate::secret::ConnectionString;
 
 /// The tombstone stream's default name (Eventuous's own gap tombstones use it too).
@@ -548,6 +549,47 @@ pub trait LeaderLock: Send + Sync + 'static {
                 "this lock is released only with its session",
             ))
         }
+    }
+
+    /// What the database's roll of replicas shows `me` of the lock named
+    /// `key` ([`crate::replicas`]): whether it is held and which replica
+    /// prefers it. `None` when this lock reads no roll: then every replica
+    /// tries every lock, as without one.
+    fn standing(
+        &self,
+        key: &str,
+        me: Replica,
+    ) -> impl Future<Output = DbResult<Option<Standing>>> + Send {
+        let _ = (key, me);
+        async { Ok(None) }
+    }
+
+    /// Puts `session` on its database's roll as `me`: whether it took
+    /// (another live session with that number keeps it off). Engines that
+    /// read no roll: nothing to do.
+    fn join_roll(
+        &self,
+        session: &mut Self::Session,
+        me: Replica,
+    ) -> impl Future<Output = DbResult<bool>> + Send {
+        let _ = (session, me);
+        async { Ok(false) }
+    }
+
+    /// Reads the roll of `session`'s database; `None` for engines that
+    /// keep none.
+    fn read_roll(
+        &self,
+        session: &mut Self::Session,
+    ) -> impl Future<Output = DbResult<Option<Roll>>> + Send {
+        let _ = session;
+        async { Ok(None) }
+    }
+
+    /// The id under which the roll lists the lock named `key` as held.
+    fn roll_id(&self, key: &str) -> i64 {
+        let _ = key;
+        0
     }
 
     /// Gives up the lock named `key` that `session` won. By default the

@@ -10,10 +10,16 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::{DbResult, FenceToken, LeaderLock, LeaderSession};
+use crate::replicas::{Replica, Roll, Standing};
 
 /// How long one successful check of a shared lock session vouches for the
 /// other stores' locks on it.
 pub const SHARED_CHECK_FRESH: Duration = Duration::from_millis(500);
+
+/// How long one reading of the roll serves every store's election: the
+/// stores of a database that follow ask once an interval each, and share
+/// about two readings a second between them.
+pub const ROLL_FRESH: Duration = Duration::from_millis(500);
 
 /// One dedicated lock session for the elections of many stores of one
 /// database: each store still has its own lock (its `leader_key`), so
@@ -39,6 +45,15 @@ pub struct SharedLock<L: LeaderLock> {
     verified: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
     /// The session, and which one it is (counted from 1 as they are opened).
     session: tokio::sync::Mutex<(u64, Option<L::Session>)>,
+    /// The session put on the roll (its generation), and the last reading
+    /// of the roll with its time.
+    roll: std::sync::Mutex<RollState>,
+}
+
+#[derive(Default)]
+struct RollState {
+    joined: u64,
+    read: Option<(tokio::time::Instant, Roll)>,
 }
 
 /// A store's part of a [`SharedLock`]: the fence of the session it won on,
@@ -66,6 +81,7 @@ impl<L: LeaderLock> SharedLock<L> {
             lock,
             verified: std::sync::Mutex::new(None),
             session: tokio::sync::Mutex::new((0, None)),
+            roll: std::sync::Mutex::new(RollState::default()),
         }
     }
 }
@@ -114,6 +130,53 @@ impl<L: LeaderLock> LeaderLock for SharedLock<L> {
                 warn!(key = %key, error = %e, "could not release one leader lock; closing the shared lock session")
             }
         }
+    }
+
+    /// From the last reading of the roll when it is fresh; else reads it on
+    /// the shared session (opening one if there is none, and putting it on
+    /// the roll first).
+    async fn standing(&self, key: &str, me: Replica) -> DbResult<Option<Standing>> {
+        let id = self.lock.roll_id(key);
+        let fresh = |state: &RollState| {
+            state
+                .read
+                .as_ref()
+                .filter(|(at, _)| at.elapsed() < ROLL_FRESH)
+                .map(|(_, roll)| Standing::of(roll, key, id, me))
+        };
+        if let Some(s) = fresh(&self.roll.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(Some(s));
+        }
+        let mut slot = self.session.lock().await;
+        // Another store's election may have read it while this one waited.
+        if let Some(s) = fresh(&self.roll.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(Some(s));
+        }
+        let mut session = match slot.1.take().filter(|s| self.lock.reusable(s)) {
+            Some(session) => session,
+            None => {
+                let session = self.lock.open_session(key).await?;
+                slot.0 += 1;
+                session
+            }
+        };
+        let joined = self.roll.lock().unwrap_or_else(|e| e.into_inner()).joined;
+        if joined != slot.0 {
+            // On an error the session is dropped here: every lock on it goes.
+            if !self.lock.join_roll(&mut session, me).await? {
+                warn!(replica = %me, "another live session is on the roll as this replica's number: the other replicas do not see this one, and leave it no stores of their own accord");
+            }
+            self.roll.lock().unwrap_or_else(|e| e.into_inner()).joined = slot.0;
+        }
+        let read = self.lock.read_roll(&mut session).await?;
+        slot.1 = Some(session);
+        let Some(roll) = read else {
+            return Ok(None);
+        };
+        let standing = Standing::of(&roll, key, id, me);
+        self.roll.lock().unwrap_or_else(|e| e.into_inner()).read =
+            Some((tokio::time::Instant::now(), roll));
+        Ok(Some(standing))
     }
 
     async fn still_held(&self, part: &mut SharedPart, key: &str) -> DbResult<bool> {

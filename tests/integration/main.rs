@@ -19,6 +19,7 @@ mod passwords;
 mod pg;
 mod profiles;
 mod proof;
+mod replicas;
 mod sequence;
 mod tls;
 mod watermark;

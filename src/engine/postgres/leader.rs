@@ -5,9 +5,15 @@
 //! leader's once-a-second heartbeat asks on its own session).
 
 use super::errors::get;
-use super::sql::{LEADER_CHECK, LEADER_LOCK};
+use super::sql::{LEADER_CHECK, LEADER_LOCK, ROLL, ROLL_JOIN};
 use super::PostgresEngine;
 use crate::engine::{DbResult, FenceToken, LeaderLock, LeaderSession};
+use crate::replicas::{Replica, Roll};
+
+/// The first key of the two-key advisory locks that put a lock session on
+/// its database's roll of replicas ("gh" and 1): a class no leader lock
+/// uses (those take one bigint key).
+pub const ROLL_CLASS: i32 = 0x6768_0001;
 
 /// The advisory lock key for a leader lock name: FNV-1a, stable across
 /// versions and processes, so every healer of a store computes the same one.
@@ -97,6 +103,33 @@ impl LeaderLock for PostgresEngine {
             .map_err(|e| self.error(&e, "leader unlock"))?;
         let _: bool = get(&row, "released")?;
         Ok(())
+    }
+
+    async fn join_roll(&self, session: &mut PgLeaderSession, me: Replica) -> DbResult<bool> {
+        let row = session
+            .client
+            .query_one(ROLL_JOIN, &[&ROLL_CLASS, &(me.0 as i32)])
+            .await
+            .map_err(|e| self.error(&e, "joining the roll of replicas"))?;
+        get(&row, "joined")
+    }
+
+    async fn read_roll(&self, session: &mut PgLeaderSession) -> DbResult<Option<Roll>> {
+        let row = session
+            .client
+            .query_one(ROLL, &[&ROLL_CLASS])
+            .await
+            .map_err(|e| self.error(&e, "reading the roll of replicas"))?;
+        let replicas: Vec<i64> = get(&row, "replicas")?;
+        let held: Vec<i64> = get(&row, "held")?;
+        Ok(Some(Roll {
+            replicas: replicas.into_iter().map(|r| Replica(r as u32)).collect(),
+            held: held.into_iter().collect(),
+        }))
+    }
+
+    fn roll_id(&self, key: &str) -> i64 {
+        advisory_key(key)
     }
 
     async fn still_held(&self, session: &mut PgLeaderSession, key: &str) -> DbResult<bool> {

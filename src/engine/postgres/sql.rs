@@ -47,6 +47,8 @@ pub(crate) const PREFLIGHT_TABLE: &str = include_str!("../../../sql/postgres/pre
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/postgres/leader_lock.sql");
 pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases.sql");
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
+pub(crate) const ROLL_JOIN: &str = include_str!("../../../sql/postgres/roll_join.sql");
+pub(crate) const ROLL: &str = include_str!("../../../sql/postgres/roll.sql");
 pub(crate) const SEQUENCE: &str = include_str!("../../../sql/postgres/sequence.sql");
 pub(crate) const HANDED: &str = include_str!("../../../sql/postgres/handed_out.sql");
 pub(crate) const IDENTITY_SEQUENCE: &str =
@@ -263,6 +265,8 @@ mod tests {
             PREFLIGHT_TABLE,
             LEADER_LOCK,
             LEADER_CHECK,
+            ROLL_JOIN,
+            ROLL,
         ] {
             assert!(!sql.contains("__schema__"), "{sql}");
         }

@@ -1,0 +1,240 @@
+//! Replicas that divide the stores (issue 29, item 2): three real daemons
+//! heal the same stores of one database; each store ends led by the replica
+//! that prefers it (rendezvous hashing of the store's leader key and the
+//! replica's name), a follower of a held lock makes no statement of its own
+//! for it, and a SIGKILLed replica's stores are led again within seconds.
+//!
+//! On a throwaway cluster with `pg_stat_statements`, each replica logging in
+//! as a role of its own, so the server counts each replica's statements.
+//! `GAP_HEALER_REPLICA_STORES` sets the number of stores (30 by default;
+//! docs/benchmarks.md's 1,000-store figures come from this test).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use gap_healer::replicas::{preferred, Replica};
+use gap_healer_testkit::bin::Daemon;
+use gap_healer_testkit::pg::Throwaway;
+
+const REPLICAS: usize = 3;
+
+/// Every live daemon's log.
+fn logs(daemons: &[Option<Daemon>]) -> String {
+    daemons
+        .iter()
+        .flatten()
+        .map(|d| d.log())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+fn stores() -> usize {
+    std::env::var("GAP_HEALER_REPLICA_STORES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
+}
+
+/// Which replica (index) leads each store, from each live daemon's
+/// `gap_healer_leader` series; a store two claim is listed under both.
+async fn leaders(daemons: &[Option<Daemon>]) -> BTreeMap<String, Vec<usize>> {
+    let mut led: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (k, d) in daemons.iter().enumerate() {
+        let Some(d) = d else { continue };
+        let Ok((200, body)) = d.try_get("/metrics").await else {
+            continue;
+        };
+        for line in body.lines() {
+            if let Some(rest) = line.strip_prefix("gap_healer_leader{store=\"") {
+                if let Some((store, value)) = rest.split_once("\"} ") {
+                    if value.trim() == "1" {
+                        led.entry(store.to_string()).or_default().push(k);
+                    }
+                }
+            }
+        }
+    }
+    led
+}
+
+/// Each replica role's statements since the last reset.
+async fn statements(admin: &tokio_postgres::Client) -> BTreeMap<String, i64> {
+    admin
+        .query(
+            "SELECT r.rolname, SUM(s.calls)::bigint FROM pg_stat_statements AS s JOIN pg_roles AS r ON r.oid = s.userid WHERE r.rolname LIKE 'rep%' GROUP BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_divide_the_stores_and_a_killed_ones_are_led_again_at_once() {
+    let n = stores();
+    let cluster = Throwaway::started_with(
+        "replicas",
+        "trust",
+        "-c shared_preload_libraries=pg_stat_statements -c max_connections=300",
+    );
+    cluster.create_database("es").await;
+    let admin = cluster.admin("es").await;
+    admin
+        .batch_execute("CREATE EXTENSION pg_stat_statements")
+        .await
+        .unwrap();
+    let fixture = include_str!("../fixtures/eventuous_postgres.sql");
+    for i in 0..n {
+        let s = format!("s{i}");
+        admin
+            .batch_execute(&fixture.replace("__schema__", &s))
+            .await
+            .unwrap();
+        // A hole at 1 for the store's leader to fill.
+        admin
+            .batch_execute(&format!(
+                "INSERT INTO {s}.streams (stream_name, version) VALUES ('a', 1);
+                 INSERT INTO {s}.messages (message_id, message_type, stream_id, stream_position, global_position, json_data, created)
+                 OVERRIDING SYSTEM VALUE VALUES
+                   (gen_random_uuid(), 'E', 1, 0, 0, '{{}}', now()),
+                   (gen_random_uuid(), 'E', 1, 1, 2, '{{}}', now());
+                 SELECT setval(pg_get_serial_sequence('{s}.messages', 'global_position'), 2);"
+            ))
+            .await
+            .unwrap();
+    }
+    let names: Vec<String> = (0..REPLICAS).map(|k| format!("gap-healer-{k}")).collect();
+    let numbers: std::collections::BTreeSet<Replica> =
+        names.iter().map(|n| Replica::named(n)).collect();
+    let want: BTreeMap<String, usize> = (0..n)
+        .map(|i| {
+            let r = preferred(&format!("gap-healer:s{i}"), &numbers).unwrap();
+            let k = names.iter().position(|n| Replica::named(n) == r).unwrap();
+            (format!("s{i}"), k)
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("gh-replicas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut daemons: Vec<Option<Daemon>> = Vec::new();
+    let started = Instant::now();
+    for (k, name) in names.iter().enumerate() {
+        let role = format!("rep{k}");
+        admin
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER"))
+            .await
+            .unwrap();
+        let cs = format!("host=127.0.0.1 port={} user={role} dbname=es", cluster.port);
+        let mut text = "engine = \"postgres\"\ngap_timeout = \"1s\"\npoll_interval = \"1s\"\nstart_from = \"0\"\n".to_string();
+        for i in 0..n {
+            text += &format!(
+                "\n[[stores]]\nname = \"s{i}\"\nconnection_string = \"{cs}\"\nschema = \"s{i}\"\n"
+            );
+        }
+        let file = dir.join(format!("{name}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let args: Vec<String> = [
+            "run",
+            "--config",
+            file.to_str().unwrap(),
+            "--replica",
+            name,
+            "--log-level",
+            "info",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        daemons.push(Some(Daemon::try_spawn(&args, &[], 4000).unwrap()));
+    }
+
+    // Every store led by one replica, its preferred one.
+    let limit = Duration::from_secs(60 + n as u64 / 10);
+    let (divided, led) = loop {
+        let led = leaders(&daemons).await;
+        let done = want
+            .iter()
+            .all(|(s, k)| led.get(s).is_some_and(|l| l == &vec![*k]));
+        if done || started.elapsed() > limit {
+            break (done, led);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let took = started.elapsed();
+    let wrong: Vec<_> = want
+        .iter()
+        .filter(|(s, k)| led.get(*s) != Some(&vec![**k]))
+        .map(|(s, k)| format!("{s}: want {k}, led by {:?}", led.get(s)))
+        .collect();
+    assert!(divided, "after {took:?}: {wrong:?}\n{}", logs(&daemons));
+    let mut shares = [0usize; REPLICAS];
+    for k in want.values() {
+        shares[*k] += 1;
+    }
+    println!("{n} stores over {REPLICAS} replicas: each led by its preferred replica {took:.1?} after the first start; leaders per replica {shares:?}");
+    for (k, share) in shares.iter().enumerate() {
+        assert!(*share > 0, "replica {k} leads nothing: {shares:?}");
+    }
+    // Every hole filled, once.
+    for i in 0..n {
+        let filled: i64 = admin
+            .query_one(
+                &format!("SELECT count(*) FROM s{i}.messages WHERE global_position = 1"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(filled, 1, "s{i}'s hole");
+    }
+
+    // Each replica's statements over a quiet 10 s.
+    admin
+        .batch_execute("SELECT pg_stat_statements_reset()")
+        .await
+        .unwrap();
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    let counted = statements(&admin).await;
+    let per_second: BTreeMap<&String, f64> = counted
+        .iter()
+        .map(|(r, c)| (r, *c as f64 / window.as_secs_f64()))
+        .collect();
+    println!("statements per second, per replica, idle: {per_second:.1?}");
+
+    // SIGKILL the replica leading the most; its stores go to the others.
+    let victim = (0..REPLICAS).max_by_key(|k| shares[*k]).unwrap();
+    let orphans: Vec<&String> = want
+        .iter()
+        .filter(|(_, k)| **k == victim)
+        .map(|(s, _)| s)
+        .collect();
+    let killed = Instant::now();
+    daemons[victim].take().unwrap().kill9();
+    let led_again = loop {
+        let led = leaders(&daemons).await;
+        let done = orphans
+            .iter()
+            .all(|s| led.get(*s).is_some_and(|l| l.len() == 1));
+        if done || killed.elapsed() > Duration::from_secs(30) {
+            break done;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let again = killed.elapsed();
+    println!(
+        "replica {victim} SIGKILLed: its {} stores led again {again:.1?} later",
+        orphans.len()
+    );
+    assert!(led_again, "after {again:?}\n{}", logs(&daemons));
+    assert!(
+        again < Duration::from_secs(10),
+        "{again:?} until the killed replica's stores were led again"
+    );
+    for d in daemons.into_iter().flatten() {
+        let (code, _, log) = d.terminate();
+        assert_eq!(code, Some(0), "{log}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
