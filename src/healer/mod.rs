@@ -47,6 +47,10 @@
 //!   read for every store of its database at once, after the poll was due,
 //!   is no higher than `examined` (nothing new can lie below it). Polls fall
 //!   on one grid per poll interval, shared by the daemon's stores.
+//! - A follower (an election another healer leads) reads no new rows after
+//!   its first scan: its poll re-checks the holes it tracks and reads the
+//!   head; `examined` stays, so a follower that takes over scans on from it
+//!   and misses nothing.
 //! - No phase reaches into another's state; figures and status go only
 //!   through the [`Sink`].
 
@@ -73,7 +77,7 @@ pub use self::sink::Sink;
 pub use self::start::{Begun, Start};
 pub use self::waits::Prover;
 use crate::config::{StartFrom, Store, StoreName};
-use crate::engine::{DbResult, Engine, SharedHeads};
+use crate::engine::{DbResult, Engine, HeadReading, SharedHeads};
 use crate::gaps::Tracker;
 use crate::leader::Leader;
 use crate::telemetry::{Health, Observer};
@@ -214,6 +218,46 @@ impl<E: Engine> Healer<E> {
         self.leader.is_leader() && !self.opts.dry_run
     }
 
+    /// Whether another healer fills this store (an election this one does
+    /// not lead; a dry run is no follower: it reports what it finds).
+    fn follows(&self) -> bool {
+        !self.leader.is_leader() && !self.opts.dry_run
+    }
+
+    /// A follower's poll: the holes it tracks re-checked (its figures of
+    /// them stay true while the leader fills them) and the store's head
+    /// read (the database's shared reading, else one statement of its
+    /// own), so a store it can no longer read fails as a scan would; no
+    /// new row is read. The leader reads them; a follower that takes over
+    /// scans on from where it was.
+    async fn follower_check(&mut self, begun: Begun, due: Instant) -> DbResult<ScanStep> {
+        let started = std::time::Instant::now();
+        let mut step = ScanStep {
+            caught_up: true,
+            examined: begun.examined,
+            ..ScanStep::default()
+        };
+        if !self.tracker.is_empty() {
+            step.rechecked = self
+                .scanner
+                .recheck(
+                    &*self.engine,
+                    &mut self.tracker,
+                    scan::recheck_budget(false),
+                )
+                .await?;
+        }
+        let shared = match self.engine.shared_heads() {
+            Some(heads) => heads.shared_head(due).await,
+            None => HeadReading::NotShared,
+        };
+        if matches!(shared, HeadReading::NotShared | HeadReading::Failed(_)) {
+            self.engine.head().await?;
+        }
+        self.sink.scanned(started.elapsed());
+        Ok(step)
+    }
+
     /// Re-checks tracked holes (committed since?) and reads up to a few
     /// dozen pages of new rows; when it found new holes and this healer
     /// fills, the open transactions are read after it ([`crate::proof`]).
@@ -260,6 +304,9 @@ impl<E: Engine> Healer<E> {
     /// shows rows above `examined`, or is not to be had. With holes tracked
     /// it scans (the probe re-checks them).
     pub async fn poll(&mut self, due: Instant) -> DbResult<ScanStep> {
+        if let (true, Some(begun)) = (self.follows(), self.begun) {
+            return self.follower_check(begun, due).await;
+        }
         if let (true, Some(examined)) = (self.tracker.is_empty(), self.examined()) {
             let started = std::time::Instant::now();
             // A failed shared reading is not this store's failure: its own

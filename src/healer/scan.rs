@@ -110,7 +110,7 @@ impl Scanner {
     /// A bounded share of the tracked ranges each poll, in turns, probed:
     /// what committed since is forgotten. A million holes cost a few
     /// statements a poll, not a thousand.
-    async fn recheck<E: Engine>(
+    pub(super) async fn recheck<E: Engine>(
         &mut self,
         engine: &E,
         tracker: &mut Tracker,

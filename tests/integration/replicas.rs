@@ -203,6 +203,68 @@ async fn replicas_divide_the_stores_and_a_killed_ones_are_led_again_at_once() {
         .collect();
     println!("statements per second, per replica, idle: {per_second:.1?}");
 
+    // 10 s with an event appended to every store each second: each replica
+    // reads the new rows of the stores it leads, and no other's.
+    admin
+        .batch_execute("SELECT pg_stat_statements_reset()")
+        .await
+        .unwrap();
+    for round in 0..10 {
+        let mut batch = String::new();
+        for i in 0..n {
+            batch += &format!(
+                "INSERT INTO s{i}.messages (message_id, message_type, stream_id, stream_position, json_data, created) VALUES (gen_random_uuid(), 'E', 1, {}, '{{}}', now());",
+                round + 2
+            );
+        }
+        admin.batch_execute(&batch).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let counted = statements(&admin).await;
+    let per_second: BTreeMap<&String, f64> = counted
+        .iter()
+        .map(|(r, c)| (r, *c as f64 / window.as_secs_f64()))
+        .collect();
+    println!(
+        "statements per second, per replica, an event a second in every store: {per_second:.1?}"
+    );
+    let scans = admin
+        .query(
+            "SELECT r.rolname, substring(s.query from 'FROM (s[0-9]+)\\.messages') AS store, SUM(s.calls)::bigint FROM pg_stat_statements AS s JOIN pg_roles AS r ON r.oid = s.userid WHERE r.rolname LIKE 'rep%' AND s.query LIKE '%WITH page AS%' GROUP BY 1, 2",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut scanned = [0usize; REPLICAS];
+    for row in &scans {
+        let (role, store): (String, String) = (row.get(0), row.get(1));
+        let k: usize = role.trim_start_matches("rep").parse().unwrap();
+        scanned[k] += 1;
+        assert_eq!(
+            want[&store], k,
+            "replica {k} read new rows of {store}, which replica {} leads",
+            want[&store]
+        );
+    }
+    println!("stores whose new rows each replica read: {scanned:?} (it leads {shares:?})");
+    for k in 0..REPLICAS {
+        assert_eq!(
+            scanned[k], shares[k],
+            "replica {k} read the stores it leads"
+        );
+    }
+    for row in admin
+        .query(
+            "SELECT r.rolname, SUM(s.calls)::bigint AS calls, left(regexp_replace(regexp_replace(s.query, '\\ms[0-9]+\\.', 'sN.', 'g'), '\\s+', ' ', 'g'), 70) AS q FROM pg_stat_statements AS s JOIN pg_roles AS r ON r.oid = s.userid WHERE r.rolname LIKE 'rep%' GROUP BY 1, 3 ORDER BY 1, 2 DESC",
+            &[],
+        )
+        .await
+        .unwrap()
+    {
+        let (role, calls, q): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+        println!("  {role}: {calls:>6} {q}");
+    }
+
     // SIGKILL the replica leading the most; its stores go to the others.
     let victim = (0..REPLICAS).max_by_key(|k| shares[*k]).unwrap();
     let orphans: Vec<&String> = want
