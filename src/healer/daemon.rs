@@ -131,8 +131,9 @@ impl<E: Engine> Healer<E> {
                     Instant::now()
                 };
                 let examined = self.examined();
+                let follows = self.follows();
                 self.publisher
-                    .checkpoint_lag(&*self.engine, examined, &self.pacing, &self.sink)
+                    .checkpoint_lag(&*self.engine, examined, follows, &self.pacing, &self.sink)
                     .await;
                 Polled::Read(step.rechecked)
             }

@@ -71,14 +71,22 @@ impl Publisher {
     }
 
     /// Refreshes the checkpoint lag gauges against `head`, at most every
-    /// [`Pacing::checkpoint_refresh`].
+    /// [`Pacing::checkpoint_refresh`]. A follower reads none and shows none
+    /// (its head is its last scan's: the leader's figures are the store's).
     pub async fn checkpoint_lag<E: Engine>(
         &mut self,
         engine: &E,
         head: Option<i64>,
+        follows: bool,
         pacing: &Pacing,
         sink: &Sink,
     ) {
+        if follows {
+            if self.last_checkpoints.take().is_some() {
+                sink.checkpoint_lags(&[]);
+            }
+            return;
+        }
         let now = Instant::now();
         if self
             .last_checkpoints

@@ -474,6 +474,87 @@ async fn stores_of_one_database_read_their_heads_in_one_statement() {
     assert!(matches!(ed.shared_head(Due::now()).await, At(_) | Empty));
 }
 
+/// Issue 29: the stores of one database read their checkpoints in one
+/// statement (each store's own reading, a table-exists check and its rows,
+/// was two statements per store every 15 s); a store joins the readings
+/// once its own reading found its table, and one whose table is gone fails
+/// a reading once, then reads alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_of_one_database_read_their_checkpoints_in_one_statement() {
+    use gap_healer::engine::{Checkpoint, Engine, Pools};
+    use gap_healer_testkit::engine::{postgres_sharing, settings};
+
+    const STORES: usize = 20;
+    let mut stores = Vec::new();
+    for i in 0..STORES {
+        let s = Store::new(&format!("cps_{i}")).await;
+        s.client
+            .batch_execute(&format!(
+                "INSERT INTO {0}.checkpoints VALUES ('b-{i}', {i}), ('a', NULL)",
+                s.schema
+            ))
+            .await
+            .unwrap();
+        stores.push(s);
+    }
+    let pools = Pools::default();
+    let engines: Vec<_> = stores
+        .iter()
+        .map(|s| {
+            postgres_sharing(
+                &settings(&s.url(), &s.schema, Duration::from_secs(5)),
+                &pools,
+            )
+            .unwrap()
+        })
+        .collect();
+    let want = |i: usize| {
+        vec![
+            Checkpoint {
+                id: "a".into(),
+                position: None,
+            },
+            Checkpoint {
+                id: format!("b-{i}"),
+                position: Some(i as i64),
+            },
+        ]
+    };
+    // Each reads its own first, then all share one statement.
+    for round in 0..2 {
+        for (i, e) in engines.iter().enumerate() {
+            assert_eq!(e.checkpoints().await.unwrap(), want(i), "round {round}");
+        }
+    }
+    assert_eq!(
+        engines[0].checkpoint_readings(),
+        1,
+        "{STORES} stores, one statement"
+    );
+
+    // Store 3's table goes: the next reading fails once, every store reads
+    // its own, and the reading after leaves store 3 out.
+    stores[3]
+        .client
+        .batch_execute(&format!("DROP TABLE {}.checkpoints", stores[3].schema))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for (i, e) in engines.iter().enumerate() {
+        let got = e.checkpoints().await.unwrap();
+        assert_eq!(got, if i == 3 { Vec::new() } else { want(i) }, "store {i}");
+    }
+    assert_eq!(engines[0].checkpoint_readings(), 2, "one more, failed");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for (i, e) in engines.iter().enumerate() {
+        let got = e.checkpoints().await.unwrap();
+        assert_eq!(got, if i == 3 { Vec::new() } else { want(i) }, "store {i}");
+    }
+    let readings = engines[0].checkpoint_readings();
+    println!("{STORES} stores: {readings} shared checkpoint readings in three rounds, the second failed by a dropped table");
+    assert_eq!(readings, 3, "the stores but 3 read together again");
+}
+
 /// A database `name` with the Eventuous tables in schema `eventuous` and
 /// holes of the given widths.
 async fn tenant(name: &str, widths: &[usize]) -> Store {

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use tokio_postgres::types::Type;
 
+mod checkpoints;
 mod conn;
 mod errors;
 mod fill;
@@ -50,6 +51,7 @@ pub(crate) use self::preflight::quote_role;
 pub use self::sql::{render as render_sql, setup_sql};
 pub use self::watermark::watermark_sql;
 
+use self::checkpoints::Checkpoints;
 pub(crate) use self::conn::Manager;
 use self::conn::Target;
 use self::errors::{db_error, get};
@@ -76,6 +78,7 @@ const PROBE_BATCH: usize = 1_000;
 pub struct Sharing {
     pools: pool::Shared<Pool<Manager>>,
     heads: pool::Shared<Heads>,
+    checkpoints: pool::Shared<Checkpoints>,
     transactions: pool::Shared<Transactions>,
     locks: pool::Shared<SharedLock<PostgresEngine>>,
 }
@@ -122,9 +125,44 @@ pub struct PostgresEngine {
     heads: heads::Membership,
     /// Its place in the readings of open transactions shared likewise.
     transactions: transactions::Membership,
+    /// Its place in the checkpoint readings shared likewise.
+    checkpoint_share: checkpoints::Membership,
 }
 
 impl PostgresEngine {
+    /// The store's own checkpoints, read alone: `None` when it has no
+    /// checkpoints table.
+    async fn own_checkpoints(&self) -> DbResult<Option<Vec<Checkpoint>>> {
+        let conn = self.pool.checkout().await?;
+        let table = format!("{}.checkpoints", self.schema.as_str());
+        let found = conn
+            .query_one(sql::TABLE_EXISTS, &[&table])
+            .await
+            .map_err(|e| self.error(&e, "checkpoints"))?;
+        if get::<Option<String>>(&found, "found")?.is_none() {
+            return Ok(None);
+        }
+        let rows = conn
+            .query(&self.sql.checkpoints, &[])
+            .await
+            .map_err(|e| self.error(&e, "checkpoints"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Checkpoint {
+                    id: get(r, "id")?,
+                    position: get(r, "position")?,
+                })
+            })
+            .collect::<DbResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// Checkpoint readings the stores of its pool have sent together
+    /// ([`Engine::checkpoints`]), for tests and diagnostics.
+    pub fn checkpoint_readings(&self) -> u64 {
+        self.checkpoint_share.readings()
+    }
+
     /// The highest committed position (`head.sql`).
     async fn highest(&self) -> DbResult<Option<i64>> {
         let conn = self.pool.checkout().await?;
@@ -163,6 +201,14 @@ impl PostgresEngine {
                 |_| {},
             )
             .join(sql::statement(sql::SHARED_HEAD, &schema, &settings.profile));
+        let checkpoint_share = shared
+            .checkpoints
+            .get(
+                &key,
+                || Checkpoints::new(pool.clone(), settings.connection_string.clone()),
+                |_| {},
+            )
+            .join(format!("{}.checkpoints", schema.as_str()));
         let transactions = shared
             .transactions
             .get(
@@ -186,6 +232,7 @@ impl PostgresEngine {
             position_keys: OnceLock::new(),
             heads,
             transactions,
+            checkpoint_share,
         })
     }
 
@@ -279,27 +326,15 @@ impl Engine for PostgresEngine {
             // The table profiles' readers keep their positions elsewhere.
             return Ok(Vec::new());
         }
-        let conn = self.pool.checkout().await?;
-        let table = format!("{}.checkpoints", self.schema.as_str());
-        let found = conn
-            .query_one(sql::TABLE_EXISTS, &[&table])
-            .await
-            .map_err(|e| self.error(&e, "checkpoints"))?;
-        if get::<Option<String>>(&found, "found")?.is_none() {
-            return Ok(Vec::new());
+        if let Some(rows) = self.checkpoint_share.checkpoints().await {
+            return Ok(rows);
         }
-        let rows = conn
-            .query(&self.sql.checkpoints, &[])
-            .await
-            .map_err(|e| self.error(&e, "checkpoints"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(Checkpoint {
-                    id: get(r, "id")?,
-                    position: get(r, "position")?,
-                })
-            })
-            .collect()
+        let rows = self.own_checkpoints().await;
+        // Read with the other stores of the pool from now on only when the
+        // table is there and was read.
+        self.checkpoint_share
+            .read_alone(rows.as_ref().is_ok_and(Option::is_some));
+        Ok(rows?.unwrap_or_default())
     }
 
     async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {

@@ -49,6 +49,8 @@ pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
 pub(crate) const ROLL_JOIN: &str = include_str!("../../../sql/postgres/roll_join.sql");
 pub(crate) const ROLL: &str = include_str!("../../../sql/postgres/roll.sql");
+pub(crate) const SHARED_CHECKPOINTS: &str =
+    include_str!("../../../sql/postgres/shared_checkpoints.sql");
 pub(crate) const SEQUENCE: &str = include_str!("../../../sql/postgres/sequence.sql");
 pub(crate) const HANDED: &str = include_str!("../../../sql/postgres/handed_out.sql");
 pub(crate) const IDENTITY_SEQUENCE: &str =
