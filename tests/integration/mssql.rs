@@ -1667,3 +1667,73 @@ async fn append_behind_a_gate(placement: &str, with_healer: bool) {
     }
     drop((h, c, holder));
 }
+
+/// Issue 29, item 1: the stores of one instance (same server, login and
+/// options, any database) read their heads in one statement by three-part
+/// names; a store joins the readings only once its own scan succeeded, a
+/// row committed after a poll was due shows only in a later reading, and a
+/// store whose table vanished fails a reading once, then scans alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn stores_of_one_instance_read_their_heads_in_one_statement() {
+    use gap_healer::engine::mssql::Sharing;
+    use gap_healer::engine::HeadReading::{At, Empty, Failed, NotShared};
+    use gap_healer::engine::SharedHeads;
+    use tokio::time::Instant as Due;
+
+    let a = TestDb::create().await;
+    let b = TestDb::create().await;
+    let c = TestDb::create().await;
+    let head_a = *a.append("s", 3).await.last().unwrap();
+    let head_b = *b.append("s", 2).await.last().unwrap();
+    let sharing = Sharing::default();
+    let engine = |db: &TestDb| MssqlEngine::sharing(&db.settings(), &sharing).unwrap();
+    let (ea, eb, ec) = (engine(&a), engine(&b), engine(&c));
+
+    assert_eq!(ea.shared_head(Due::now()).await, NotShared);
+    for e in [&ea, &eb, &ec] {
+        e.scan(0, 100).await.unwrap();
+    }
+    let due = Due::now();
+    let (ha, hb, hc) = tokio::join!(
+        ea.shared_head(due),
+        eb.shared_head(due),
+        ec.shared_head(due)
+    );
+    assert_eq!(ha, At(head_a));
+    assert_eq!(hb, At(head_b));
+    assert_eq!(hc, Empty, "an empty table has no head");
+    assert_eq!(ea.shared_readings(), 1, "three databases, one statement");
+
+    let later = *a.append("s", 1).await.last().unwrap();
+    assert_eq!(
+        ea.shared_head(due).await,
+        At(head_a),
+        "that poll's reading stands"
+    );
+    let due = Due::now();
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(eb.shared_head(due).await, At(head_b));
+    assert_eq!(ea.shared_readings(), 2);
+
+    // c's table vanishes: the next reading fails for all (each then scans
+    // on its own); c's own scan fails, so the reading after leaves it out.
+    let mut client = c.client().await;
+    ms::exec(&mut client, "DROP TABLE eventuous.Messages").await;
+    drop(client);
+    let due = Due::now();
+    assert!(matches!(ea.shared_head(due).await, Failed(_)));
+    assert!(ec.scan(0, 100).await.is_err());
+    let due = Due::now();
+    assert_eq!(ea.shared_head(due).await, At(later));
+    assert_eq!(ec.shared_head(due).await, NotShared, "c scans alone now");
+    println!(
+        "3 databases of one instance: {} statements for 4 polls' readings, one failed by a dropped table",
+        ea.shared_readings()
+    );
+    // Their pools' sessions go with the engines, before the databases.
+    drop((ea, eb, ec, sharing));
+    for db in [a, b, c] {
+        db.drop().await;
+    }
+}

@@ -379,6 +379,24 @@ pub(crate) fn config_from_ado(raw: &str) -> Result<Config, AdoError> {
 
 /// The pairs with SqlClient's spaced key spellings ([`KEY_ALIASES`])
 /// renamed to tiberius's.
+/// The instance a store connects to, as a key of the stores that may share
+/// one head reading (server, login and every option but the database), and
+/// the database the string names; `None` when it names none (the login's
+/// default database, which three-part names cannot name).
+pub(crate) fn instance_and_database(raw: &str) -> Option<(String, String)> {
+    let pairs = with_tiberius_spellings(split_ado(raw).ok()?);
+    let database = last(&pairs, &DATABASE_KEYS)
+        .filter(|d| !d.is_empty())?
+        .to_string();
+    let mut rest: Vec<String> = pairs
+        .into_iter()
+        .filter(|(k, _)| !DATABASE_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    rest.sort();
+    Some((rest.join("\n"), database))
+}
+
 fn with_tiberius_spellings(pairs: Vec<(String, String)>) -> Vec<(String, String)> {
     pairs
         .into_iter()

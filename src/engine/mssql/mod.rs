@@ -35,6 +35,7 @@
 mod conn;
 mod errors;
 mod fill;
+mod heads;
 mod leader;
 mod preflight;
 mod sql;
@@ -62,7 +63,8 @@ use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::pool::{self, Pool};
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
-    Ident, OpenTransactions, Probe, ScanPage, StoreSettings, Unsupported, WatermarkTable,
+    HeadReading, Ident, OpenTransactions, Probe, ScanPage, SharedHeads, StoreSettings,
+    WatermarkTable,
 };
 use crate::gaps::PosRange;
 
@@ -141,6 +143,8 @@ impl Server {
 #[derive(Default)]
 pub struct Sharing {
     pools: pool::Shared<Pool<Manager>>,
+    /// The head readings of each instance (server, login, options).
+    heads: pool::Shared<heads::Heads>,
 }
 
 impl Sharing {
@@ -161,6 +165,9 @@ pub struct MssqlEngine {
     mode: AtomicU8,
     /// The server, once asked.
     server: std::sync::OnceLock<Server>,
+    /// Its place in its instance's shared head readings; `None` when its
+    /// connection string names no database.
+    heads: Option<heads::Membership>,
 }
 
 impl fmt::Debug for MssqlEngine {
@@ -220,6 +227,13 @@ impl MssqlEngine {
                 settings.connect_timeout,
             )
         });
+        let heads = conn::instance_and_database(secret.expose()).map(|(instance, db)| {
+            let key = format!("{:?}\n{instance}", settings.connect_timeout);
+            shared
+                .heads
+                .get(&key, heads::Heads::default, |_| {})
+                .join(&db, &settings.schema)
+        });
         Ok(MssqlEngine {
             settings: settings.clone(),
             config,
@@ -228,6 +242,7 @@ impl MssqlEngine {
             pool,
             mode: AtomicU8::new(fill::MODE_UNKNOWN),
             server: std::sync::OnceLock::new(),
+            heads,
         })
     }
 
@@ -408,8 +423,9 @@ fn probe_params(chunk: &[PosRange], padded: usize) -> Vec<i64> {
 }
 
 impl Engine for MssqlEngine {
-    /// Each store scans for its own head.
-    type Heads = Unsupported;
+    /// The stores of one instance read their heads together, by
+    /// three-part names (`heads.rs`).
+    type Heads = Self;
     type Watermark = Self;
 
     fn kind(&self) -> EngineKind {
@@ -473,7 +489,16 @@ impl Engine for MssqlEngine {
             });
         }
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-        let rows = self.read_first(&self.sql.scan, &[&after, &limit]).await?;
+        // Out of the shared readings while its own scan runs: a scan held by
+        // a lock on this table keeps only this store waiting.
+        if let Some(heads) = &self.heads {
+            heads.scanned(false);
+        }
+        let rows = self.read_first(&self.sql.scan, &[&after, &limit]).await;
+        if let Some(heads) = &self.heads {
+            heads.scanned(rows.is_ok());
+        }
+        let rows = rows?;
         let rows = rows
             .iter()
             .map(|row| {
@@ -544,8 +569,8 @@ impl Engine for MssqlEngine {
         }
     }
 
-    fn shared_heads(&self) -> Option<&Unsupported> {
-        None
+    fn shared_heads(&self) -> Option<&Self> {
+        self.heads.as_ref().map(|_| self)
     }
 
     async fn open_transactions(
@@ -642,6 +667,26 @@ pub fn setup_sql(schema: &Ident) -> String {
         crate::engine::DEFAULT_TOMBSTONE_STREAM,
         crate::engine::DEFAULT_TOMBSTONE_TYPE,
     )
+}
+
+/// The stores of an instance read their heads in one statement
+/// (`heads.rs`).
+impl SharedHeads for MssqlEngine {
+    async fn shared_head(&self, not_before: tokio::time::Instant) -> HeadReading {
+        match &self.heads {
+            Some(heads) => heads.head(self, not_before).await,
+            None => HeadReading::NotShared,
+        }
+    }
+}
+
+impl MssqlEngine {
+    /// Statements of head readings the stores of its instance have sent
+    /// together, for tests and diagnostics (0 without a database in the
+    /// connection string).
+    pub fn shared_readings(&self) -> u64 {
+        self.heads.as_ref().map_or(0, heads::Membership::readings)
+    }
 }
 
 #[cfg(test)]
