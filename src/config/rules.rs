@@ -2,10 +2,10 @@
 //! the connection string (from exactly one of `connection_string` and
 //! `connection_string_file`, checked by the engine's parser), the table
 //! profile (each key only where its profile reads it), the tombstone
-//! stream's and type's defaults per profile, and the leader key's default. Each reads
-//! the typed fields of what was read ([`StoreKeys`]) and says every problem
-//! it finds; what they make ([`Resolved`]) goes with the keys into the
-//! store's settings ([`super::settings`]).
+//! stream's and type's defaults per profile, and the leader key's default.
+//! Each reads the typed fields of what was read ([`StoreKeys`]) and says
+//! every problem it finds; what they make ([`Resolved`]) goes with the keys
+//! into the store's settings ([`super::settings`]).
 
 use crate::engine::profile::{
     looks_like_dotnet_guid, ProfileKind, TableShape, Tombstone, TombstoneColumn,
@@ -174,12 +174,12 @@ impl Rules<'_> {
         kind_of: Option<&str>,
     ) -> Option<TableShape> {
         let k = self.keys;
-        let fixed = TableShape::sqlstreamstore(SQLSTREAMSTORE_TOMBSTONE_STREAM, "");
+        let kind = ProfileKind::SqlStreamStore;
         for (read, name) in [
-            (&k.table, &fixed.table),
-            (&k.position_column, &fixed.position),
+            (&k.table, kind.default_table()),
+            (&k.position_column, kind.default_position()),
         ] {
-            if read.value().is_some_and(|v| v != name) {
+            if read.value().is_some_and(|v| Some(v.as_str()) != name) {
                 self.refuse(read, "the sqlstreamstore profile heals SQLStreamStore's messages.position (SQLStreamStore names its tables itself; `schema` says where they are); to heal another table, set profile = \"custom\"".to_string());
             }
         }
