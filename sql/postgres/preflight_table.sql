@@ -1,7 +1,7 @@
--- `gap-healer check` for a table profile (ledger-core, custom): the catalog
--- facts about the healed table in one row, from pg_catalog only (as
--- preflight.sql, so it answers whatever the login may read). $1 is the
--- schema, $2 the table, $3 the position column.
+-- `gap-healer check` for a table profile (ledger-core, sqlstreamstore,
+-- custom): the catalog facts about the healed table in one row, from
+-- pg_catalog only (as preflight.sql, so it answers whatever the login may
+-- read). $1 is the schema, $2 the table, $3 the position column.
 WITH t AS (
     SELECT c.oid
     FROM pg_class AS c

@@ -31,12 +31,14 @@ pub struct CheckArgs {
 fn configured_table(shape: &engine::profile::TableShape) -> String {
     match shape.tombstone {
         engine::profile::Tombstone::EventuousStream => String::new(),
-        engine::profile::Tombstone::Columns(_) => format!(
-            "profile {}, table {}.{}, ",
-            shape.kind,
-            shape.table.as_str(),
-            shape.position.as_str()
-        ),
+        engine::profile::Tombstone::Columns(_) | engine::profile::Tombstone::StreamRow { .. } => {
+            format!(
+                "profile {}, table {}.{}, ",
+                shape.kind,
+                shape.table.as_str(),
+                shape.position.as_str()
+            )
+        }
     }
 }
 

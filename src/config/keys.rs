@@ -440,7 +440,7 @@ pub const KEYS: &[Key] = &[
         name: "tombstone_stream",
         heading: Heading::Table,
         commands: STORE_COMMANDS,
-        help: "Stream that owns the tombstones",
+        help: "Stream that owns the tombstones (unset: $gap for ledger-core, $gap-healer-tombstones for sqlstreamstore)",
         flag: Flag::Value("NAME"),
         unset: Unset::Default,
         scope: Scope::Store(field!(
@@ -453,7 +453,7 @@ pub const KEYS: &[Key] = &[
         name: "tombstone_type",
         heading: Heading::Table,
         commands: STORE_COMMANDS,
-        help: "Message type of the tombstones",
+        help: "Message type of the tombstones (unset: $gap-healer-tombstone for sqlstreamstore)",
         flag: Flag::Value("TYPE"),
         unset: Unset::Default,
         scope: Scope::Store(field!(
@@ -466,8 +466,8 @@ pub const KEYS: &[Key] = &[
         name: "profile",
         heading: Heading::Table,
         commands: STORE_COMMANDS,
-        help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
-        flag: Flag::Value("eventuous|ledger-core|custom"),
+        help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL), sqlstreamstore (SQLStreamStore's messages; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
+        flag: Flag::Value("eventuous|ledger-core|sqlstreamstore|custom"),
         unset: Unset::Default,
         scope: Scope::Store(field!(
             profile,
@@ -481,7 +481,7 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "The healed table in `schema` (ledger-core and custom)",
         flag: Flag::Value("NAME"),
-        unset: Unset::Derived("messages for eventuous, events for ledger-core"),
+        unset: Unset::Derived("messages for eventuous and sqlstreamstore, events for ledger-core"),
         scope: Scope::Store(field!(
             table,
             |v| parse_identifier(v).map(|n| n.to_lowercase()),
@@ -494,7 +494,9 @@ pub const KEYS: &[Key] = &[
         commands: STORE_COMMANDS,
         help: "The table's identity position column (ledger-core and custom)",
         flag: Flag::Value("NAME"),
-        unset: Unset::Derived("global_position for eventuous, position for ledger-core"),
+        unset: Unset::Derived(
+            "global_position for eventuous, position for ledger-core and sqlstreamstore",
+        ),
         scope: Scope::Store(field!(
             position_column,
             |v| parse_identifier(v).map(|n| n.to_lowercase()),
@@ -505,7 +507,7 @@ pub const KEYS: &[Key] = &[
         name: "columns",
         heading: Heading::Table,
         commands: STORE_COMMANDS,
-        help: "custom: the tombstone row, a TOML table of column = \"uuid\" | \"now\" | { literal = VALUE } | { next_version = [\"stream key column\", ...] }",
+        help: "custom: the tombstone row, a TOML table of column = \"uuid\" | \"now\" | \"now_utc\" | { literal = VALUE } | { next_version = [\"stream key column\", ...] }",
         flag: Flag::Value("TOML"),
         unset: Unset::Optional,
         scope: Scope::Store(field!(

@@ -2,13 +2,14 @@
 //! the connection string (from exactly one of `connection_string` and
 //! `connection_string_file`, checked by the engine's parser), the table
 //! profile (each key only where its profile reads it), the tombstone
-//! stream's default per profile, and the leader key's default. Each reads
-//! the typed fields of what was read ([`StoreKeys`]) and says every problem
-//! it finds; what they make ([`Resolved`]) goes with the keys into the
-//! store's settings ([`super::settings`]).
+//! stream's and type's defaults per profile, and the leader key's default.
+//! Each reads the typed fields of what was read ([`StoreKeys`]) and says
+//! every problem it finds; what they make ([`Resolved`]) goes with the keys
+//! into the store's settings ([`super::settings`]).
 
 use crate::engine::profile::{
-    ProfileKind, TableShape, Tombstone, TombstoneColumn, LEDGER_CORE_TOMBSTONE_STREAM,
+    looks_like_dotnet_guid, ProfileKind, TableShape, Tombstone, TombstoneColumn,
+    LEDGER_CORE_TOMBSTONE_STREAM, SQLSTREAMSTORE_TOMBSTONE_STREAM, SQLSTREAMSTORE_TOMBSTONE_TYPE,
 };
 use crate::engine::{EngineKind, Ident};
 use crate::secret::ConnectionString;
@@ -31,6 +32,8 @@ pub(super) struct Resolved {
     pub(super) profile: TableShape,
     /// `tombstone_stream`, or the profile's own default when not given.
     pub(super) tombstone_stream: String,
+    /// `tombstone_type`, or the profile's own default when not given.
+    pub(super) tombstone_type: String,
     pub(super) leader_key: String,
 }
 
@@ -52,9 +55,18 @@ impl Rules<'_> {
         let engine = k.engine.get();
         let connection_string = self.connection_string(engine, need);
         let tombstone_stream = tombstone_stream(k);
-        let profile = self.profile(engine, tombstone_stream.as_deref().ok());
+        let tombstone_type = tombstone_type(k);
+        let profile = self.profile(
+            engine,
+            tombstone_stream.as_deref().ok(),
+            tombstone_type.as_deref().ok(),
+        );
         let connection_string = connection_string.ok_or("connection_string")?;
-        let (profile, tombstone_stream) = (profile.ok_or("profile")?, tombstone_stream?);
+        let (profile, tombstone_stream, tombstone_type) = (
+            profile.ok_or("profile")?,
+            tombstone_stream?,
+            tombstone_type?,
+        );
         let leader_key = match k.leader_key.get() {
             Some(key) => key,
             None => {
@@ -66,6 +78,7 @@ impl Rules<'_> {
             connection_string,
             profile,
             tombstone_stream,
+            tombstone_type,
             leader_key,
         })
     }
@@ -80,9 +93,15 @@ impl Rules<'_> {
 
     /// The store's table profile from `profile`, `table`, `position_column`,
     /// `columns` and `tombstone_stream_id`: each key only where its profile
-    /// reads it, and what a profile needs present. `stream`: the resolved
-    /// `tombstone_stream` (`None` when refused), which ledger-core's row names.
-    fn profile(&mut self, engine: Option<EngineKind>, stream: Option<&str>) -> Option<TableShape> {
+    /// reads it, and what a profile needs present. `stream` and `kind_of`:
+    /// the resolved `tombstone_stream` and `tombstone_type` (`None` when
+    /// refused), which ledger-core's and sqlstreamstore's rows name.
+    fn profile(
+        &mut self,
+        engine: Option<EngineKind>,
+        stream: Option<&str>,
+        kind_of: Option<&str>,
+    ) -> Option<TableShape> {
         let k = self.keys;
         let kind = k.profile.get()?;
         if kind != ProfileKind::Eventuous
@@ -97,6 +116,7 @@ impl Rules<'_> {
         match kind {
             ProfileKind::Eventuous => self.eventuous_profile(),
             ProfileKind::LedgerCore => self.ledger_core_profile(stream),
+            ProfileKind::SqlStreamStore => self.sqlstreamstore_profile(stream, kind_of),
             ProfileKind::Custom => self.custom_profile(),
         }
     }
@@ -141,6 +161,44 @@ impl Rules<'_> {
         Some(TableShape::ledger_core(
             table, position, stream?, stream_id, event_type,
         ))
+    }
+
+    /// SQLStreamStore's `messages` and `streams`: `table` and
+    /// `position_column` only as its names (SQLStreamStore names its
+    /// tables itself), no tombstone columns; a tombstone stream name
+    /// SQLStreamStore would take as a stream id of its own (no whitespace,
+    /// not a GUID, which it would keep unhashed).
+    fn sqlstreamstore_profile(
+        &mut self,
+        stream: Option<&str>,
+        kind_of: Option<&str>,
+    ) -> Option<TableShape> {
+        let k = self.keys;
+        let kind = ProfileKind::SqlStreamStore;
+        for (read, name) in [
+            (&k.table, kind.default_table()),
+            (&k.position_column, kind.default_position()),
+        ] {
+            if read.value().is_some_and(|v| Some(v.as_str()) != name) {
+                self.refuse(read, "the sqlstreamstore profile heals SQLStreamStore's messages.position (SQLStreamStore names its tables itself; `schema` says where they are); to heal another table, set profile = \"custom\"".to_string());
+            }
+        }
+        let why = "not read by the sqlstreamstore profile (its tombstone is a message of tombstone_stream, typed tombstone_type)";
+        self.refuse(&k.columns, why.into());
+        self.refuse(&k.tombstone_stream_id, why.into());
+        let stream = stream?;
+        if stream.chars().any(char::is_whitespace) {
+            self.refuse(
+                &k.tombstone_stream,
+                "SQLStreamStore refuses a stream id with whitespace".into(),
+            );
+            return None;
+        }
+        if looks_like_dotnet_guid(stream) {
+            self.refuse(&k.tombstone_stream, "SQLStreamStore keeps a stream id that reads as a GUID unhashed, a key its own streams may use: name the tombstone stream otherwise".into());
+            return None;
+        }
+        Some(TableShape::sqlstreamstore(stream, kind_of?))
     }
 
     /// A table described by `table`, `position_column` and `columns`, all required.
@@ -261,12 +319,28 @@ impl Rules<'_> {
 }
 
 /// `tombstone_stream` as given, else the profile's default (`$gap` for
-/// ledger-core, Eventuous's for the others).
+/// ledger-core, `$gap-healer-tombstones` for sqlstreamstore, Eventuous's
+/// for the others).
 fn tombstone_stream(k: &StoreKeys) -> Result<String, &'static str> {
-    let ledger_core = k.profile.get() == Some(ProfileKind::LedgerCore);
-    match ledger_core && !k.tombstone_stream.is_given() {
-        true => Ok(LEDGER_CORE_TOMBSTONE_STREAM.into()),
-        false => k.tombstone_stream.get().ok_or("tombstone_stream"),
+    let own = match k.profile.get() {
+        Some(ProfileKind::LedgerCore) => Some(LEDGER_CORE_TOMBSTONE_STREAM),
+        Some(ProfileKind::SqlStreamStore) => Some(SQLSTREAMSTORE_TOMBSTONE_STREAM),
+        _ => None,
+    };
+    match own.filter(|_| !k.tombstone_stream.is_given()) {
+        Some(name) => Ok(name.into()),
+        None => k.tombstone_stream.get().ok_or("tombstone_stream"),
+    }
+}
+
+/// `tombstone_type` as given, else the profile's default
+/// (`$gap-healer-tombstone` for sqlstreamstore, Eventuous's `$tombstone`
+/// for the others).
+fn tombstone_type(k: &StoreKeys) -> Result<String, &'static str> {
+    let sqlstreamstore = k.profile.get() == Some(ProfileKind::SqlStreamStore);
+    match sqlstreamstore && !k.tombstone_type.is_given() {
+        true => Ok(SQLSTREAMSTORE_TOMBSTONE_TYPE.into()),
+        false => k.tombstone_type.get().ok_or("tombstone_type"),
     }
 }
 

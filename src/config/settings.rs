@@ -121,7 +121,7 @@ impl StoreConfig {
                 connection_string: r.connection_string,
                 schema: k.schema.get()?,
                 tombstone_stream: r.tombstone_stream,
-                tombstone_type: k.tombstone_type.get()?,
+                tombstone_type: r.tombstone_type,
                 connect_timeout: k.connect_timeout.get()?,
                 watermark_table: k.watermark_table.get()?,
                 profile: r.profile,

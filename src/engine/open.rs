@@ -81,8 +81,8 @@ pub trait Openable: Engine + Sized {
     /// The database every server of the engine has, to list the others from.
     const CATALOG_DATABASE: &'static str;
 
-    /// Whether it heals the table profiles (`ledger-core`, `custom`), not
-    /// only Eventuous's tables.
+    /// Whether it heals the table profiles (`ledger-core`, `sqlstreamstore`,
+    /// `custom`), not only Eventuous's tables.
     const TABLE_PROFILES: bool;
 
     /// The engine for `store`, sharing `pools` with the other stores of

@@ -6,14 +6,21 @@
 //! - `ledger-core` (PostgreSQL): seed 003's `events` table. A tombstone is a
 //!   row of stream (`tombstone_stream`, `tombstone_stream_id`) at that
 //!   stream's next version, typed `tombstone_type`, data `{}`.
+//! - `sqlstreamstore` (PostgreSQL): SQLStreamStore's `messages`, positioned
+//!   by `position` (a `bigint` whose default draws from `messages_seq`). A
+//!   tombstone is a message of the tombstone stream, which has a row of its
+//!   own in the schema's `streams` ([`Tombstone::StreamRow`]): its
+//!   `id_internal` and next `stream_version` come from that row, the rest
+//!   of the message is described as a custom table's columns are.
 //! - `custom` (PostgreSQL): any table with an identity position, its
 //!   tombstone row described column by column ([`ColumnValue`]).
 //!
-//! Every profile ends as a [`TableShape`]: `eventuous` and `ledger-core` are
-//! presets, `custom` is described by its keys. The shape's fields name the
-//! table and position for every profile alike; only how a tombstone row is
-//! written ([`Tombstone`]) tells Eventuous's own row from a described one,
-//! and one set of statements serves every described table.
+//! Every profile ends as a [`TableShape`]: `eventuous`, `ledger-core` and
+//! `sqlstreamstore` are presets, `custom` is described by its keys. The
+//! shape's fields name the table and position for every profile alike; only
+//! how a tombstone row is written ([`Tombstone`]) tells Eventuous's own row
+//! from a described one, and one set of statements serves every described
+//! table (a stream row's message adds its stream's two columns).
 
 use std::fmt;
 
@@ -23,22 +30,34 @@ use super::ident::{Ident, QualifiedName};
 pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 /// ledger-core's default tombstone stream (its `stream_category`).
 pub const LEDGER_CORE_TOMBSTONE_STREAM: &str = "$gap";
+/// sqlstreamstore's default tombstone stream (its `streams.id_original`):
+/// `$`-prefixed like SQLStreamStore's own `$deleted`, so readers that pass
+/// over system streams pass over it.
+pub const SQLSTREAMSTORE_TOMBSTONE_STREAM: &str = "$gap-healer-tombstones";
+/// sqlstreamstore's default tombstone message type.
+pub const SQLSTREAMSTORE_TOMBSTONE_TYPE: &str = "$gap-healer-tombstone";
+/// The columns of SQLStreamStore's `messages` that a tombstone's stream row
+/// gives: the stream's `id_internal` and the message's version in it.
+pub const SQLSTREAMSTORE_STREAM_COLUMN: &str = "stream_id_internal";
+pub const SQLSTREAMSTORE_VERSION_COLUMN: &str = "stream_version";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ProfileKind {
     #[default]
     Eventuous,
     LedgerCore,
+    SqlStreamStore,
     Custom,
 }
 
 impl ProfileKind {
-    pub const NAMES: [&'static str; 3] = ["eventuous", "ledger-core", "custom"];
+    pub const NAMES: [&'static str; 4] = ["eventuous", "ledger-core", "sqlstreamstore", "custom"];
 
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "eventuous" => Ok(ProfileKind::Eventuous),
             "ledger-core" | "ledger_core" => Ok(ProfileKind::LedgerCore),
+            "sqlstreamstore" => Ok(ProfileKind::SqlStreamStore),
             "custom" => Ok(ProfileKind::Custom),
             _ => Err(format!("expected one of {}", Self::NAMES.join(", "))),
         }
@@ -48,6 +67,7 @@ impl ProfileKind {
         match self {
             ProfileKind::Eventuous => "eventuous",
             ProfileKind::LedgerCore => "ledger-core",
+            ProfileKind::SqlStreamStore => "sqlstreamstore",
             ProfileKind::Custom => "custom",
         }
     }
@@ -58,6 +78,7 @@ impl ProfileKind {
         match self {
             ProfileKind::Eventuous => Some("messages"),
             ProfileKind::LedgerCore => Some("events"),
+            ProfileKind::SqlStreamStore => Some("messages"),
             ProfileKind::Custom => None,
         }
     }
@@ -66,7 +87,7 @@ impl ProfileKind {
     pub fn default_position(self) -> Option<&'static str> {
         match self {
             ProfileKind::Eventuous => Some("global_position"),
-            ProfileKind::LedgerCore => Some("position"),
+            ProfileKind::LedgerCore | ProfileKind::SqlStreamStore => Some("position"),
             ProfileKind::Custom => None,
         }
     }
@@ -89,6 +110,9 @@ pub enum ColumnValue {
     Uuid,
     /// The transaction's time.
     Now,
+    /// The transaction's time in UTC, without a time zone (for a
+    /// `timestamp` column that holds UTC, whatever the session's TimeZone).
+    NowUtc,
     /// The tombstone stream's next version: one more than the highest
     /// version of the rows whose `stream` columns hold the tombstone's
     /// literals (1 for the first), allocated under a lock that serialises
@@ -137,6 +161,62 @@ pub enum Tombstone {
     /// A row described column by column (ledger-core, custom): every column
     /// the tombstone row sets besides the position, in order.
     Columns(Vec<TombstoneColumn>),
+    /// A message of a stream with a row of its own in the schema's
+    /// `streams` (SQLStreamStore's): the row made once, locked first in
+    /// each fill, its `id_internal` the messages' `stream_id_internal`,
+    /// its `version` plus the message's number in position order their
+    /// `stream_version` (0 for the first), and its `version` and `position`
+    /// raised in the same transaction. `columns` are the message's other
+    /// columns, described as a custom table's.
+    StreamRow {
+        stream: StreamRow,
+        columns: Vec<TombstoneColumn>,
+    },
+}
+
+/// The tombstone stream's row in SQLStreamStore's `streams`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamRow {
+    /// `streams.id`, what SQLStreamStore finds a stream by: the SHA-1 of
+    /// its name in upper-case hex ([`sqlstreamstore_stream_id`]).
+    pub id: String,
+    /// `streams.id_original`: the stream's name.
+    pub name: String,
+}
+
+/// The `streams.id` SQLStreamStore's PostgreSQL store gives the stream
+/// `name`: the SHA-1 of its UTF-8 bytes in upper-case hex (40 characters
+/// of its `char(42)`). A name .NET reads as a GUID would be kept as it is
+/// instead; configuration refuses such a name ([`looks_like_dotnet_guid`]).
+pub fn sqlstreamstore_stream_id(name: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, name.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// Whether .NET's `Guid.TryParse` could read `s` as a GUID (its N, D, B and
+/// P forms; anything starting like its X form, `{0x`, counts too):
+/// SQLStreamStore keeps such a stream name as its `streams.id` unhashed.
+pub fn looks_like_dotnet_guid(s: &str) -> bool {
+    let s = s.trim();
+    let hex = |t: &str| t.chars().all(|c| c.is_ascii_hexdigit());
+    let dashed = |t: &str| {
+        let parts: Vec<&str> = t.split('-').collect();
+        parts.len() == 5
+            && parts
+                .iter()
+                .zip([8, 4, 4, 4, 12])
+                .all(|(p, n)| p.len() == n && hex(p))
+    };
+    let within = |open: char, close: char| {
+        s.strip_prefix(open)
+            .and_then(|t| t.strip_suffix(close))
+            .is_some_and(dashed)
+    };
+    (s.len() == 32 && hex(s))
+        || dashed(s)
+        || within('{', '}')
+        || within('(', ')')
+        || s.to_ascii_lowercase().starts_with("{0x")
 }
 
 impl Default for TableShape {
@@ -193,12 +273,60 @@ impl TableShape {
         }
     }
 
+    /// SQLStreamStore's `messages`, positioned by `position`; a tombstone is
+    /// a message of `stream` (its own `streams` row), typed `message_type`,
+    /// with a new message id, `{}` as its data and no metadata, created now
+    /// in UTC (`created_utc` is a `timestamp` without time zone).
+    pub fn sqlstreamstore(stream: &str, message_type: &str) -> Self {
+        let column = |name: &str, value: ColumnValue| TombstoneColumn {
+            name: preset(name),
+            value,
+        };
+        TableShape {
+            kind: ProfileKind::SqlStreamStore,
+            table: preset("messages"),
+            position: preset("position"),
+            tombstone: Tombstone::StreamRow {
+                stream: StreamRow {
+                    id: sqlstreamstore_stream_id(stream),
+                    name: stream.to_string(),
+                },
+                columns: vec![
+                    column("message_id", ColumnValue::Uuid),
+                    column("created_utc", ColumnValue::NowUtc),
+                    column("type", ColumnValue::Literal(message_type.into())),
+                    column("json_data", ColumnValue::Literal(serde_json::json!({}))),
+                ],
+            },
+        }
+    }
+
     /// The tombstone row's described columns; none for Eventuous's own row,
-    /// which the engine's statements write.
+    /// which the engine's statements write. A stream row's message has two
+    /// more, [`TableShape::stream_columns`].
     pub fn columns(&self) -> &[TombstoneColumn] {
         match &self.tombstone {
             Tombstone::EventuousStream => &[],
-            Tombstone::Columns(columns) => columns,
+            Tombstone::Columns(columns) | Tombstone::StreamRow { columns, .. } => columns,
+        }
+    }
+
+    /// The columns a stream row's message takes from that row: its stream
+    /// and its version; none for the other tombstones.
+    pub fn stream_columns(&self) -> &'static [&'static str] {
+        match self.tombstone {
+            Tombstone::StreamRow { .. } => {
+                &[SQLSTREAMSTORE_STREAM_COLUMN, SQLSTREAMSTORE_VERSION_COLUMN]
+            }
+            _ => &[],
+        }
+    }
+
+    /// The tombstone stream's row, for a stream row's message.
+    pub fn stream_row(&self) -> Option<&StreamRow> {
+        match &self.tombstone {
+            Tombstone::StreamRow { stream, .. } => Some(stream),
+            _ => None,
         }
     }
 
@@ -210,28 +338,28 @@ impl TableShape {
     pub fn quoted_names(&self) -> bool {
         match self.tombstone {
             Tombstone::EventuousStream => false,
-            Tombstone::Columns(_) => true,
+            Tombstone::Columns(_) | Tombstone::StreamRow { .. } => true,
         }
     }
 
     /// What the healers sharing one leader lock by default heal: the
     /// schema for Eventuous (its tombstone stream's row is in the schema's
     /// `streams`, whichever table is healed), `schema.table` for a
-    /// described table.
+    /// described table (SQLStreamStore's included: one `messages` a schema).
     pub fn leader_scope(&self, schema: &Ident) -> String {
         match self.tombstone {
             Tombstone::EventuousStream => schema.as_str().to_string(),
-            Tombstone::Columns(_) => self.qualified(schema).name(),
+            Tombstone::Columns(_) | Tombstone::StreamRow { .. } => self.qualified(schema).name(),
         }
     }
 
     /// Whether the store's readers keep their positions in the schema's
     /// `checkpoints` table: Eventuous's do; a described table's readers
-    /// keep them elsewhere.
+    /// (SQLStreamStore's too) keep them elsewhere.
     pub fn has_checkpoints(&self) -> bool {
         match self.tombstone {
             Tombstone::EventuousStream => true,
-            Tombstone::Columns(_) => false,
+            Tombstone::Columns(_) | Tombstone::StreamRow { .. } => false,
         }
     }
 
@@ -263,7 +391,7 @@ impl TableShape {
 }
 
 /// Parses `columns`, a TOML table: each key a column, each value `"uuid"`,
-/// `"now"`, `{ literal = V }` or `{ next_version = ["col", ...] }`.
+/// `"now"`, `"now_utc"`, `{ literal = V }` or `{ next_version = ["col", ...] }`.
 /// `identifier` validates a column name. Every mistake is reported at once.
 pub fn parse_columns(
     text: &str,
@@ -324,8 +452,7 @@ pub fn parse_columns(
     }
 }
 
-const VALUE_FORMS: &str =
-    r#"expected "uuid", "now", { literal = VALUE } or { next_version = ["column", ...] }"#;
+const VALUE_FORMS: &str = r#"expected "uuid", "now", "now_utc", { literal = VALUE } or { next_version = ["column", ...] }"#;
 
 fn column_value(
     value: &toml::Value,
@@ -334,6 +461,7 @@ fn column_value(
     match value {
         toml::Value::String(s) if s == "uuid" => Ok(ColumnValue::Uuid),
         toml::Value::String(s) if s == "now" => Ok(ColumnValue::Now),
+        toml::Value::String(s) if s == "now_utc" => Ok(ColumnValue::NowUtc),
         toml::Value::Table(t) if t.len() == 1 => {
             if let Some(v) = t.get("literal") {
                 let json = serde_json::to_value(v).map_err(|e| format!("literal: {e}"))?;
@@ -369,6 +497,7 @@ pub fn render_columns(columns: &[TombstoneColumn]) -> String {
         let value = match &c.value {
             ColumnValue::Uuid => toml::Value::String("uuid".into()),
             ColumnValue::Now => toml::Value::String("now".into()),
+            ColumnValue::NowUtc => toml::Value::String("now_utc".into()),
             ColumnValue::Literal(v) => {
                 let mut t = toml::Table::new();
                 t.insert("literal".into(), json_to_toml(v));
@@ -421,7 +550,7 @@ mod tests {
 
     #[test]
     fn every_value_form_parses_and_renders_back() {
-        let text = r#"{ id = "uuid", at = "now", kind = { literal = "$gap" }, n = { literal = 7 }, data = { literal = {} }, v = { next_version = ["kind"] } }"#;
+        let text = r#"{ id = "uuid", at = "now", utc = "now_utc", kind = { literal = "$gap" }, n = { literal = 7 }, data = { literal = {} }, v = { next_version = ["kind"] } }"#;
         let cols = parse_columns(text, ident).unwrap();
         let v = |n: &str| {
             cols.iter()
@@ -432,6 +561,7 @@ mod tests {
         };
         assert_eq!(v("id"), ColumnValue::Uuid);
         assert_eq!(v("at"), ColumnValue::Now);
+        assert_eq!(v("utc"), ColumnValue::NowUtc);
         assert_eq!(v("kind"), ColumnValue::Literal("$gap".into()));
         assert_eq!(v("n"), ColumnValue::Literal(7.into()));
         assert_eq!(v("data"), ColumnValue::Literal(serde_json::json!({})));
@@ -494,5 +624,59 @@ mod tests {
             by_name(parse_columns(&text, ident).unwrap()),
             by_name(shape.columns().to_vec())
         );
+    }
+
+    #[test]
+    fn sqlstreamstore_names_its_stream_as_sqlstreamstore_does() {
+        // SHA-1 of the UTF-8 bytes, upper-case hex: what its PostgreSQL
+        // store puts in streams.id for a name that is not a GUID (the
+        // vectors from `printf %s NAME | sha1sum`).
+        assert_eq!(
+            sqlstreamstore_stream_id("abc"),
+            "A9993E364706816ABA3E25717850C26C9CD0D89D"
+        );
+        assert_eq!(
+            sqlstreamstore_stream_id(SQLSTREAMSTORE_TOMBSTONE_STREAM),
+            "2056A7F6E7A4800404073D412399CEB358530D73"
+        );
+        let shape = TableShape::sqlstreamstore(
+            SQLSTREAMSTORE_TOMBSTONE_STREAM,
+            SQLSTREAMSTORE_TOMBSTONE_TYPE,
+        );
+        let row = shape.stream_row().unwrap();
+        assert_eq!(row.name, SQLSTREAMSTORE_TOMBSTONE_STREAM);
+        assert_eq!(row.id.len(), 40);
+        assert_eq!(
+            shape.literals(),
+            serde_json::json!({"type": SQLSTREAMSTORE_TOMBSTONE_TYPE, "json_data": {}})
+        );
+        assert_eq!(
+            shape.stream_columns(),
+            ["stream_id_internal", "stream_version"]
+        );
+        assert!(shape.version().is_none() && !shape.has_checkpoints());
+        assert_eq!(shape.leader_scope(&preset("store")), "store.messages");
+    }
+
+    #[test]
+    fn names_dotnet_reads_as_guids_are_told_apart() {
+        for guid in [
+            "0f8fad5b-d9cb-469f-a165-70867728950e",
+            "0F8FAD5BD9CB469FA16570867728950E",
+            "{0f8fad5b-d9cb-469f-a165-70867728950e}",
+            "(0f8fad5b-d9cb-469f-a165-70867728950e)",
+            " 0f8fad5b-d9cb-469f-a165-70867728950e ",
+            "{0x0f8fad5b,0xd9cb,0x469f,{0xa1,0x65,0x70,0x86,0x77,0x28,0x95,0x0e}}",
+        ] {
+            assert!(looks_like_dotnet_guid(guid), "{guid}");
+        }
+        for name in [
+            "$gap-healer-tombstones",
+            "0f8fad5b-d9cb-469f-a165",
+            "{abc}",
+            "",
+        ] {
+            assert!(!looks_like_dotnet_guid(name), "{name}");
+        }
     }
 }

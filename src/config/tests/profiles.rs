@@ -25,6 +25,10 @@ kind = { literal = "$gap" }
 n = { next_version = ["kind"] }
 [[stores]]
 name = "plain"
+[[stores]]
+name = "sss"
+schema = "sss"
+profile = "sqlstreamstore"
 "#,
     );
     let s = load(&a, vec![], Need::Connection).unwrap();
@@ -47,6 +51,20 @@ name = "plain"
     assert_eq!(journal.version().unwrap().0.as_str(), "n");
     assert_eq!(s.stores[2].store.profile, TableShape::eventuous());
     assert_eq!(s.stores[2].election.key(), Some("gap-healer:eventuous"));
+    // SQLStreamStore's messages, its own tombstone stream and type.
+    let sss = &s.stores[3];
+    assert_eq!(
+        (
+            sss.store.tombstone_stream.as_str(),
+            sss.store.tombstone_type.as_str()
+        ),
+        ("$gap-healer-tombstones", "$gap-healer-tombstone")
+    );
+    assert_eq!(sss.election.key(), Some("gap-healer:sss.messages"));
+    assert_eq!(
+        sss.store.profile,
+        TableShape::sqlstreamstore("$gap-healer-tombstones", "$gap-healer-tombstone")
+    );
     // The printed configuration loads back to the same profiles.
     let again = dir.join("again.toml");
     std::fs::write(&again, s.to_toml().replace("(redacted)", "host=db")).unwrap();
@@ -59,7 +77,7 @@ name = "plain"
     }
 
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         (
             &[("columns", r#"{ a = "uuid" }"#), ("table", "events")],
             &[
@@ -104,9 +122,30 @@ name = "plain"
         (
             &[("profile", "ledger"), ("table", "bad name")],
             &[
-                "expected one of eventuous, ledger-core, custom",
+                "expected one of eventuous, ledger-core, sqlstreamstore, custom",
                 "expected a plain identifier",
             ],
+        ),
+        (
+            &[
+                ("profile", "sqlstreamstore"),
+                ("table", "events"),
+                ("columns", r#"{ a = "uuid" }"#),
+                ("tombstone_stream_id", "00000000-0000-0000-0000-000000000000"),
+            ],
+            &[
+                "table (from flag --table)",
+                "the sqlstreamstore profile heals SQLStreamStore's messages.position",
+                "columns (from flag --columns)",
+                "tombstone_stream_id (from flag --tombstone-stream-id): not read by the sqlstreamstore profile",
+            ],
+        ),
+        (
+            &[
+                ("profile", "sqlstreamstore"),
+                ("tombstone_stream", "{0f8fad5b-d9cb-469f-a165-70867728950e}"),
+            ],
+            &["keeps a stream id that reads as a GUID unhashed"],
         ),
     ];
     for (flags, needles) in cases {

@@ -1,7 +1,7 @@
 //! The fill: one transaction that writes tombstones at every position of a
 //! batch of ranges, or nothing. This file holds Eventuous's transaction and
-//! what every profile's fill errors mean; the table profiles' transaction is
-//! in `table.rs`.
+//! what every profile's fill errors mean; the table profiles' transactions
+//! (SQLStreamStore's with its stream row among them) are in `table.rs`.
 //!
 //! Order inside Eventuous's transaction: lock the tombstone stream's row (creating it
 //! on the first fill) under a short lock timeout, check the leader fence,
@@ -91,6 +91,10 @@ impl PostgresEngine {
             }
             Tombstone::Columns(_) => {
                 self.fill_table(&mut conn.client, &self.profile, ranges, lock_timeout, fence)
+                    .await
+            }
+            Tombstone::StreamRow { stream, .. } => {
+                self.fill_stream_row(&mut conn.client, stream, ranges, lock_timeout, fence)
                     .await
             }
         };

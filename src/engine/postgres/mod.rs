@@ -1,6 +1,6 @@
 //! The PostgreSQL engine, for the Eventuous PostgreSQL schema
 //! (`<schema>.messages`, `streams`, `checkpoints`) and for the tables the
-//! table profiles describe (`ledger-core`, `custom`: see
+//! table profiles describe (`ledger-core`, `sqlstreamstore`, `custom`: see
 //! [`crate::engine::profile`]).
 //!
 //! PostgreSQL shows no uncommitted rows, so an open append's position looks
@@ -430,7 +430,9 @@ impl Engine for PostgresEngine {
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
         let mut findings = match &self.profile.tombstone {
-            Tombstone::Columns(_) => self.table_findings(&self.profile).await?,
+            Tombstone::Columns(_) | Tombstone::StreamRow { .. } => {
+                self.table_findings(&self.profile).await?
+            }
             Tombstone::EventuousStream => preflight::findings(
                 &self.preflight_facts().await?,
                 &preflight::Expected {

@@ -6,7 +6,9 @@
 use std::sync::LazyLock;
 
 use crate::engine::ident::Ident;
-use crate::engine::profile::{ColumnValue, TableShape, Tombstone};
+use crate::engine::profile::{
+    ColumnValue, TableShape, Tombstone, SQLSTREAMSTORE_STREAM_COLUMN, SQLSTREAMSTORE_VERSION_COLUMN,
+};
 
 /// The engine's statements for one schema.
 pub(crate) struct Queries {
@@ -29,13 +31,32 @@ pub(crate) struct Queries {
 pub(crate) struct TableQueries {
     /// `$1`, `$2`: the ranges' starts and ends; `$3`: the literal columns
     /// as JSON text; `$4`: the stream's version before the fill (only when
-    /// a column is `next_version`).
+    /// a column is `next_version`); for a stream row's message, `$4` the
+    /// row's `id_internal` and `$5` its `version` before the fill.
     pub fill: String,
     /// The highest version of the tombstone stream (`$1`: the literals).
     pub version: Option<String>,
     /// Converts the literals (`$1`) to the table's row type, as the fill
     /// will: `check`'s test of them.
     pub literals: String,
+    /// The tombstone stream's row, for a stream row's message
+    /// (SQLStreamStore's `streams`).
+    pub stream: Option<StreamQueries>,
+}
+
+/// The statements on the tombstone stream's row in SQLStreamStore's
+/// `streams` (`sql/postgres/sqlstreamstore_*.sql`).
+pub(crate) struct StreamQueries {
+    /// Locks the row for the fill: `$1` its `id`; `id_internal`, `version`.
+    pub lock: String,
+    /// Makes it, empty, on the first fill: `$1` its `id`, `$2` its name.
+    pub create: String,
+    /// Raises its version by the rows inserted and its position to the
+    /// highest one: `$1` its `id_internal`, `$2` the rows, `$3` the highest
+    /// position inserted.
+    pub bump: String,
+    /// `check`: the row beside its messages (`$1` its `id`).
+    pub check: String,
 }
 
 /// Statements that name no table of the store.
@@ -44,6 +65,9 @@ pub(crate) const TABLE_EXISTS: &str = include_str!("../../../sql/postgres/table_
 pub(crate) const POSITION_KEYS: &str = include_str!("../../../sql/postgres/position_keys.sql");
 pub(crate) const PREFLIGHT: &str = include_str!("../../../sql/postgres/preflight.sql");
 pub(crate) const PREFLIGHT_TABLE: &str = include_str!("../../../sql/postgres/preflight_table.sql");
+/// `check`, sqlstreamstore: the catalog's facts about `streams` (`$1` the schema).
+pub(crate) const SQLSTREAMSTORE_STREAMS: &str =
+    include_str!("../../../sql/postgres/sqlstreamstore_streams.sql");
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/postgres/leader_lock.sql");
 pub(crate) const DATABASES: &str = include_str!("../../../sql/postgres/databases.sql");
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/postgres/leader_check.sql");
@@ -104,7 +128,9 @@ impl Queries {
             lock_table: s("LOCK TABLE __table__ IN ROW EXCLUSIVE MODE"),
             table: match &shape.tombstone {
                 Tombstone::EventuousStream => None,
-                Tombstone::Columns(_) => Some(TableQueries::new(schema, shape)),
+                Tombstone::Columns(_) | Tombstone::StreamRow { .. } => {
+                    Some(TableQueries::new(schema, shape))
+                }
             },
         }
     }
@@ -147,12 +173,26 @@ impl TableQueries {
         let literals = format!("JSONB_POPULATE_RECORD(NULL::{table}, $3::text::jsonb)");
         let mut names = vec![t.position.pg_quoted()];
         let mut values = vec!["g.p".to_string()];
+        if let Tombstone::StreamRow { .. } = t.tombstone {
+            // The stream row's id_internal and the versions after its own.
+            for (name, value) in [
+                (SQLSTREAMSTORE_STREAM_COLUMN, "$4::int"),
+                (
+                    SQLSTREAMSTORE_VERSION_COLUMN,
+                    "$5::int + (ROW_NUMBER() OVER (ORDER BY g.p))::int",
+                ),
+            ] {
+                names.push(format!("\"{name}\""));
+                values.push(value.into());
+            }
+        }
         for c in t.columns() {
             names.push(c.name.pg_quoted());
             values.push(match &c.value {
                 ColumnValue::Literal(_) => format!("lit.{}", c.name.pg_quoted()),
                 ColumnValue::Uuid => "GEN_RANDOM_UUID()".into(),
                 ColumnValue::Now => "NOW()".into(),
+                ColumnValue::NowUtc => "(NOW() AT TIME ZONE 'utc')".into(),
                 ColumnValue::NextVersion { .. } => {
                     "$4::bigint + ROW_NUMBER() OVER (ORDER BY g.p)".into()
                 }
@@ -184,10 +224,31 @@ impl TableQueries {
         });
         let literals =
             format!("SELECT 1 FROM JSONB_POPULATE_RECORD(NULL::{table}, $1::text::jsonb) AS lit");
+        let stream = match t.tombstone {
+            Tombstone::StreamRow { .. } => {
+                let s = |sql: &str| statement(sql, schema, t);
+                Some(StreamQueries {
+                    lock: s(include_str!(
+                        "../../../sql/postgres/sqlstreamstore_lock_stream.sql"
+                    )),
+                    create: s(include_str!(
+                        "../../../sql/postgres/sqlstreamstore_create_stream.sql"
+                    )),
+                    bump: s(include_str!(
+                        "../../../sql/postgres/sqlstreamstore_bump_stream.sql"
+                    )),
+                    check: s(include_str!(
+                        "../../../sql/postgres/sqlstreamstore_tombstone_stream.sql"
+                    )),
+                })
+            }
+            _ => None,
+        };
         TableQueries {
             fill,
             version,
             literals,
+            stream,
         }
     }
 }
@@ -210,6 +271,22 @@ pub fn setup_sql(schema: &Ident, shape: &TableShape) -> String {
             position = shape.position.pg(),
             kind = shape.kind,
             sequence = default_sequence(shape.table.as_str(), shape.position.as_str()),
+        ),
+        Tombstone::StreamRow { .. } => format!(
+            "-- What the healer's role needs to heal {schema}.{table} ({kind} profile),\n\
+             -- run by the schema's owner.\n\
+             GRANT USAGE ON SCHEMA {schema} TO {role};\n\
+             GRANT SELECT, INSERT ON {schema}.{table} TO {role};\n\
+             -- The tombstone stream's own row: made on the first fill (its id_internal\n\
+             -- drawn from streams_seq), locked by every fill, its version and position\n\
+             -- raised by the rows the fill inserts.\n\
+             GRANT SELECT, INSERT (id, id_original), UPDATE (version, position) ON {schema}.streams TO {role};\n\
+             GRANT USAGE ON SEQUENCE {schema}.streams_seq TO {role};\n\
+             -- The position's sequence, read by the transaction-end proof.\n\
+             GRANT SELECT ON SEQUENCE {schema}.messages_seq TO {role};\n",
+            role = crate::engine::HEALER_ROLE,
+            table = shape.table.pg(),
+            kind = shape.kind,
         ),
     }
 }

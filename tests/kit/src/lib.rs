@@ -13,6 +13,8 @@
 //! or panics ([`pg::Guard`], [`mssql::TestDb`]): a test need not drop them.
 //! - [`eventuous`]: appends the way Eventuous writes them, on both engines;
 //! - [`ledger`]: seed 003's ledger-core table and its appends;
+//! - [`sqlstreamstore`]: SQLStreamStore's PostgreSQL tables and its
+//!   appends, statement by statement;
 //! - [`subscriber`]: Eventuous 0.17's all-stream subscription rules;
 //! - [`bin`]: the real `gap-healer` binary, run to completion or in the
 //!   background;
@@ -33,6 +35,7 @@ pub mod ledger;
 pub mod logs;
 pub mod mssql;
 pub mod pg;
+pub mod sqlstreamstore;
 pub mod subscriber;
 pub mod wait;
 
