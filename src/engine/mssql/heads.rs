@@ -23,13 +23,14 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use super::sql::quote_ident;
+
 use super::{get_integer, MssqlEngine};
 use crate::engine::{DbError, HeadReading, Ident};
 
 /// Stores per statement: past this a reading is several statements.
 pub(crate) const MAX_PER_STATEMENT: usize = 200;
 
-const READING: &str = include_str!("../../../sql/mssql/shared_heads.sql");
+use super::sql::SHARED_HEADS as READING;
 
 /// The stores of one instance and their last reading.
 #[derive(Default)]

@@ -20,6 +20,9 @@ use crate::engine::{DbError, DbResult, Ident};
 pub(crate) const SCHEMA_PLACEHOLDER: &str = "__schema__";
 
 pub(crate) const HEAD: &str = include_str!("../../../sql/mssql/head.sql");
+/// The heads of many stores of one instance (`super::heads`); names each
+/// store's table itself, by three-part names.
+pub(crate) const SHARED_HEADS: &str = include_str!("../../../sql/mssql/shared_heads.sql");
 pub(crate) const SCAN: &str = include_str!("../../../sql/mssql/scan.sql");
 pub(crate) const PROBE: &str = include_str!("../../../sql/mssql/probe.sql");
 pub(crate) const CHECKPOINTS: &str = include_str!("../../../sql/mssql/checkpoints.sql");
@@ -492,8 +495,9 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 22] = [
+    const ALL: [(&str, &str); 23] = [
         ("head", HEAD),
+        ("shared_heads", SHARED_HEADS),
         ("scan", SCAN),
         ("probe", PROBE),
         ("checkpoints", CHECKPOINTS),
@@ -517,10 +521,12 @@ mod tests {
         ("open_transactions_babelfish", OPEN_TRANSACTIONS_BABELFISH),
     ];
 
-    /// Files that name no schema: the session's own state, the leader
+    /// Files that name no schema of their own (the shared heads name each
+    /// store's table by three parts), the session's own state, the leader
     /// lock (an application lock of the database, named by `@P1`), the
     /// server and its databases.
-    const SCHEMALESS: [&str; 9] = [
+    const SCHEMALESS: [&str; 10] = [
+        "shared_heads",
         "session_state",
         "leader_lock",
         "leader_check",
