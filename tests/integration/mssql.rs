@@ -778,6 +778,158 @@ async fn leader_fence_absent_without_election() {
     db.assert_tombstone_stream_contiguous().await;
 }
 
+/// The server this run is against, for the figures the tests print.
+async fn server_name() -> &'static str {
+    if ms::is_babelfish().await {
+        "Babelfish"
+    } else {
+        "SQL Server"
+    }
+}
+
+/// Takes the application lock `name` (Exclusive, owned by the session, no
+/// wait) on `client`'s session, as the leader lock batch takes its fence
+/// lock: whether it was granted.
+async fn take_applock(client: &mut ms::Client, name: &str) -> bool {
+    let sql = format!(
+        "DECLARE @resource NVARCHAR(255) = N'{name}'; DECLARE @r INT; \
+         EXEC @r = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', \
+         @LockOwner = 'Session', @LockTimeout = 0, @DbPrincipal = 'public'; SELECT @r AS r;"
+    );
+    let rows = ms::rows(client, &sql, &[]).await;
+    rows.first()
+        .and_then(|r| r.get::<i32, _>(0))
+        .is_some_and(|r| r >= 0)
+}
+
+/// Issue 29, item 4: a fence tests the lock, not the session. A live
+/// session that took a fence lock and then released it (the state of a
+/// backend that has released its locks on its way out, while PostgreSQL
+/// still lists it; or of a reused pid) no longer lets fills through. Before,
+/// Babelfish's fence asked only whether a backend with that pid existed, and
+/// this fill wrote its tombstone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_fence_refuses_a_live_session_that_no_longer_holds_the_fence_lock() {
+    let db = store_with_streams().await;
+    let engine = db.engine();
+    // A session of the test's own plays the leader's lock session.
+    let mut holder = db.client().await;
+    let name = format!("gap-healer fence {}", Uuid::new_v4());
+    assert!(
+        take_applock(&mut holder, &name).await,
+        "the fence lock is free"
+    );
+    let spid = ms::rows(&mut holder, "SELECT CAST(@@SPID AS BIGINT)", &[]).await[0]
+        .get::<i64, _>(0)
+        .expect("@@SPID");
+    let fence = Fence::Leader(gap_healer::engine::FenceToken {
+        session_id: spid,
+        lock: name.clone(),
+    });
+    // While the session holds it, fills go through.
+    let p = hole(&db).await;
+    assert_eq!(
+        engine
+            .fill(single(p), Duration::from_secs(2), &fence)
+            .await
+            .unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+    // The session gives the fence lock up and stays alive.
+    let released = format!(
+        "DECLARE @resource NVARCHAR(255) = N'{name}'; DECLARE @r INT; \
+         EXEC @r = sp_releaseapplock @Resource = @resource, @LockOwner = 'Session', \
+         @DbPrincipal = 'public'; SELECT @r AS r;"
+    );
+    let code = ms::rows(&mut holder, &released, &[]).await[0].get::<i32, _>(0);
+    assert_eq!(code, Some(0), "sp_releaseapplock");
+    let alive =
+        ms::rows(&mut holder, "SELECT CAST(@@SPID AS BIGINT)", &[]).await[0].get::<i64, _>(0);
+    assert_eq!(alive, Some(spid), "the session lives on");
+    let q = hole(&db).await;
+    let version = db.tombstone_version().await;
+    let outcome = engine
+        .fill(single(q), Duration::from_secs(2), &fence)
+        .await
+        .unwrap();
+    println!(
+        "{}: a fill fenced by a live session's released fence lock: {outcome:?}",
+        server_name().await
+    );
+    assert_eq!(outcome, FillOutcome::Busy, "the fence let a fill through");
+    assert!(db.message_at(q).await.is_none(), "the fenced fill wrote");
+    assert_eq!(db.tombstone_version().await, version);
+    drop(holder);
+    db.assert_tombstone_stream_contiguous().await;
+}
+
+/// Issue 29, item 4: a killed leader's fills are refused from the moment
+/// the server has released its locks, never later: its lock session is
+/// killed while it fills through its pool; every fill of its token after
+/// another engine took the lock is Busy. Prints how long after the KILL the
+/// first fill was refused, and when the lock was taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn leader_fence_a_killed_leaders_fills_are_refused_once_its_lock_is_free() {
+    let db = store_with_streams().await;
+    let (old, new) = (db.engine(), db.engine());
+    let leader = old.try_lead(LEADER_KEY).await.unwrap().expect("free lock");
+    let fence = Fence::Leader(gap_healer::engine::LeaderSession::fence_token(&leader));
+    // Its pooled session has run the fenced batch once (Babelfish compiles a
+    // batch on a session's first use).
+    let p = hole(&db).await;
+    assert_eq!(
+        old.fill(single(p), Duration::from_secs(2), &fence)
+            .await
+            .unwrap(),
+        FillOutcome::Filled { rows: 1 }
+    );
+    let mut master = db.master().await;
+    let mut p = hole(&db).await;
+    ms::exec(&mut master, &format!("KILL {};", leader.session_id())).await;
+    let killed = Instant::now();
+    // Fills of the old token until one is refused; each that passed (the
+    // session not gone yet) took its hole, so the next gets a new one.
+    let mut passed = 0;
+    let refused = loop {
+        match old
+            .fill(single(p), Duration::from_secs(2), &fence)
+            .await
+            .unwrap()
+        {
+            FillOutcome::Busy => break killed.elapsed(),
+            FillOutcome::Filled { .. } => {
+                passed += 1;
+                p = hole(&db).await;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(killed.elapsed() < Duration::from_secs(10), "never refused");
+    };
+    let taken = lead_within(&new, LEADER_KEY, Duration::from_secs(10)).await;
+    let took = killed.elapsed();
+    // From now on another engine leads: every old fill is refused.
+    for _ in 0..10 {
+        assert_eq!(
+            old.fill(single(p), Duration::from_secs(2), &fence)
+                .await
+                .unwrap(),
+            FillOutcome::Busy
+        );
+    }
+    assert!(db.message_at(p).await.is_none(), "the fenced fill wrote");
+    println!(
+        "{}: the killed leader's first refused fill {refused:?} after KILL ({passed} passed before), \
+         the lock taken by another engine {took:?} after KILL",
+        server_name().await
+    );
+    assert!(refused <= took, "a fill passed after the lock was free");
+    drop(taken);
+    drop(leader);
+    db.assert_tombstone_stream_contiguous().await;
+}
+
 // ---------------------------------------------------------------------------
 // The procedure writes only the tombstone stream it was created for.
 

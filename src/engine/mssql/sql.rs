@@ -13,7 +13,12 @@
 //! type are constants there ([`nvarchar_literal`]), fixed when it is created,
 //! so that a login with only EXECUTE on it cannot make it write into any
 //! other stream.
+//!
+//! On Babelfish the fence's question about an application lock becomes a
+//! look at PostgreSQL's lock manager ([`babelfish_applock_held`]), with the
+//! lock's key (integers the engine computed) spliced in.
 
+use super::leader::AppLockKey;
 use crate::engine::{DbError, DbResult, Ident};
 
 /// Placeholder for the bracketed schema in the SQL files.
@@ -52,6 +57,10 @@ pub(crate) const OPEN_TRANSACTIONS_BABELFISH: &str =
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_lock.sql");
 /// Whether the dedicated session still holds the leader lock named `@P1`.
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/mssql/leader_check.sql");
+/// Babelfish only: whether the leader's lock session holds what the engine
+/// computed for its two application locks (see [`babelfish_applock_held`]).
+pub(crate) const LEADER_KEYS_BABELFISH: &str =
+    include_str!("../../../sql/mssql/leader_keys_babelfish.sql");
 
 /// The one VALUES row of `probe.sql` that [`Sql::probe`] repeats.
 const PROBE_ROW: &str = "(VALUES (@P1, @P2))";
@@ -171,23 +180,21 @@ impl Sql {
     ///
     /// Its two lock timeouts are literals: `SET LOCK_TIMEOUT @variable` is
     /// T-SQL that Babelfish refuses ("invalid value for parameter"); a
-    /// literal works on both servers. With `session_fence` (Babelfish), the
-    /// leader fence asks PostgreSQL's `pg_stat_activity` whether the
-    /// leader's lock session (which holds the lock until it ends; its
-    /// `@@SPID` is its backend's pid) is still there, instead of
-    /// `APPLOCK_TEST`, each of which leaks an error-stack entry there when it
-    /// finds the lock held, the fifth crashing the server. Not
-    /// `sys.dm_exec_sessions`: in Babelfish 4.2 that view walks only as many
-    /// of its own session slots as PostgreSQL counts live backends, and the
-    /// slots of ended sessions stay in front, so after sessions come and go
-    /// a live session goes missing from it (the chaos run's leader was
-    /// refused at the fence for 90 s while it held the lock). Every value
-    /// spliced is an integer the engine computed, never outside text.
+    /// literal works on both servers. With `babelfish_fence` (the leader's
+    /// lock session id and its fence lock's key), the leader fence asks
+    /// PostgreSQL's lock manager whether that session still holds the fence
+    /// lock ([`babelfish_applock_held`]) instead of `APPLOCK_TEST`, each of
+    /// which leaves an entry on the session's error stack there when it
+    /// finds the lock held, the fifth crashing the server. It tests the
+    /// lock, not the session: a backend on its way out has released its
+    /// locks before PostgreSQL stops listing it, and pids are reused.
+    /// Every value spliced is an integer the engine computed, never outside
+    /// text.
     pub(crate) fn direct_fill(
         &self,
         key_ms: i32,
         stream_ms: i32,
-        session_fence: Option<i64>,
+        babelfish_fence: Option<(i64, AppLockKey)>,
     ) -> String {
         let mut text = self
             .fill
@@ -199,9 +206,10 @@ impl Sql {
                 "SET LOCK_TIMEOUT @lock_timeout_ms;",
                 &format!("SET LOCK_TIMEOUT {key_ms};"),
             );
-        if let Some(session_id) = session_fence {
+        if let Some((session_id, key)) = babelfish_fence {
             let gone = format!(
-                "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = {session_id})"
+                "NOT {}",
+                babelfish_applock_held(key, Holder::Session(session_id))
             );
             for owner in ["Session", "Transaction"] {
                 text = text.replace(
@@ -226,6 +234,35 @@ impl Sql {
         self.probe
             .replacen(PROBE_ROW, &format!("(VALUES {})", rows.join(", ")), 1)
     }
+}
+
+/// Whose hold on an application lock [`babelfish_applock_held`] asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// The session with this id (`@@SPID`, its backend's pid).
+    Session(i64),
+}
+
+/// Babelfish only: a T-SQL condition, true while PostgreSQL's lock manager
+/// shows the application lock whose key is `key` granted in this database
+/// to `holder`. Babelfish keeps an application lock as an advisory lock:
+/// `pg_catalog.pg_locks` (readable by every login) lists it with locktype
+/// 'advisory', the key's high and low 32 bits as classid and objid, and
+/// objsubid 2. Reading it leaves nothing behind on the session, unlike an
+/// `APPLOCK_TEST` or `sp_getapplock` that finds the lock held. Only
+/// integers the engine computed are spliced.
+pub(crate) fn babelfish_applock_held(key: AppLockKey, holder: Holder) -> String {
+    let holder = match holder {
+        Holder::Session(id) => format!("l.pid = {id}"),
+    };
+    format!(
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' \
+         AND l.[database] = (SELECT d.oid FROM pg_catalog.pg_database AS d \
+         WHERE d.datname = pg_catalog.current_database()) \
+         AND CAST(l.classid AS BIGINT) = {} AND CAST(l.objid AS BIGINT) = {} \
+         AND l.objsubid = 2 AND l.granted = 'true' AND {holder})",
+        key.classid, key.objid
+    )
 }
 
 /// A tombstone stream name or type must fit its NVARCHAR column whole
@@ -409,21 +446,36 @@ pub(crate) fn setup_script(schema: &Ident, tombstone_stream: &str, tombstone_typ
 mod tests {
     use super::*;
 
+    /// On Babelfish both of the fill's fence checks ask whether the
+    /// leader's session (by its pid) still holds the fence lock's key in
+    /// `pg_locks`; neither asks `APPLOCK_TEST`, nor only whether the session
+    /// exists.
     #[test]
-    fn the_babelfish_fence_asks_for_the_leader_session() {
+    fn the_babelfish_fence_asks_whether_the_leader_session_holds_its_fence_lock() {
+        let key = AppLockKey {
+            classid: 7,
+            objid: 4_000_000_000,
+        };
         let fenced = sql("eventuous")
             .unwrap()
-            .direct_fill(2000, 5000, Some(40_123));
+            .direct_fill(2000, 5000, Some((40_123, key)));
         assert!(
             !fenced.contains("APPLOCK_TEST(N'public', @leader_fence"),
             "{fenced}"
         );
-        assert_eq!(
-            fenced
-                .matches("NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = 40123)")
-                .count(),
-            2
+        assert!(!fenced.contains("pg_stat_activity"), "{fenced}");
+        let gone = format!(
+            "NOT {}",
+            babelfish_applock_held(key, Holder::Session(40_123))
         );
+        assert_eq!(fenced.matches(&gone).count(), 2, "{fenced}");
+        for part in [
+            "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' AND l.[database] = ",
+            "CAST(l.classid AS BIGINT) = 7 AND CAST(l.objid AS BIGINT) = 4000000000",
+            "l.objsubid = 2 AND l.granted = 'true' AND l.pid = 40123)",
+        ] {
+            assert!(gone.contains(part), "{part}\nnot in {gone}");
+        }
     }
 
     #[test]
@@ -492,7 +544,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 22] = [
+    const ALL: [(&str, &str); 23] = [
         ("head", HEAD),
         ("scan", SCAN),
         ("probe", PROBE),
@@ -506,6 +558,7 @@ mod tests {
         ("session_state", SESSION_STATE),
         ("leader_lock", LEADER_LOCK),
         ("leader_check", LEADER_CHECK),
+        ("leader_keys_babelfish", LEADER_KEYS_BABELFISH),
         ("server", SERVER),
         ("databases", DATABASES),
         ("watermark_read", WATERMARK_READ),
@@ -520,10 +573,11 @@ mod tests {
     /// Files that name no schema: the session's own state, the leader
     /// lock (an application lock of the database, named by `@P1`), the
     /// server and its databases.
-    const SCHEMALESS: [&str; 9] = [
+    const SCHEMALESS: [&str; 10] = [
         "session_state",
         "leader_lock",
         "leader_check",
+        "leader_keys_babelfish",
         "server",
         "databases",
         "watermark_read",
