@@ -25,19 +25,24 @@
 //! # Babelfish
 //! Babelfish keeps an application lock as a PostgreSQL advisory lock whose
 //! key is a hash of its name ([`AppLockKey`]), and there every
-//! `APPLOCK_TEST` that finds a lock held leaves an entry on the session's
-//! error stack: the fifth crashes the whole server ("PANIC:
-//! ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2). So the fence tests in
-//! `pg_catalog.pg_locks` that the leader's session (`@@SPID`, its
-//! backend's pid) still holds the fence lock's key, which it stops holding
-//! before PostgreSQL stops listing the session. The session that takes the
-//! lock checks there once that it holds both keys as computed.
+//! `APPLOCK_TEST` or `sp_getapplock` that finds a lock held leaves an entry
+//! on the session's error stack: the fifth crashes the whole server
+//! ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2). So on Babelfish
+//! neither ever meets a held lock of ours: a follower looks at
+//! `pg_catalog.pg_locks` for the leader lock's key before it asks for the
+//! lock, and keeps its session for the next try (it logs in again only
+//! when the lock was taken between its look and its request, which
+//! `sp_getapplock` answers with -999); and the fence tests in `pg_locks`
+//! that the leader's session (`@@SPID`, its backend's pid) still holds the
+//! fence lock's key, which it stops holding before PostgreSQL stops listing
+//! the session. The session that takes the lock checks there once that it
+//! holds both keys as computed.
 
 use std::fmt;
 
 use super::conn::{self, Client};
 use super::errors::{applock_result, LOCK_TIMEOUT};
-use super::sql::LEADER_KEYS_BABELFISH;
+use super::sql::{babelfish_leader_lock, LEADER_KEYS_BABELFISH};
 use super::{get, get_integer, run, sql, MssqlEngine};
 use crate::engine::{DbError, DbResult, FenceToken, LeaderLock, LeaderSession};
 
@@ -182,7 +187,12 @@ impl MssqlEngine {
         let name = server.leader_lock_name(key);
         check_leader_key(&name)?;
         let babelfish = server.babelfish.is_some();
-        let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&name.as_str()]).await {
+        let batch = if babelfish {
+            babelfish_leader_lock(AppLockKey::of(&name))
+        } else {
+            sql::LEADER_LOCK.to_string()
+        };
+        let sets = match run(&mut session.client, &batch, &[&name.as_str()]).await {
             Ok(sets) => sets,
             // @LockTimeout = 0 reports a held lock as -1, not as an error;
             // should a server raise 1222 instead, it means the same.
@@ -199,11 +209,13 @@ impl MssqlEngine {
         let code = get::<i32>(row, "lock_result")?
             .ok_or_else(|| DbError::permanent("sp_getapplock returned no code"))?;
         session.session_id = get_integer(row, "session_id")?.unwrap_or(0);
-        // On Babelfish a session that found the lock held (APPLOCK_TEST 0,
-        // or sp_getapplock -999) is not tried again: each such answer leaks
-        // an error-stack entry in the session, and the fifth crashes the
-        // server ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2).
-        // SQL Server followers keep their session.
+        // On Babelfish a session whose sp_getapplock found the lock held
+        // (-999: taken between the batch's look at pg_locks and its
+        // request) is not tried again: that answer left an entry on its
+        // error stack, and the fifth crashes the server ("PANIC:
+        // ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2). A follower that
+        // saw the lock held in pg_locks asked nothing and keeps its session,
+        // as every SQL Server follower does.
         session.in_doubt = get::<i32>(row, "refused")?.is_some() && babelfish;
         if !applock_result(code)? {
             return Ok((false, session));

@@ -14,9 +14,10 @@
 //! so that a login with only EXECUTE on it cannot make it write into any
 //! other stream.
 //!
-//! On Babelfish the fence's question about an application lock becomes a
-//! look at PostgreSQL's lock manager ([`babelfish_applock_held`]), with the
-//! lock's key (integers the engine computed) spliced in.
+//! On Babelfish a few texts are rewritten before they are sent: the leader
+//! lock's and the fence's questions about application locks become looks
+//! at PostgreSQL's lock manager ([`babelfish_applock_held`]), with the
+//! locks' keys (integers the engine computed) spliced in.
 
 use super::leader::AppLockKey;
 use crate::engine::{DbError, DbResult, Ident};
@@ -241,6 +242,8 @@ impl Sql {
 pub(crate) enum Holder {
     /// The session with this id (`@@SPID`, its backend's pid).
     Session(i64),
+    /// Any session but the one asking.
+    Another,
 }
 
 /// Babelfish only: a T-SQL condition, true while PostgreSQL's lock manager
@@ -254,6 +257,7 @@ pub(crate) enum Holder {
 pub(crate) fn babelfish_applock_held(key: AppLockKey, holder: Holder) -> String {
     let holder = match holder {
         Holder::Session(id) => format!("l.pid = {id}"),
+        Holder::Another => "l.pid <> @@SPID".to_string(),
     };
     format!(
         "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' \
@@ -262,6 +266,19 @@ pub(crate) fn babelfish_applock_held(key: AppLockKey, holder: Holder) -> String 
          AND CAST(l.classid AS BIGINT) = {} AND CAST(l.objid AS BIGINT) = {} \
          AND l.objsubid = 2 AND l.granted = 'true' AND {holder})",
         key.classid, key.objid
+    )
+}
+
+/// Babelfish only: `leader_lock.sql` with its two `APPLOCK_TEST`s of the
+/// leader lock (is it held by another session?) replaced by
+/// [`babelfish_applock_held`] for `leader`, the lock's key. So a follower
+/// that finds the lock held has asked nothing of Babelfish's application
+/// locks and keeps its session; only when the lock is taken between that
+/// look and `sp_getapplock` does the batch report `refused`.
+pub(crate) fn babelfish_leader_lock(leader: AppLockKey) -> String {
+    LEADER_LOCK.replace(
+        "APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0",
+        &babelfish_applock_held(leader, Holder::Another),
     )
 }
 
@@ -980,6 +997,60 @@ mod tests {
         assert_eq!(code.matches("@LockTimeout = 0").count(), 2);
         assert_eq!(code.matches("@DbPrincipal = 'public'").count(), 2);
         assert!(LEADER_CHECK.contains("APPLOCK_MODE('public', @P1, 'Session') AS lock_mode"));
+    }
+
+    /// On Babelfish the leader lock batch never asks `APPLOCK_TEST` about
+    /// the leader lock: both of its questions (before asking for the lock,
+    /// and after a -999) look at the key in `pg_locks`, held by another
+    /// session; the rest of the batch is leader_lock.sql's.
+    #[test]
+    fn the_babelfish_leader_lock_looks_at_pg_locks() {
+        let key = AppLockKey {
+            classid: 248_213_367,
+            objid: 2_894_673_610,
+        };
+        let batch = babelfish_leader_lock(key);
+        let code: String = batch
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!code.contains("APPLOCK_TEST"), "{code}");
+        let held = babelfish_applock_held(key, Holder::Another);
+        assert_eq!(code.matches(&held).count(), 2, "{code}");
+        assert!(
+            held.contains("CAST(l.classid AS BIGINT) = 248213367"),
+            "{held}"
+        );
+        assert!(
+            held.contains("CAST(l.objid AS BIGINT) = 2894673610"),
+            "{held}"
+        );
+        assert!(
+            held.contains("l.objsubid = 2 AND l.granted = 'true' AND l.pid <> @@SPID)"),
+            "{held}"
+        );
+        assert!(
+            code.contains("IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks"),
+            "{code}"
+        );
+        assert!(
+            code.contains(
+                "IF @lock_result = -999\n    AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks"
+            ),
+            "{code}"
+        );
+        assert_eq!(
+            batch.replace(
+                &held,
+                "APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0"
+            ),
+            LEADER_LOCK
+        );
+        // A follower that found the lock held is not marked refused: only
+        // sp_getapplock's own -999 is.
+        let pre = code.split("ELSE").next().unwrap();
+        assert!(!pre.contains("@refused ="), "{pre}");
     }
 
     /// Review finding F7: a NEWID() per tombstone spreads one fill over as
