@@ -40,13 +40,16 @@ DECLARE @fence_result INT = NULL;
 DECLARE @fence NVARCHAR(255) = NULL;
 
 -- A lock another session holds is not asked for: APPLOCK_TEST answers
--- without taking it. (Babelfish answers a refused sp_getapplock with -999,
--- and a session that meets a few of those crashes its server: "PANIC:
--- ERRORDATA_STACK_SIZE exceeded", seen with Babelfish 4.2.)
+-- without taking it, and a follower keeps its session for its next try.
+-- On Babelfish the engine sends this batch with both APPLOCK_TESTs
+-- replaced by a look at PostgreSQL's lock manager (`pg_catalog.pg_locks`:
+-- is the leader lock's advisory key granted to another session?), because
+-- there every APPLOCK_TEST or sp_getapplock that finds the lock held
+-- leaves an entry on the session's error stack, and the fifth crashes the
+-- whole server ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2).
 IF APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0
     BEGIN
         SET @lock_result = -1;
-        SET @refused = 0;
     END
 ELSE
     BEGIN
@@ -59,8 +62,9 @@ ELSE
     END;
 
 -- Taken in between by another session: Babelfish says -999 where SQL
--- Server says -1. @refused says the lock was found held either way (the
--- engine drops such a session on Babelfish).
+-- Server says -1. @refused says that sp_getapplock itself found the lock
+-- held (the race between the test above and the call): the engine drops
+-- such a session on Babelfish, whose error stack it has grown.
 IF @lock_result = -999
     AND APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0
     BEGIN

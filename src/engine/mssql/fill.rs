@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tiberius::{Row, ToSql};
 
 use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
+use super::leader::AppLockKey;
 use super::preflight::CANNOT_IMPERSONATE;
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
@@ -526,10 +527,13 @@ impl MssqlEngine {
         babelfish: bool,
     ) -> (Result<FillRow, (DbError, Option<u32>)>, StageLines) {
         let fence_name = fence_lock(fence);
-        // On Babelfish the fence asks for the leader's session, not its lock
-        // (see `Sql::direct_fill`).
-        let session_fence = match fence {
-            Fence::Leader(token) if babelfish => Some(token.session_id),
+        // On Babelfish the fence asks PostgreSQL's lock manager whether the
+        // leader's session still holds its fence lock (see
+        // `Sql::direct_fill`).
+        let babelfish_fence = match fence {
+            Fence::Leader(token) if babelfish => {
+                Some((token.session_id, AppLockKey::of(&token.lock)))
+            }
             _ => None,
         };
         let stream_ms = stream_lock_timeout_ms(key_ms);
@@ -550,7 +554,7 @@ impl MssqlEngine {
                 let fence_name = fence_name.unwrap_or_default();
                 let params: [&dyn ToSql; 6] =
                     [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
-                let text = self.sql.direct_fill(key_ms, stream_ms, session_fence);
+                let text = self.sql.direct_fill(key_ms, stream_ms, babelfish_fence);
                 let stages = StageLines::of(&text);
                 (self.fill_batch_at(&text, &params).await, stages)
             }

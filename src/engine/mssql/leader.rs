@@ -21,11 +21,28 @@
 //! session N holds is held. Running fills on the lock session itself was
 //! the other way; it would put every fill's lock waits in front of the
 //! once-a-second check and lose leadership with every abandoned fill.
+//!
+//! # Babelfish
+//! Babelfish keeps an application lock as a PostgreSQL advisory lock whose
+//! key is a hash of its name ([`AppLockKey`]), and there every
+//! `APPLOCK_TEST` or `sp_getapplock` that finds a lock held leaves an entry
+//! on the session's error stack: the fifth crashes the whole server
+//! ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2). So on Babelfish
+//! neither ever meets a held lock of ours: a follower looks at
+//! `pg_catalog.pg_locks` for the leader lock's key before it asks for the
+//! lock, and keeps its session for the next try (it logs in again only
+//! when the lock was taken between its look and its request, which
+//! `sp_getapplock` answers with -999); and the fence tests in `pg_locks`
+//! that the leader's session (`@@SPID`, its backend's pid) still holds the
+//! fence lock's key, which it stops holding before PostgreSQL stops listing
+//! the session. The session that takes the lock checks there once that it
+//! holds both keys as computed.
 
 use std::fmt;
 
 use super::conn::{self, Client};
 use super::errors::{applock_result, LOCK_TIMEOUT};
+use super::sql::{babelfish_leader_lock, LEADER_KEYS_BABELFISH};
 use super::{get, get_integer, run, sql, MssqlEngine};
 use crate::engine::{DbError, DbResult, FenceToken, LeaderLock, LeaderSession};
 
@@ -49,6 +66,50 @@ fn check_leader_key(key: &str) -> DbResult<()> {
 /// the lock is held (`NoLock` or anything else: it is not).
 fn lock_mode_is_held(mode: Option<&str>) -> bool {
     mode == Some("Exclusive")
+}
+
+/// Where Babelfish keeps the application lock of a name: PostgreSQL's
+/// advisory lock key, as `pg_catalog.pg_locks` shows it (classid the high
+/// 32 bits, objid the low 32 bits, objsubid 2, in the database's own row).
+///
+/// Babelfish 4.2 hashes the name's bytes as the server stores them (UTF-8;
+/// at most 255 bytes, cut before a character that does not fit) into a
+/// 63-bit key: a polynomial of base 31 modulo 2^63 - 1 whose coefficients
+/// are the bytes read as signed chars less 96, summed in wrapping 64-bit
+/// arithmetic. Checked against the server for ASCII names, accented,
+/// Cyrillic and astral characters, and names cut at 255 bytes
+/// (`tests::app_lock_keys_are_babelfishs`). Should another held name
+/// hash to the same key (about 1 in 2^63), Babelfish moves on to the next
+/// free key: the session that takes the lock checks in `pg_locks` that it
+/// holds the keys computed here (`sql/mssql/leader_keys_babelfish.sql`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AppLockKey {
+    pub(crate) classid: u32,
+    pub(crate) objid: u32,
+}
+
+impl AppLockKey {
+    /// The most bytes of a name Babelfish keeps (its buffer, less the NUL).
+    const MAX_BYTES: usize = 255;
+
+    pub(crate) fn of(name: &str) -> AppLockKey {
+        const MODULUS: i64 = i64::MAX;
+        let mut end = name.len().min(Self::MAX_BYTES);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (mut key, mut power) = (0_u64, 1_i64);
+        for &byte in &name.as_bytes()[..end] {
+            // A C char is signed here: bytes above 127 count negative.
+            let coefficient = i64::from(byte as i8) - 96;
+            key = key.wrapping_add(coefficient.wrapping_mul(power) as u64) % MODULUS as u64;
+            power = power.wrapping_mul(31) % MODULUS;
+        }
+        AppLockKey {
+            classid: (key >> 32) as u32,
+            objid: key as u32,
+        }
+    }
 }
 
 /// The dedicated session that holds the SQL Server leader lock.
@@ -125,7 +186,13 @@ impl MssqlEngine {
         let server = self.server().await?;
         let name = server.leader_lock_name(key);
         check_leader_key(&name)?;
-        let sets = match run(&mut session.client, sql::LEADER_LOCK, &[&name.as_str()]).await {
+        let babelfish = server.babelfish.is_some();
+        let batch = if babelfish {
+            babelfish_leader_lock(AppLockKey::of(&name))
+        } else {
+            sql::LEADER_LOCK.to_string()
+        };
+        let sets = match run(&mut session.client, &batch, &[&name.as_str()]).await {
             Ok(sets) => sets,
             // @LockTimeout = 0 reports a held lock as -1, not as an error;
             // should a server raise 1222 instead, it means the same.
@@ -142,12 +209,14 @@ impl MssqlEngine {
         let code = get::<i32>(row, "lock_result")?
             .ok_or_else(|| DbError::permanent("sp_getapplock returned no code"))?;
         session.session_id = get_integer(row, "session_id")?.unwrap_or(0);
-        // On Babelfish a session that found the lock held (APPLOCK_TEST 0,
-        // or sp_getapplock -999) is not tried again: each such answer leaks
-        // an error-stack entry in the session, and the fifth crashes the
-        // server ("PANIC: ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2).
-        // SQL Server followers keep their session.
-        session.in_doubt = get::<i32>(row, "refused")?.is_some() && server.babelfish.is_some();
+        // On Babelfish a session whose sp_getapplock found the lock held
+        // (-999: taken between the batch's look at pg_locks and its
+        // request) is not tried again: that answer left an entry on its
+        // error stack, and the fifth crashes the server ("PANIC:
+        // ERRORDATA_STACK_SIZE exceeded", Babelfish 4.2). A follower that
+        // saw the lock held in pg_locks asked nothing and keeps its session,
+        // as every SQL Server follower does.
+        session.in_doubt = get::<i32>(row, "refused")?.is_some() && babelfish;
         if !applock_result(code)? {
             return Ok((false, session));
         }
@@ -164,6 +233,9 @@ impl MssqlEngine {
             .filter(|name| !name.is_empty())
             .ok_or_else(|| DbError::permanent("the leader lock batch named no fence lock"))?
             .to_string();
+        if babelfish {
+            self.babelfish_keys_held(&mut session, &name).await?;
+        }
         tracing::debug!(
             session_id = session.session_id,
             key,
@@ -171,6 +243,56 @@ impl MssqlEngine {
             "took the SQL Server leader lock"
         );
         Ok((true, session))
+    }
+
+    /// Babelfish only, on a session that has just taken the leader lock
+    /// `name` and its fence lock: whether `pg_locks` shows it holding the
+    /// keys [`AppLockKey`] computes for them. A fence whose key it does not
+    /// hold would refuse every fill, so such a session does not lead (an
+    /// error: dropped, it releases both locks; the next try names a new
+    /// fence lock). A leader lock whose key it does not hold only leaves
+    /// followers blind: they ask for the lock, and log in again after each
+    /// refusal, as before; that is said.
+    async fn babelfish_keys_held(
+        &self,
+        session: &mut MssqlLeaderSession,
+        name: &str,
+    ) -> DbResult<()> {
+        let (leader, fence) = (AppLockKey::of(name), AppLockKey::of(&session.fence));
+        let params: [i64; 4] = [
+            leader.classid.into(),
+            leader.objid.into(),
+            fence.classid.into(),
+            fence.objid.into(),
+        ];
+        let sets = run(
+            &mut session.client,
+            LEADER_KEYS_BABELFISH,
+            &[&params[0], &params[1], &params[2], &params[3]],
+        )
+        .await
+        .map_err(|e| self.driver_error(&e))?;
+        let row = sets
+            .first()
+            .and_then(|rows| rows.first())
+            .ok_or_else(|| DbError::permanent("the leader keys check returned no row"))?;
+        let held = |column| get::<i32>(row, column).map(|v| v == Some(1));
+        if !held("fence_held")? {
+            return Err(DbError::transient(format!(
+                "Babelfish's pg_locks does not show this session holding its leader fence lock {:?} \
+                 at the key computed for it ({fence:?}), so its fills could not be fenced: not leading",
+                session.fence
+            )));
+        }
+        if !held("leader_held")? {
+            tracing::warn!(
+                key = name,
+                ?leader,
+                "the leader lock is not at its computed key in pg_locks: followers cannot see it held \
+                 and will log in again after each try"
+            );
+        }
+        Ok(())
     }
 
     /// Runs `work` within the connect timeout: a silent server must not hold
@@ -265,6 +387,42 @@ mod tests {
         assert_eq!(err.kind, DbErrorKind::Permanent);
         assert!(check_leader_key(&"k".repeat(256)).is_err());
         assert!(check_leader_key("").is_err());
+    }
+
+    /// The keys `pg_locks` showed on Babelfish 4.2.0 for locks taken with
+    /// these names (`classid` * 2^32 + `objid`).
+    #[test]
+    fn app_lock_keys_are_babelfishs() {
+        let key = |name: &str| {
+            let k = AppLockKey::of(name);
+            (u64::from(k.classid) << 32) | u64::from(k.objid)
+        };
+        assert_eq!(key("master/gap-healer:abc"), 1_066_068_296_589_719_242);
+        assert_eq!(
+            AppLockKey::of("master/gap-healer:abc"),
+            AppLockKey {
+                classid: 248_213_367,
+                objid: 2_894_673_610
+            }
+        );
+        assert_eq!(key("gap-healer fence 1 ABC"), 1_116_410_563_894_383_064);
+        assert_eq!(key("master/gap-héaler"), 4_200_648_220_098_293_988);
+        assert_eq!(key("master/€uro"), 3_061_182_514_779_619_798);
+        assert_eq!(key("master/Жук"), 3_754_642_764_675_229_168);
+        assert_eq!(key("master/😀x"), 420_751_052_447_751_854);
+        // Cut at 255 bytes, before a character that does not fit whole.
+        assert_eq!(
+            key(&format!("master/{}", "k".repeat(300))),
+            3_277_454_835_512_028_704
+        );
+        assert_eq!(
+            key(&format!("master/x{}", "é".repeat(200))),
+            4_924_733_651_227_819_245
+        );
+        assert_eq!(
+            key(&format!("master/ab{}", "😀".repeat(70))),
+            3_138_953_025_419_682_004
+        );
     }
 
     #[test]

@@ -13,7 +13,13 @@
 //! type are constants there ([`nvarchar_literal`]), fixed when it is created,
 //! so that a login with only EXECUTE on it cannot make it write into any
 //! other stream.
+//!
+//! On Babelfish a few texts are rewritten before they are sent: the leader
+//! lock's and the fence's questions about application locks become looks
+//! at PostgreSQL's lock manager ([`babelfish_applock_held`]), with the
+//! locks' keys (integers the engine computed) spliced in.
 
+use super::leader::AppLockKey;
 use crate::engine::{DbError, DbResult, Ident};
 
 /// Placeholder for the bracketed schema in the SQL files.
@@ -55,6 +61,10 @@ pub(crate) const OPEN_TRANSACTIONS_BABELFISH: &str =
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_lock.sql");
 /// Whether the dedicated session still holds the leader lock named `@P1`.
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/mssql/leader_check.sql");
+/// Babelfish only: whether the leader's lock session holds what the engine
+/// computed for its two application locks (see [`babelfish_applock_held`]).
+pub(crate) const LEADER_KEYS_BABELFISH: &str =
+    include_str!("../../../sql/mssql/leader_keys_babelfish.sql");
 
 /// The one VALUES row of `probe.sql` that [`Sql::probe`] repeats.
 const PROBE_ROW: &str = "(VALUES (@P1, @P2))";
@@ -174,23 +184,21 @@ impl Sql {
     ///
     /// Its two lock timeouts are literals: `SET LOCK_TIMEOUT @variable` is
     /// T-SQL that Babelfish refuses ("invalid value for parameter"); a
-    /// literal works on both servers. With `session_fence` (Babelfish), the
-    /// leader fence asks PostgreSQL's `pg_stat_activity` whether the
-    /// leader's lock session (which holds the lock until it ends; its
-    /// `@@SPID` is its backend's pid) is still there, instead of
-    /// `APPLOCK_TEST`, each of which leaks an error-stack entry there when it
-    /// finds the lock held, the fifth crashing the server. Not
-    /// `sys.dm_exec_sessions`: in Babelfish 4.2 that view walks only as many
-    /// of its own session slots as PostgreSQL counts live backends, and the
-    /// slots of ended sessions stay in front, so after sessions come and go
-    /// a live session goes missing from it (the chaos run's leader was
-    /// refused at the fence for 90 s while it held the lock). Every value
-    /// spliced is an integer the engine computed, never outside text.
+    /// literal works on both servers. With `babelfish_fence` (the leader's
+    /// lock session id and its fence lock's key), the leader fence asks
+    /// PostgreSQL's lock manager whether that session still holds the fence
+    /// lock ([`babelfish_applock_held`]) instead of `APPLOCK_TEST`, each of
+    /// which leaves an entry on the session's error stack there when it
+    /// finds the lock held, the fifth crashing the server. It tests the
+    /// lock, not the session: a backend on its way out has released its
+    /// locks before PostgreSQL stops listing it, and pids are reused.
+    /// Every value spliced is an integer the engine computed, never outside
+    /// text.
     pub(crate) fn direct_fill(
         &self,
         key_ms: i32,
         stream_ms: i32,
-        session_fence: Option<i64>,
+        babelfish_fence: Option<(i64, AppLockKey)>,
     ) -> String {
         let mut text = self
             .fill
@@ -202,9 +210,10 @@ impl Sql {
                 "SET LOCK_TIMEOUT @lock_timeout_ms;",
                 &format!("SET LOCK_TIMEOUT {key_ms};"),
             );
-        if let Some(session_id) = session_fence {
+        if let Some((session_id, key)) = babelfish_fence {
             let gone = format!(
-                "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = {session_id})"
+                "NOT {}",
+                babelfish_applock_held(key, Holder::Session(session_id))
             );
             for owner in ["Session", "Transaction"] {
                 text = text.replace(
@@ -229,6 +238,51 @@ impl Sql {
         self.probe
             .replacen(PROBE_ROW, &format!("(VALUES {})", rows.join(", ")), 1)
     }
+}
+
+/// Whose hold on an application lock [`babelfish_applock_held`] asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// The session with this id (`@@SPID`, its backend's pid).
+    Session(i64),
+    /// Any session but the one asking.
+    Another,
+}
+
+/// Babelfish only: a T-SQL condition, true while PostgreSQL's lock manager
+/// shows the application lock whose key is `key` granted in this database
+/// to `holder`. Babelfish keeps an application lock as an advisory lock:
+/// `pg_catalog.pg_locks` (readable by every login) lists it with locktype
+/// 'advisory', the key's high and low 32 bits as classid and objid, and
+/// objsubid 2. Reading it leaves nothing behind on the session, unlike an
+/// `APPLOCK_TEST` or `sp_getapplock` that finds the lock held. Only
+/// integers the engine computed are spliced.
+pub(crate) fn babelfish_applock_held(key: AppLockKey, holder: Holder) -> String {
+    let holder = match holder {
+        Holder::Session(id) => format!("l.pid = {id}"),
+        Holder::Another => "l.pid <> @@SPID".to_string(),
+    };
+    format!(
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' \
+         AND l.[database] = (SELECT d.oid FROM pg_catalog.pg_database AS d \
+         WHERE d.datname = pg_catalog.current_database()) \
+         AND CAST(l.classid AS BIGINT) = {} AND CAST(l.objid AS BIGINT) = {} \
+         AND l.objsubid = 2 AND l.granted = 'true' AND {holder})",
+        key.classid, key.objid
+    )
+}
+
+/// Babelfish only: `leader_lock.sql` with its two `APPLOCK_TEST`s of the
+/// leader lock (is it held by another session?) replaced by
+/// [`babelfish_applock_held`] for `leader`, the lock's key. So a follower
+/// that finds the lock held has asked nothing of Babelfish's application
+/// locks and keeps its session; only when the lock is taken between that
+/// look and `sp_getapplock` does the batch report `refused`.
+pub(crate) fn babelfish_leader_lock(leader: AppLockKey) -> String {
+    LEADER_LOCK.replace(
+        "APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0",
+        &babelfish_applock_held(leader, Holder::Another),
+    )
 }
 
 /// A tombstone stream name or type must fit its NVARCHAR column whole
@@ -412,21 +466,36 @@ pub(crate) fn setup_script(schema: &Ident, tombstone_stream: &str, tombstone_typ
 mod tests {
     use super::*;
 
+    /// On Babelfish both of the fill's fence checks ask whether the
+    /// leader's session (by its pid) still holds the fence lock's key in
+    /// `pg_locks`; neither asks `APPLOCK_TEST`, nor only whether the session
+    /// exists.
     #[test]
-    fn the_babelfish_fence_asks_for_the_leader_session() {
+    fn the_babelfish_fence_asks_whether_the_leader_session_holds_its_fence_lock() {
+        let key = AppLockKey {
+            classid: 7,
+            objid: 4_000_000_000,
+        };
         let fenced = sql("eventuous")
             .unwrap()
-            .direct_fill(2000, 5000, Some(40_123));
+            .direct_fill(2000, 5000, Some((40_123, key)));
         assert!(
             !fenced.contains("APPLOCK_TEST(N'public', @leader_fence"),
             "{fenced}"
         );
-        assert_eq!(
-            fenced
-                .matches("NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = 40123)")
-                .count(),
-            2
+        assert!(!fenced.contains("pg_stat_activity"), "{fenced}");
+        let gone = format!(
+            "NOT {}",
+            babelfish_applock_held(key, Holder::Session(40_123))
         );
+        assert_eq!(fenced.matches(&gone).count(), 2, "{fenced}");
+        for part in [
+            "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' AND l.[database] = ",
+            "CAST(l.classid AS BIGINT) = 7 AND CAST(l.objid AS BIGINT) = 4000000000",
+            "l.objsubid = 2 AND l.granted = 'true' AND l.pid = 40123)",
+        ] {
+            assert!(gone.contains(part), "{part}\nnot in {gone}");
+        }
     }
 
     #[test]
@@ -495,7 +564,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 23] = [
+    const ALL: [(&str, &str); 24] = [
         ("head", HEAD),
         ("shared_heads", SHARED_HEADS),
         ("scan", SCAN),
@@ -510,6 +579,7 @@ mod tests {
         ("session_state", SESSION_STATE),
         ("leader_lock", LEADER_LOCK),
         ("leader_check", LEADER_CHECK),
+        ("leader_keys_babelfish", LEADER_KEYS_BABELFISH),
         ("server", SERVER),
         ("databases", DATABASES),
         ("watermark_read", WATERMARK_READ),
@@ -525,11 +595,12 @@ mod tests {
     /// store's table by three parts), the session's own state, the leader
     /// lock (an application lock of the database, named by `@P1`), the
     /// server and its databases.
-    const SCHEMALESS: [&str; 10] = [
+    const SCHEMALESS: [&str; 11] = [
         "shared_heads",
         "session_state",
         "leader_lock",
         "leader_check",
+        "leader_keys_babelfish",
         "server",
         "databases",
         "watermark_read",
@@ -932,6 +1003,60 @@ mod tests {
         assert_eq!(code.matches("@LockTimeout = 0").count(), 2);
         assert_eq!(code.matches("@DbPrincipal = 'public'").count(), 2);
         assert!(LEADER_CHECK.contains("APPLOCK_MODE('public', @P1, 'Session') AS lock_mode"));
+    }
+
+    /// On Babelfish the leader lock batch never asks `APPLOCK_TEST` about
+    /// the leader lock: both of its questions (before asking for the lock,
+    /// and after a -999) look at the key in `pg_locks`, held by another
+    /// session; the rest of the batch is leader_lock.sql's.
+    #[test]
+    fn the_babelfish_leader_lock_looks_at_pg_locks() {
+        let key = AppLockKey {
+            classid: 248_213_367,
+            objid: 2_894_673_610,
+        };
+        let batch = babelfish_leader_lock(key);
+        let code: String = batch
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!code.contains("APPLOCK_TEST"), "{code}");
+        let held = babelfish_applock_held(key, Holder::Another);
+        assert_eq!(code.matches(&held).count(), 2, "{code}");
+        assert!(
+            held.contains("CAST(l.classid AS BIGINT) = 248213367"),
+            "{held}"
+        );
+        assert!(
+            held.contains("CAST(l.objid AS BIGINT) = 2894673610"),
+            "{held}"
+        );
+        assert!(
+            held.contains("l.objsubid = 2 AND l.granted = 'true' AND l.pid <> @@SPID)"),
+            "{held}"
+        );
+        assert!(
+            code.contains("IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks"),
+            "{code}"
+        );
+        assert!(
+            code.contains(
+                "IF @lock_result = -999\n    AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks"
+            ),
+            "{code}"
+        );
+        assert_eq!(
+            batch.replace(
+                &held,
+                "APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0"
+            ),
+            LEADER_LOCK
+        );
+        // A follower that found the lock held is not marked refused: only
+        // sp_getapplock's own -999 is.
+        let pre = code.split("ELSE").next().unwrap();
+        assert!(!pre.contains("@refused ="), "{pre}");
     }
 
     /// Review finding F7: a NEWID() per tombstone spreads one fill over as
