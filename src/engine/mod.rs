@@ -25,6 +25,7 @@ pub mod pool;
 pub mod postgres;
 pub mod profile;
 pub mod shared_lock;
+pub(crate) mod shared_reading;
 
 use std::fmt;
 use std::future::Future;
@@ -443,6 +444,17 @@ pub enum HeadReading {
 }
 
 impl HeadReading {
+    /// A store's answer from a shared reading ([`shared_reading`]): `None`
+    /// when the store is not in it.
+    pub(crate) fn from_shared(found: Option<Result<Option<i64>, DbError>>) -> HeadReading {
+        match found {
+            None => HeadReading::NotShared,
+            Some(Ok(None)) => HeadReading::Empty,
+            Some(Ok(Some(head))) => HeadReading::At(head),
+            Some(Err(e)) => HeadReading::Failed(e),
+        }
+    }
+
     /// Whether the reading shows no committed row above `examined`: then
     /// a store with no hole tracked has nothing new to scan.
     pub fn shows_nothing_above(&self, examined: i64) -> bool {

@@ -229,10 +229,8 @@ impl MssqlEngine {
         });
         let heads = conn::instance_and_database(secret.expose()).map(|(instance, db)| {
             let key = format!("{:?}\n{instance}", settings.connect_timeout);
-            shared
-                .heads
-                .get(&key, heads::Heads::default, |_| {})
-                .join(&db, &settings.schema)
+            let instance = shared.heads.get(&key, heads::Heads::default, |_| {});
+            heads::join(&instance, &db, &settings.schema)
         });
         Ok(MssqlEngine {
             settings: settings.clone(),

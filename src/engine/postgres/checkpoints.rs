@@ -14,17 +14,16 @@
 //! `checkpoint_refresh` plus that.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_postgres::SimpleQueryMessage;
 
 use super::conn::Manager;
 use super::errors::db_error;
 use super::sql::{without_comments, SHARED_CHECKPOINTS};
 use crate::engine::pool::Pool;
+use crate::engine::shared_reading::{Member, Readings};
 use crate::engine::{Checkpoint, DbError};
 use crate::secret::ConnectionString;
 
@@ -41,21 +40,14 @@ static READING: LazyLock<String> = LazyLock::new(|| {
         .replace("__lock_timeout_ms__", &LOCK_TIMEOUT.as_millis().to_string())
 });
 
-/// The stores of one pool and their last reading.
+/// The stores of one pool and their last reading: each member's part is
+/// its checkpoints table (a validated, qualified name), its value the
+/// table's rows.
 pub(crate) struct Checkpoints {
     pool: Arc<Pool<Manager>>,
     /// For error messages, free of the password.
     cs: ConnectionString,
-    /// Each member's checkpoints table, and whether it is in the readings.
-    members: Mutex<HashMap<u64, (String, bool)>>,
-    last: tokio::sync::Mutex<Option<Reading>>,
-    next_id: AtomicU64,
-    readings: AtomicU64,
-}
-
-struct Reading {
-    began: Instant,
-    rows: Result<HashMap<u64, Vec<Checkpoint>>, DbError>,
+    readings: Arc<Readings<String, Vec<Checkpoint>>>,
 }
 
 impl Checkpoints {
@@ -63,53 +55,39 @@ impl Checkpoints {
         Checkpoints {
             pool,
             cs,
-            members: Mutex::new(HashMap::new()),
-            last: tokio::sync::Mutex::new(None),
-            next_id: AtomicU64::new(0),
-            readings: AtomicU64::new(0),
+            readings: Arc::default(),
         }
     }
 
-    /// Joins a store whose checkpoints table is `table` (a validated,
-    /// qualified name); it is read with the others once it read its own.
+    /// Joins a store whose checkpoints table is `table`; it is read with
+    /// the others once it read its own.
     pub(crate) fn join(self: &Arc<Self>, table: String) -> Membership {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.members().insert(id, (table, false));
         Membership {
+            member: self.readings.join(table),
             shared: self.clone(),
-            id,
         }
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (String, bool)>> {
-        self.members.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// One statement for every member in the readings.
-    async fn read(&self) -> Result<HashMap<u64, Vec<Checkpoint>>, DbError> {
-        let (ids, sql) = {
-            let members = self.members();
-            let mut ids = Vec::new();
-            let mut parts = Vec::new();
-            for (id, (table, _)) in members.iter().filter(|(_, (_, shared))| *shared) {
-                parts.push(format!(
-                    "SELECT {n} AS n, id::text AS id, position::bigint AS position FROM {table}",
-                    n = ids.len() + 1
-                ));
-                ids.push(*id);
-            }
-            (
-                ids,
-                READING.replace("__checkpoints__", &parts.join(" UNION ALL ")),
-            )
-        };
+    /// One statement for `members`.
+    async fn read(
+        &self,
+        members: Vec<(u64, String)>,
+    ) -> Result<HashMap<u64, Vec<Checkpoint>>, DbError> {
+        let parts: Vec<String> = members
+            .iter()
+            .enumerate()
+            .map(|(i, (_, table))| {
+                format!(
+                    "SELECT {} AS n, id::text AS id, position::bigint AS position FROM {table}",
+                    i + 1
+                )
+            })
+            .collect();
+        let sql = READING.replace("__checkpoints__", &parts.join(" UNION ALL "));
         let mut rows: HashMap<u64, Vec<Checkpoint>> =
-            ids.iter().map(|id| (*id, Vec::new())).collect();
-        if ids.is_empty() {
-            return Ok(rows);
-        }
+            members.iter().map(|(id, _)| (*id, Vec::new())).collect();
         let conn = self.pool.checkout().await?;
-        self.readings.fetch_add(1, Ordering::Relaxed);
+        self.readings.sent_one();
         let messages = conn
             .simple_query(&sql)
             .await
@@ -124,7 +102,9 @@ impl Checkpoints {
                 .flatten()
                 .and_then(|n| n.parse().ok())
                 .ok_or_else(|| unexpected("n"))?;
-            let id = ids.get(n.wrapping_sub(1)).ok_or_else(|| unexpected("n"))?;
+            let (id, _) = members
+                .get(n.wrapping_sub(1))
+                .ok_or_else(|| unexpected("n"))?;
             let checkpoint = Checkpoint {
                 id: row
                     .try_get("id")
@@ -157,16 +137,14 @@ fn unexpected(what: &str) -> DbError {
 /// when dropped.
 pub(crate) struct Membership {
     shared: Arc<Checkpoints>,
-    id: u64,
+    member: Member<String, Vec<Checkpoint>>,
 }
 
 impl Membership {
     /// The store's own reading found its table and succeeded (`true`: it
     /// is read with the others from now on) or not.
     pub(crate) fn read_alone(&self, ok: bool) {
-        if let Some(m) = self.shared.members().get_mut(&self.id) {
-            m.1 = ok;
-        }
+        self.member.share(ok);
     }
 
     /// The store's checkpoints from a reading at most [`FRESH`] old, taking
@@ -174,23 +152,17 @@ impl Membership {
     /// readings or the reading failed (it reads its own, and is out of the
     /// readings until that succeeds).
     pub(crate) async fn checkpoints(&self) -> Option<Vec<Checkpoint>> {
-        if !self.shared.members().get(&self.id).is_some_and(|m| m.1) {
-            return None;
-        }
-        let mut last = self.shared.last.lock().await;
-        let stale = last
-            .as_ref()
-            .is_none_or(|r| r.began.elapsed() >= FRESH || !r.serves(self.id));
-        if stale {
-            let began = Instant::now();
-            let rows = self.shared.read().await;
-            *last = Some(Reading { began, rows });
-        }
-        let reading = last.as_ref()?;
-        match &reading.rows {
-            Ok(rows) => rows.get(&self.id).cloned(),
+        let found = self
+            .member
+            .value(
+                |r| r.began.elapsed() < FRESH,
+                |members| self.shared.read(members),
+            )
+            .await?;
+        match found {
+            Ok(rows) => Some(rows),
             Err(_) => {
-                self.read_alone(false);
+                self.member.share(false);
                 None
             }
         }
@@ -198,22 +170,6 @@ impl Membership {
 
     /// Readings the store's pool has sent (for tests and diagnostics).
     pub(crate) fn readings(&self) -> u64 {
-        self.shared.readings.load(Ordering::Relaxed)
-    }
-}
-
-impl Reading {
-    /// Whether the reading holds `id` (it joined after the reading began:
-    /// not yet) or failed (every store then reads its own).
-    fn serves(&self, id: u64) -> bool {
-        self.rows
-            .as_ref()
-            .map_or(true, |rows| rows.contains_key(&id))
-    }
-}
-
-impl Drop for Membership {
-    fn drop(&mut self) {
-        self.shared.members().remove(&self.id);
+        self.member.sent()
     }
 }

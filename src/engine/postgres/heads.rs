@@ -25,8 +25,7 @@
 //!   of it back to its own scan for that poll.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -36,6 +35,7 @@ use super::conn::Manager;
 use super::errors::db_error;
 use super::sql::{without_comments, SHARED_HEADS};
 use crate::engine::pool::Pool;
+use crate::engine::shared_reading::{Member, Readings};
 use crate::engine::{DbError, HeadReading};
 use crate::secret::ConnectionString;
 
@@ -43,31 +43,14 @@ use crate::secret::ConnectionString;
 /// before it fails and every store of it scans on its own.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// The stores of one pool and their last reading.
+/// The stores of one pool and their last reading: each member's part is
+/// `(SELECT MAX(position) FROM table)`, validated names spliced in; its
+/// value the head (`None`: an empty table).
 pub(crate) struct Heads {
     pool: Arc<Pool<Manager>>,
     /// For error messages, free of the password.
     cs: ConnectionString,
-    members: Mutex<HashMap<u64, Member>>,
-    /// Held while a reading is taken: the stores that ask meanwhile wait
-    /// for it instead of sending their own.
-    last: tokio::sync::Mutex<Option<Reading>>,
-    next_id: AtomicU64,
-    /// Readings sent to the server.
-    readings: AtomicU64,
-}
-
-struct Member {
-    /// `(SELECT MAX(position) FROM table)`, validated names spliced in.
-    head: String,
-    /// Its own scan last succeeded.
-    scans: bool,
-}
-
-struct Reading {
-    began: Instant,
-    /// Each member's head (`None`: an empty table), or why there is none.
-    heads: Result<HashMap<u64, Option<i64>>, DbError>,
+    readings: Arc<Readings<String, Option<i64>>>,
 }
 
 /// `sql/postgres/shared_heads.sql` as sent, but for its `__heads__`.
@@ -83,69 +66,51 @@ impl Heads {
         Heads {
             pool,
             cs,
-            members: Mutex::new(HashMap::new()),
-            last: tokio::sync::Mutex::new(None),
-            next_id: AtomicU64::new(0),
-            readings: AtomicU64::new(0),
+            readings: Arc::default(),
         }
     }
 
     /// Joins a store whose head is `head_sql` (`sql/postgres/shared_head.sql`
     /// as [`super::sql::statement`] renders it).
     pub(crate) fn join(self: &Arc<Self>, head_sql: String) -> Membership {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.members().insert(
-            id,
-            Member {
-                head: head_sql,
-                scans: false,
-            },
-        );
         Membership {
+            member: self.readings.join(head_sql),
             heads: self.clone(),
-            id,
         }
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Member>> {
-        self.members.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// One statement for every member whose own scan last succeeded.
-    async fn read(&self) -> Result<HashMap<u64, Option<i64>>, DbError> {
-        let (ids, sql) = {
-            let members = self.members();
-            let mut ids = Vec::new();
-            let mut heads = Vec::new();
-            for (id, m) in members.iter().filter(|(_, m)| m.scans) {
-                ids.push(*id);
-                heads.push(m.head.as_str());
-            }
-            (ids, READING.replace("__heads__", &heads.join(", ")))
-        };
-        if ids.is_empty() {
+    /// One statement for `members` (those whose own scan last succeeded).
+    async fn read(
+        &self,
+        members: Vec<(u64, String)>,
+    ) -> Result<HashMap<u64, Option<i64>>, DbError> {
+        if members.is_empty() {
             return Ok(HashMap::new());
         }
+        let heads: Vec<&str> = members.iter().map(|(_, h)| h.as_str()).collect();
+        let sql = READING.replace("__heads__", &heads.join(", "));
         let conn = self.pool.checkout().await?;
-        self.readings.fetch_add(1, Ordering::Relaxed);
+        self.readings.sent_one();
         let messages = conn
             .simple_query(&sql)
             .await
             .map_err(|e| db_error(&self.cs, &e, "shared head reading"))?;
-        let mut heads = HashMap::with_capacity(ids.len());
+        let mut found = HashMap::with_capacity(members.len());
         for message in messages {
             let SimpleQueryMessage::Row(row) = message else {
                 continue;
             };
             let column = |name: &str| row.try_get(name).map_err(|_| unexpected(name));
             let n: usize = parse(column("n")?)?.ok_or_else(|| unexpected("n"))?;
-            let id = *ids.get(n.wrapping_sub(1)).ok_or_else(|| unexpected("n"))?;
-            heads.insert(id, parse(column("h")?)?);
+            let (id, _) = members
+                .get(n.wrapping_sub(1))
+                .ok_or_else(|| unexpected("n"))?;
+            found.insert(*id, parse(column("h")?)?);
         }
-        if heads.len() != ids.len() {
+        if found.len() != members.len() {
             return Err(unexpected("the number of rows"));
         }
-        Ok(heads)
+        Ok(found)
     }
 }
 
@@ -162,16 +127,14 @@ fn unexpected(what: &str) -> DbError {
 /// A store's place in its pool's shared readings; leaves them when dropped.
 pub(crate) struct Membership {
     heads: Arc<Heads>,
-    id: u64,
+    member: Member<String, Option<i64>>,
 }
 
 impl Membership {
     /// The store's own scan succeeded (`true`: it may be read with the
     /// others) or failed (`false`: it scans alone until one succeeds).
     pub(crate) fn scanned(&self, ok: bool) {
-        if let Some(m) = self.heads.members().get_mut(&self.id) {
-            m.scans = ok;
-        }
+        self.member.share(ok);
     }
 
     /// The store's head from a reading that began no earlier than
@@ -179,45 +142,19 @@ impl Membership {
     /// [`HeadReading::NotShared`] when the store is not in readings (its
     /// own scan has not succeeded).
     pub(crate) async fn head(&self, not_before: Instant) -> HeadReading {
-        if !self.heads.members().get(&self.id).is_some_and(|m| m.scans) {
-            return HeadReading::NotShared;
-        }
-        let mut last = self.heads.last.lock().await;
-        if let Some(found) = last.as_ref().and_then(|r| self.from(r, not_before)) {
-            return found;
-        }
-        let began = Instant::now();
-        let heads = self.heads.read().await;
-        let reading = Reading { began, heads };
-        let found = self.from(&reading, not_before);
-        *last = Some(reading);
-        found.unwrap_or(HeadReading::NotShared)
+        let found = self
+            .member
+            .value(
+                |r| r.began >= not_before,
+                |members| self.heads.read(members),
+            )
+            .await;
+        HeadReading::from_shared(found)
     }
 
     /// How many readings the store's pool has sent (for tests and
     /// diagnostics).
     pub(crate) fn readings(&self) -> u64 {
-        self.heads.readings.load(Ordering::Relaxed)
-    }
-
-    /// What `reading` says of the store; `None` when it cannot answer
-    /// (it began before `not_before`, or without the store).
-    fn from(&self, reading: &Reading, not_before: Instant) -> Option<HeadReading> {
-        if reading.began < not_before {
-            return None;
-        }
-        match &reading.heads {
-            Ok(heads) => heads.get(&self.id).map(|head| match head {
-                None => HeadReading::Empty,
-                Some(at) => HeadReading::At(*at),
-            }),
-            Err(e) => Some(HeadReading::Failed(e.clone())),
-        }
-    }
-}
-
-impl Drop for Membership {
-    fn drop(&mut self) {
-        self.heads.members().remove(&self.id);
+        self.member.sent()
     }
 }
