@@ -30,7 +30,7 @@ use crate::config::{Election, Settings, Store, StoreName, StoreSet};
 use crate::engine::{self, Catalog, DbResult, Engine, LeaderLock, Opened, Pools, WithEngine};
 use crate::healer::{Ended, Healer, Options};
 use crate::leader::{self, Leader};
-use crate::replicas::Replica;
+use crate::replicas::{self, Replica};
 use crate::telemetry::{self, Board, Health};
 
 /// A store's task: it ends with the store it healed, and how.
@@ -129,7 +129,19 @@ pub async fn run(settings: &Settings, board: Arc<Board>, stop: CancellationToken
         .replica
         .clone()
         .unwrap_or_else(Replica::default_name);
-    let replica = Replica::named(&name);
+    let roll = replicas::roll_of(
+        settings
+            .stores
+            .iter()
+            .map(|s| format!("store\n{}\n{:?}", s.name, s.election))
+            .chain(
+                settings
+                    .sets
+                    .iter()
+                    .map(|s| format!("set\n{}\n{}", s.name, s.databases)),
+            ),
+    );
+    let replica = Replica::named(&name).on_roll(roll);
     info!(replica = %replica, name = %name, "this daemon is replica {replica} ({name}) of the stores' healers");
     let mut running = Running::new(board, replica);
     let opened = running.begin(settings, &stop);

@@ -490,7 +490,7 @@ mod tests {
             hang,
             ended: ended.clone(),
         });
-        let e = Election::start(lock, "k".into(), Replica(1), health, tx, &parent);
+        let e = Election::start(lock, "k".into(), Replica::new(0, 1), health, tx, &parent);
         (e, leader, ended, parent)
     }
 

@@ -44,15 +44,31 @@ pub const HANDOVER_AFTER: Duration = Duration::from_secs(5);
 /// not every few seconds.
 pub const HANDOVER_BACKOFF: Duration = Duration::from_secs(300);
 
-/// A replica's number on the roll: a 32-bit hash of its name.
+/// A replica: the roll it is on and its number there (a 32-bit hash of
+/// its name). Only replicas of one roll divide stores between them: the
+/// daemons that heal the same stores, which share their configuration's
+/// stores ([`roll_of`]); any other daemon with a lock session in the same
+/// database is on a roll of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Replica(pub u32);
+pub struct Replica {
+    pub roll: u32,
+    pub number: u32,
+}
 
 impl Replica {
-    /// The number of the replica called `name`.
+    pub fn new(roll: u32, number: u32) -> Replica {
+        Replica { roll, number }
+    }
+
+    /// The replica called `name`, on roll 0.
     pub fn named(name: &str) -> Replica {
         let h = mix(fnv1a(name.as_bytes()));
-        Replica((h ^ (h >> 32)) as u32)
+        Replica::new(0, (h ^ (h >> 32)) as u32)
+    }
+
+    /// The same replica on `roll`.
+    pub fn on_roll(self, roll: u32) -> Replica {
+        Replica::new(roll, self.number)
     }
 
     /// The name a replica has unless it is given one: the host's name
@@ -75,8 +91,19 @@ impl Replica {
 
 impl std::fmt::Display for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:08x}", self.0)
+        write!(f, "{:08x}", self.number)
     }
+}
+
+/// The roll of the daemons configured with the stores `parts` describe
+/// (each store's name and leader key, each store set's name and pattern),
+/// in any order: replicas of one deployment share it, other daemons whose
+/// lock sessions are in the same database do not.
+pub fn roll_of(parts: impl IntoIterator<Item = String>) -> u32 {
+    let mut parts: Vec<String> = parts.into_iter().collect();
+    parts.sort();
+    let h = mix(fnv1a(parts.join("\n\n").as_bytes()));
+    (h ^ (h >> 32)) as u32
 }
 
 /// What one reading of a database's roll showed.
@@ -193,7 +220,7 @@ pub fn preferred(key: &str, replicas: &BTreeSet<Replica>) -> Option<Replica> {
 /// The rendezvous score of a store and a replica.
 fn score(key: &str, replica: Replica) -> u64 {
     let mut h = fnv1a(key.as_bytes());
-    for b in replica.0.to_le_bytes() {
+    for b in replica.number.to_le_bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -278,6 +305,13 @@ mod tests {
     }
 
     #[test]
+    fn a_roll_is_its_stores_in_any_order() {
+        let a = || ["store\na".to_string(), "store\nb".to_string()];
+        assert_eq!(roll_of(a()), roll_of(a().into_iter().rev()));
+        assert_ne!(roll_of(a()), roll_of(["store\na".to_string()]));
+    }
+
+    #[test]
     fn names_give_stable_distinct_numbers() {
         assert_eq!(Replica::named("pod-0"), Replica::named("pod-0"));
         assert_ne!(Replica::named("pod-0"), Replica::named("pod-1"));
@@ -296,8 +330,8 @@ mod tests {
 
     #[test]
     fn a_follower_tries_its_own_at_once_and_others_after_the_grace() {
-        let me = Replica(1);
-        let other = Replica(2);
+        let me = Replica::new(0, 1);
+        let other = Replica::new(0, 2);
         let t0 = Instant::now();
         let mut f = Follower::default();
         assert_eq!(f.turn(None, me, t0), Turn::Try, "no roll: as before");
@@ -323,8 +357,8 @@ mod tests {
 
     #[test]
     fn a_leader_hands_over_only_to_a_preferred_replica_on_the_roll_and_not_often() {
-        let me = Replica(1);
-        let other = Replica(2);
+        let me = Replica::new(0, 1);
+        let other = Replica::new(0, 2);
         let t0 = Instant::now();
         let after = t0 + HANDOVER_AFTER;
         assert_eq!(

@@ -588,13 +588,14 @@ pub trait LeaderLock: Send + Sync + 'static {
         async { Ok(false) }
     }
 
-    /// Reads the roll of `session`'s database; `None` for engines that
+    /// Reads `me`'s roll in `session`'s database; `None` for engines that
     /// keep none.
     fn read_roll(
         &self,
         session: &mut Self::Session,
+        me: Replica,
     ) -> impl Future<Output = DbResult<Option<Roll>>> + Send {
-        let _ = session;
+        let _ = (session, me);
         async { Ok(None) }
     }
 

@@ -168,7 +168,7 @@ impl<L: LeaderLock> LeaderLock for SharedLock<L> {
             }
             self.roll.lock().unwrap_or_else(|e| e.into_inner()).joined = slot.0;
         }
-        let read = self.lock.read_roll(&mut session).await?;
+        let read = self.lock.read_roll(&mut session, me).await?;
         slot.1 = Some(session);
         let Some(roll) = read else {
             return Ok(None);

@@ -300,3 +300,57 @@ async fn replicas_divide_the_stores_and_a_killed_ones_are_led_again_at_once() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Daemons that heal other stores of the same database are not on a
+/// replica's roll: each daemon leads its own store at once, even where a
+/// roll shared with the other would have made the other the preferred
+/// replica (names chosen so that it would, for both stores). Before rolls
+/// were scoped to a configuration's stores, such a daemon left its own
+/// store without a leader for 3 s, and the transaction-end proof tests,
+/// which run side by side in one database, failed with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemons_of_other_stores_in_the_database_are_on_rolls_of_their_own() {
+    use gap_healer_testkit::pg::Store;
+    let (x, y) = (Store::new("roll_x").await, Store::new("roll_y").await);
+    let (kx, ky) = (
+        format!("gap-healer:{}", x.schema),
+        format!("gap-healer:{}", y.schema),
+    );
+    let a = "roll-a".to_string();
+    let b = (0..10_000)
+        .map(|i| format!("roll-b-{i}"))
+        .find(|b| {
+            let both: std::collections::BTreeSet<Replica> =
+                [Replica::named(&a), Replica::named(b)].into();
+            preferred(&kx, &both) == Some(Replica::named(b))
+                && preferred(&ky, &both) == Some(Replica::named(&a))
+        })
+        .expect("two names that each prefer the other's store");
+    let started = Instant::now();
+    let dx = Daemon::start(&x, &["--replica", &a, "--gap-timeout", "200ms"]);
+    let dy = Daemon::start(&y, &["--replica", &b, "--gap-timeout", "200ms"]);
+    for (d, store) in [(&dx, &x), (&dy, &y)] {
+        let led = d
+            .wait_metric(
+                "gap_healer_leader{store=\"default\"}",
+                1.0,
+                Duration::from_secs(10),
+            )
+            .await;
+        assert_eq!(led, 1.0, "{}: {}", store.schema, d.log());
+        assert!(
+            !d.log().contains("leaving it to that replica"),
+            "{}: {}",
+            store.schema,
+            d.log()
+        );
+    }
+    println!(
+        "two daemons of other stores in one database: both leading {:.1?} after the first start",
+        started.elapsed()
+    );
+    for d in [dx, dy] {
+        let (code, _, log) = d.terminate();
+        assert_eq!(code, Some(0), "{log}");
+    }
+}

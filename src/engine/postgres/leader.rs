@@ -11,9 +11,13 @@ use crate::engine::{DbResult, FenceToken, LeaderLock, LeaderSession};
 use crate::replicas::{Replica, Roll};
 
 /// The first key of the two-key advisory locks that put a lock session on
-/// its database's roll of replicas ("gh" and 1): a class no leader lock
-/// uses (those take one bigint key).
-pub const ROLL_CLASS: i32 = 0x6768_0001;
+/// its database's roll `roll` of replicas (the second is the replica's
+/// number): a class no leader lock uses (those take one bigint key), with
+/// the roll's 30 low bits, so the daemons of one configuration see each
+/// other and no other daemon.
+pub fn roll_class(roll: u32) -> i32 {
+    (0x4000_0000 | (roll & 0x3fff_ffff)) as i32
+}
 
 /// The advisory lock key for a leader lock name: FNV-1a, stable across
 /// versions and processes, so every healer of a store computes the same one.
@@ -108,22 +112,29 @@ impl LeaderLock for PostgresEngine {
     async fn join_roll(&self, session: &mut PgLeaderSession, me: Replica) -> DbResult<bool> {
         let row = session
             .client
-            .query_one(ROLL_JOIN, &[&ROLL_CLASS, &(me.0 as i32)])
+            .query_one(ROLL_JOIN, &[&roll_class(me.roll), &(me.number as i32)])
             .await
             .map_err(|e| self.error(&e, "joining the roll of replicas"))?;
         get(&row, "joined")
     }
 
-    async fn read_roll(&self, session: &mut PgLeaderSession) -> DbResult<Option<Roll>> {
+    async fn read_roll(
+        &self,
+        session: &mut PgLeaderSession,
+        me: Replica,
+    ) -> DbResult<Option<Roll>> {
         let row = session
             .client
-            .query_one(ROLL, &[&ROLL_CLASS])
+            .query_one(ROLL, &[&roll_class(me.roll)])
             .await
             .map_err(|e| self.error(&e, "reading the roll of replicas"))?;
         let replicas: Vec<i64> = get(&row, "replicas")?;
         let held: Vec<i64> = get(&row, "held")?;
         Ok(Some(Roll {
-            replicas: replicas.into_iter().map(|r| Replica(r as u32)).collect(),
+            replicas: replicas
+                .into_iter()
+                .map(|r| Replica::new(me.roll, r as u32))
+                .collect(),
             held: held.into_iter().collect(),
         }))
     }
