@@ -143,7 +143,7 @@ pub(crate) struct Membership {
 impl Membership {
     /// The store's own reading found its table and succeeded (`true`: it
     /// is read with the others from now on) or not.
-    pub(crate) fn read_alone(&self, ok: bool) {
+    pub(crate) fn share(&self, ok: bool) {
         self.member.share(ok);
     }
 

@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
 use super::errors::{db_error, get, Stage};
 use super::leader::advisory_key;
@@ -169,6 +170,38 @@ impl PostgresEngine {
 
     /// Inside a fill's transaction: whether the fence still holds (the
     /// leader lock's session still has the lock). `false`: write nothing.
+    /// The tombstone stream's row, locked (`lock`: its statement and
+    /// parameters), made first (`create`) when there is none, and the
+    /// fence checked after it: `None` when the fill must write nothing
+    /// this cycle (Busy), because the row went between two statements or
+    /// another healer may lead now. Every profile with a stream row of its
+    /// own takes it this way, first in its fill transaction.
+    pub(super) async fn lock_stream_row(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        lock: (&str, &[&(dyn ToSql + Sync)]),
+        create: (&str, &[&(dyn ToSql + Sync)]),
+        fence: &Fence,
+    ) -> Result<Option<tokio_postgres::Row>, Failed> {
+        let mut row = tx
+            .query_opt(lock.0, lock.1)
+            .await
+            .map_err(at(Stage::Stream))?;
+        if row.is_none() {
+            tx.execute(create.0, create.1)
+                .await
+                .map_err(at(Stage::Stream))?;
+            row = tx
+                .query_opt(lock.0, lock.1)
+                .await
+                .map_err(at(Stage::Stream))?;
+        }
+        if row.is_none() || !self.fence_holds(tx, fence).await? {
+            return Ok(None);
+        }
+        Ok(row)
+    }
+
     pub(super) async fn fence_holds(
         &self,
         tx: &tokio_postgres::Transaction<'_>,
@@ -216,28 +249,17 @@ impl PostgresEngine {
         set_lock_timeout(&tx, STREAM_LOCK_TIMEOUT, Stage::Begin).await?;
         let q = &self.sql;
         let stream = &self.tombstone_stream;
-        let mut row = tx
-            .query_opt(&q.lock_stream, &[stream])
-            .await
-            .map_err(at(Stage::Stream))?;
-        if row.is_none() {
-            tx.execute(&q.create_stream, &[stream])
-                .await
-                .map_err(at(Stage::Stream))?;
-            row = tx
-                .query_opt(&q.lock_stream, &[stream])
-                .await
-                .map_err(at(Stage::Stream))?;
-        }
-        let Some(row) = row else {
-            // Created and deleted between two statements: let the next cycle retry.
+        let locked = self
+            .lock_stream_row(
+                &tx,
+                (&q.lock_stream, &[stream]),
+                (&q.create_stream, &[stream]),
+                fence,
+            )
+            .await?;
+        let Some(row) = locked else {
             return Ok(FillOutcome::Busy);
         };
-        if !self.fence_holds(&tx, fence).await? {
-            // Another healer may lead now: write nothing and let the
-            // leader flag catch up.
-            return Ok(FillOutcome::Busy);
-        }
         let stream_id: i32 = get(&row, "stream_id")?;
         let version: i32 = get(&row, "version")?;
         let (starts, ends) = bounds(ranges);

@@ -333,7 +333,7 @@ impl Engine for PostgresEngine {
         // Read with the other stores of the pool from now on only when the
         // table is there and was read.
         self.checkpoint_share
-            .read_alone(rows.as_ref().is_ok_and(Option::is_some));
+            .share(rows.as_ref().is_ok_and(Option::is_some));
         Ok(rows?.unwrap_or_default())
     }
 

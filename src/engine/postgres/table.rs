@@ -113,26 +113,17 @@ impl PostgresEngine {
         let literals = self.profile.literals().to_string();
         let tx = client.transaction().await.map_err(at(Stage::Begin))?;
         set_lock_timeout(&tx, STREAM_LOCK_TIMEOUT, Stage::Begin).await?;
-        let mut row = tx
-            .query_opt(&s.lock, &[&stream.id])
-            .await
-            .map_err(at(Stage::Stream))?;
-        if row.is_none() {
-            tx.execute(&s.create, &[&stream.id, &stream.name])
-                .await
-                .map_err(at(Stage::Stream))?;
-            row = tx
-                .query_opt(&s.lock, &[&stream.id])
-                .await
-                .map_err(at(Stage::Stream))?;
-        }
-        let Some(row) = row else {
-            // Made and removed between two statements: the next cycle retries.
+        let locked = self
+            .lock_stream_row(
+                &tx,
+                (&s.lock, &[&stream.id]),
+                (&s.create, &[&stream.id, &stream.name]),
+                fence,
+            )
+            .await?;
+        let Some(row) = locked else {
             return Ok(FillOutcome::Busy);
         };
-        if !self.fence_holds(&tx, fence).await? {
-            return Ok(FillOutcome::Busy);
-        }
         let id: i32 = get(&row, "id_internal")?;
         let version: i32 = get(&row, "version")?;
         let (starts, ends) = bounds(ranges);
