@@ -130,6 +130,11 @@ BEGIN TRY
         THROW 50002, N'gap-healer: the fill ranges need more than 4,000 locks (positions, plus one per range after the first)', 1;
     SET @width = CAST(@positions AS INT);
 
+    -- The stages from here to END EVENTUOUS STAGES write Eventuous's
+    -- Messages and Streams; a described table (profiles custom and
+    -- sqlstreamstore) runs fill_table.sql's stages in their place, with
+    -- everything before and after as it is here.
+    -- BEGIN EVENTUOUS STAGES
     -- The tombstone stream's row. Created once, in its own short autocommit
     -- insert, so that the fill transaction never holds a key-range lock on
     -- UQ_StreamName (which would block appends creating new streams).
@@ -317,6 +322,7 @@ BEGIN TRY
     SET @stage = N'commit';
     COMMIT TRANSACTION;
     SET @rows_filled = @width;
+    -- END EVENTUOUS STAGES
 END TRY
 BEGIN CATCH
     SET @error_number = ERROR_NUMBER();

@@ -145,7 +145,9 @@ SELECT
     c.name AS column_name,
     ty.name AS type_name,
     c.is_nullable,
-    c.is_identity
+    c.is_identity,
+    c.is_computed,
+    CAST(CASE WHEN c.default_object_id <> 0 THEN 1 ELSE 0 END AS BIT) AS has_default
 FROM sys.tables AS t
 INNER JOIN sys.columns AS c ON t.object_id = c.object_id
 INNER JOIN sys.types AS ty ON c.user_type_id = ty.user_type_id

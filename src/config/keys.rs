@@ -466,7 +466,7 @@ pub const KEYS: &[Key] = &[
         name: "profile",
         heading: Heading::Table,
         commands: STORE_COMMANDS,
-        help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL), sqlstreamstore (SQLStreamStore's messages; PostgreSQL) or custom (the table, position_column and columns keys describe it; PostgreSQL)",
+        help: "What the healed table is: eventuous (Eventuous's messages), ledger-core (seed 003's events table; PostgreSQL), sqlstreamstore (SQLStreamStore's messages) or custom (the table, position_column and columns keys describe it)",
         flag: Flag::Value("eventuous|ledger-core|sqlstreamstore|custom"),
         unset: Unset::Default,
         scope: Scope::Store(field!(

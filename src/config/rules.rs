@@ -109,14 +109,22 @@ impl Rules<'_> {
         {
             self.refuse(
                 &k.profile,
-                format!("{kind}: PostgreSQL only, for now (SQL Server heals Eventuous's Messages)"),
+                format!("{kind}: not healed by this engine (it heals Eventuous's table)"),
+            );
+            return None;
+        }
+        let mssql = engine == Some(EngineKind::Mssql);
+        if kind == ProfileKind::LedgerCore && mssql {
+            self.refuse(
+                &k.profile,
+                "ledger-core: PostgreSQL only (seed 003's events table is a PostgreSQL schema); describe a SQL Server table with profile = \"custom\"".into(),
             );
             return None;
         }
         match kind {
             ProfileKind::Eventuous => self.eventuous_profile(),
             ProfileKind::LedgerCore => self.ledger_core_profile(stream),
-            ProfileKind::SqlStreamStore => self.sqlstreamstore_profile(stream, kind_of),
+            ProfileKind::SqlStreamStore => self.sqlstreamstore_profile(stream, kind_of, mssql),
             ProfileKind::Custom => self.custom_profile(),
         }
     }
@@ -172,6 +180,7 @@ impl Rules<'_> {
         &mut self,
         stream: Option<&str>,
         kind_of: Option<&str>,
+        mssql: bool,
     ) -> Option<TableShape> {
         let k = self.keys;
         let kind = ProfileKind::SqlStreamStore;
@@ -198,7 +207,11 @@ impl Rules<'_> {
             self.refuse(&k.tombstone_stream, "SQLStreamStore keeps a stream id that reads as a GUID unhashed, a key its own streams may use: name the tombstone stream otherwise".into());
             return None;
         }
-        Some(TableShape::sqlstreamstore(stream, kind_of?))
+        Some(if mssql {
+            TableShape::sqlstreamstore_mssql(stream, kind_of?)
+        } else {
+            TableShape::sqlstreamstore(stream, kind_of?)
+        })
     }
 
     /// A table described by `table`, `position_column` and `columns`, all required.

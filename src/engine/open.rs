@@ -31,7 +31,7 @@ use std::sync::Arc;
 use super::mssql::{self, MssqlEngine};
 use super::postgres::{self, PostgresEngine};
 use super::shared_lock::SharedLock;
-use super::{DbResult, Engine, EngineKind, LeaderLock, StoreSettings, HEALER_ROLE};
+use super::{profile, DbResult, Engine, EngineKind, LeaderLock, StoreSettings, HEALER_ROLE};
 use crate::secret::ConnectionString;
 
 /// What the stores of a daemon share, by engine: stores of one database
@@ -303,7 +303,8 @@ impl Openable for MssqlEngine {
     /// keeps its own lock session.
     type Lock = MssqlEngine;
     const CATALOG_DATABASE: &'static str = "master";
-    const TABLE_PROFILES: bool = false;
+    /// `custom` and `sqlstreamstore` (ledger-core's table is PostgreSQL's).
+    const TABLE_PROFILES: bool = true;
 
     fn engine_for(store: &StoreSettings, pools: &Pools) -> DbResult<Self> {
         MssqlEngine::sharing(store, &pools.mssql)
@@ -314,11 +315,14 @@ impl Openable for MssqlEngine {
     }
 
     fn setup_script(store: &StoreSettings) -> String {
-        let mut sql = mssql::setup_sql_for(
-            &store.schema,
-            &store.tombstone_stream,
-            &store.tombstone_type,
-        );
+        let mut sql = match store.profile.tombstone {
+            profile::Tombstone::EventuousStream => mssql::setup_sql_for(
+                &store.schema,
+                &store.tombstone_stream,
+                &store.tombstone_type,
+            ),
+            _ => mssql::table_setup_sql(&store.schema, &store.profile),
+        };
         if let Some(table) = &store.watermark_table {
             sql += &mssql::watermark_sql(table);
         }
@@ -390,7 +394,7 @@ mod tests {
         assert_eq!(catalog_database(EngineKind::Postgres), "postgres");
         assert_eq!(catalog_database(EngineKind::Mssql), "master");
         assert!(heals_table_profiles(EngineKind::Postgres));
-        assert!(!heals_table_profiles(EngineKind::Mssql));
+        assert!(heals_table_profiles(EngineKind::Mssql));
         let bad = ConnectionString::new("Server=db;User Id=app;Password='Hunter2");
         let err = check_connection_string(EngineKind::Mssql, &bad).unwrap_err();
         assert!(!err.contains("Hunter2"), "{err}");

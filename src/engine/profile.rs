@@ -6,13 +6,15 @@
 //! - `ledger-core` (PostgreSQL): seed 003's `events` table. A tombstone is a
 //!   row of stream (`tombstone_stream`, `tombstone_stream_id`) at that
 //!   stream's next version, typed `tombstone_type`, data `{}`.
-//! - `sqlstreamstore` (PostgreSQL): SQLStreamStore's `messages`, positioned
-//!   by `position` (a `bigint` whose default draws from `messages_seq`). A
+//! - `sqlstreamstore` (both engines): SQLStreamStore's `messages`,
+//!   positioned by `position` (on PostgreSQL a `bigint` whose default draws
+//!   from `messages_seq`; on SQL Server `Messages.Position`, a
+//!   `BIGINT IDENTITY(0,1)`, [`TableShape::sqlstreamstore_mssql`]). A
 //!   tombstone is a message of the tombstone stream, which has a row of its
 //!   own in the schema's `streams` ([`Tombstone::StreamRow`]): its
 //!   `id_internal` and next `stream_version` come from that row, the rest
 //!   of the message is described as a custom table's columns are.
-//! - `custom` (PostgreSQL): any table with an identity position, its
+//! - `custom` (both engines): any table with an identity position, its
 //!   tombstone row described column by column ([`ColumnValue`]).
 //!
 //! Every profile ends as a [`TableShape`]: `eventuous`, `ledger-core` and
@@ -37,7 +39,9 @@ pub const SQLSTREAMSTORE_TOMBSTONE_STREAM: &str = "$gap-healer-tombstones";
 /// sqlstreamstore's default tombstone message type.
 pub const SQLSTREAMSTORE_TOMBSTONE_TYPE: &str = "$gap-healer-tombstone";
 /// The columns of SQLStreamStore's `messages` that a tombstone's stream row
-/// gives: the stream's `id_internal` and the message's version in it.
+/// gives: the stream's `id_internal` and the message's version in it
+/// (PostgreSQL's names; SQL Server's are `StreamIdInternal` and
+/// `StreamVersion`).
 pub const SQLSTREAMSTORE_STREAM_COLUMN: &str = "stream_id_internal";
 pub const SQLSTREAMSTORE_VERSION_COLUMN: &str = "stream_version";
 
@@ -182,6 +186,9 @@ pub struct StreamRow {
     pub id: String,
     /// `streams.id_original`: the stream's name.
     pub name: String,
+    /// The message's columns the row gives, its stream's internal id and
+    /// its version in the stream, as the engine's SQLStreamStore names them.
+    pub message_columns: [&'static str; 2],
 }
 
 /// The `streams.id` SQLStreamStore's PostgreSQL store gives the stream
@@ -278,24 +285,60 @@ impl TableShape {
     /// with a new message id, `{}` as its data and no metadata, created now
     /// in UTC (`created_utc` is a `timestamp` without time zone).
     pub fn sqlstreamstore(stream: &str, message_type: &str) -> Self {
+        Self::sqlstreamstore_named(
+            ["messages", "position"],
+            [SQLSTREAMSTORE_STREAM_COLUMN, SQLSTREAMSTORE_VERSION_COLUMN],
+            ["message_id", "created_utc", "type", "json_data"],
+            stream,
+            message_type,
+        )
+    }
+
+    /// SQLStreamStore's SQL Server tables (its `ScriptsV3/CreateSchema.sql`):
+    /// `Messages.Position` a `BIGINT IDENTITY(0,1)` under the clustered
+    /// primary key, a message's `Id` a `UNIQUEIDENTIFIER`, `Created` a
+    /// `DATETIME` in UTC, `[Type]` and `JsonData` its type and data; the
+    /// stream row in `Streams` (`Id`, `IdOriginal`, `IdInternal`,
+    /// `[Version]`, `Position`) as on PostgreSQL.
+    pub fn sqlstreamstore_mssql(stream: &str, message_type: &str) -> Self {
+        Self::sqlstreamstore_named(
+            ["Messages", "Position"],
+            ["StreamIdInternal", "StreamVersion"],
+            ["Id", "Created", "Type", "JsonData"],
+            stream,
+            message_type,
+        )
+    }
+
+    /// SQLStreamStore's tables by an engine's names: `[table, position]`,
+    /// the two columns the stream row gives, and `[id, created, type,
+    /// data]`.
+    fn sqlstreamstore_named(
+        [table, position]: [&str; 2],
+        message_columns: [&'static str; 2],
+        [id, created, kind, data]: [&str; 4],
+        stream: &str,
+        message_type: &str,
+    ) -> Self {
         let column = |name: &str, value: ColumnValue| TombstoneColumn {
             name: preset(name),
             value,
         };
         TableShape {
             kind: ProfileKind::SqlStreamStore,
-            table: preset("messages"),
-            position: preset("position"),
+            table: preset(table),
+            position: preset(position),
             tombstone: Tombstone::StreamRow {
                 stream: StreamRow {
                     id: sqlstreamstore_stream_id(stream),
                     name: stream.to_string(),
+                    message_columns,
                 },
                 columns: vec![
-                    column("message_id", ColumnValue::Uuid),
-                    column("created_utc", ColumnValue::NowUtc),
-                    column("type", ColumnValue::Literal(message_type.into())),
-                    column("json_data", ColumnValue::Literal(serde_json::json!({}))),
+                    column(id, ColumnValue::Uuid),
+                    column(created, ColumnValue::NowUtc),
+                    column(kind, ColumnValue::Literal(message_type.into())),
+                    column(data, ColumnValue::Literal(serde_json::json!({}))),
                 ],
             },
         }
@@ -313,11 +356,9 @@ impl TableShape {
 
     /// The columns a stream row's message takes from that row: its stream
     /// and its version; none for the other tombstones.
-    pub fn stream_columns(&self) -> &'static [&'static str] {
-        match self.tombstone {
-            Tombstone::StreamRow { .. } => {
-                &[SQLSTREAMSTORE_STREAM_COLUMN, SQLSTREAMSTORE_VERSION_COLUMN]
-            }
+    pub fn stream_columns(&self) -> &[&'static str] {
+        match &self.tombstone {
+            Tombstone::StreamRow { stream, .. } => &stream.message_columns,
             _ => &[],
         }
     }

@@ -40,6 +40,7 @@ use gap_healer_testkit::mssql::{
     self as ms, healer, skipped_on_babelfish, TestDb, EVENT_TYPE, TOMBSTONE_TYPE,
 };
 
+mod profiles;
 const NEEDS: &str = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker";
 
 fn single(p: i64) -> PosRange {

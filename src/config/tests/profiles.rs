@@ -168,6 +168,9 @@ profile = "sqlstreamstore"
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("PostgreSQL only, for now"), "{err}");
+    assert!(
+        err.contains("ledger-core: PostgreSQL only") && err.contains("profile = \"custom\""),
+        "{err}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }

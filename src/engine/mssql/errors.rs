@@ -152,6 +152,9 @@ pub(crate) const DUPLICATE_KEY_INDEX: u32 = 2601;
 /// gap-healer's own: the leader's lock session has ended (the leader fence of
 /// `fill.sql`).
 pub(crate) const LEADER_FENCE: u32 = 50006;
+/// gap-healer's own: another healer of a described table holds its
+/// tombstone lock (`fill_table.sql`'s `sp_getapplock` timed out).
+pub(crate) const TOMBSTONE_LOCK_BUSY: u32 = 50008;
 
 /// The one classification of SQL Server error numbers.
 ///
@@ -162,6 +165,8 @@ pub(crate) const LEADER_FENCE: u32 = 50006;
 ///   index build, a TABLOCK writer): the store backs off.
 /// - 50006 at the leader fence: this process no longer leads (its lock
 ///   session has ended), so another healer may be filling: busy.
+/// - 50008 at the tombstone stream: another healer of a described table
+///   holds its tombstone lock: busy.
 /// - 1222 anywhere else (a read waiting on a page or table lock): transient.
 /// - deadlocks and the documented transient errors: transient.
 /// - everything else (missing objects, missing rights, gap-healer's own
@@ -175,6 +180,7 @@ pub(crate) fn classify(code: u32, stage: Stage) -> Class {
         (LOCK_TIMEOUT, Stage::Stream) => Class::Outcome(FillOutcome::Busy),
         (LOCK_TIMEOUT, Stage::Table) => Class::Outcome(FillOutcome::TableLocked),
         (LEADER_FENCE, Stage::Leader) => Class::Outcome(FillOutcome::Busy),
+        (TOMBSTONE_LOCK_BUSY, Stage::Stream) => Class::Outcome(FillOutcome::Busy),
         (LOCK_TIMEOUT, _) => Class::Transient,
         (c, _) if TRANSIENT_SERVER_ERRORS.contains(&c) => Class::Transient,
         _ => Class::Permanent,
@@ -341,6 +347,7 @@ mod tests {
             (2627, Stage::Messages, Outcome(Committed)),
             (2601, Stage::Messages, Outcome(Committed)),
             (1222, Stage::Messages, Outcome(Held)),
+            (50008, Stage::Stream, Outcome(Busy)),
             (1222, Stage::Stream, Outcome(Busy)),
             (1222, Stage::Table, Outcome(TableLocked)),
             (50006, Stage::Leader, Outcome(Busy)),

@@ -254,6 +254,16 @@ impl MssqlEngine {
     /// [`MssqlEngine::procedure_state`], and whether the login has ALTER on
     /// Messages (what direct mode needs).
     async fn procedure_facts(&self) -> DbResult<(ProcedureState, bool)> {
+        if self.sql.table.is_some() {
+            return Ok((
+                ProcedureState::Unsupported(format!(
+                    "a described table ({} profile): the fill procedure writes Eventuous's Messages only, \
+                     so the login needs the direct-mode rights (SELECT, INSERT, ALTER on the table)",
+                    self.settings.profile.kind
+                )),
+                true,
+            ));
+        }
         let server = self.server().await?;
         if let Some(babelfish) = server.babelfish {
             return Ok((ProcedureState::Unsupported(format!(
@@ -349,6 +359,14 @@ impl MssqlEngine {
     /// the procedure: what `gap-healer install` runs. The login needs CREATE
     /// PROCEDURE in the database and ALTER on the schema.
     pub async fn install(&self) -> DbResult<()> {
+        if self.sql.table.is_some() {
+            return Err(DbError::permanent(format!(
+                "not installed: the fill procedure writes Eventuous's Messages, and this store's table is \
+                 described ({} profile), which fills in direct mode; grant the healer's login the rights \
+                 that `gap-healer sql --engine mssql` lists instead",
+                self.settings.profile.kind
+            )));
+        }
         if let Some(babelfish) = self.server().await?.babelfish {
             return Err(DbError::permanent(format!(
                 "not installed: direct mode only on {babelfish} (Babelfish has no EXECUTE AS OWNER, \
@@ -552,8 +570,14 @@ impl MssqlEngine {
                 // batch reads both as none, and Babelfish refuses the
                 // untyped NULL (error 8009, "Data type 0x1F is unknown").
                 let fence_name = fence_name.unwrap_or_default();
-                let params: [&dyn ToSql; 6] =
-                    [&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
+                let mut params: Vec<&dyn ToSql> =
+                    vec![&encoded, &stream, &kind, &key_ms, &stream_ms, &fence_name];
+                // A described table's fill binds its stream row's key and
+                // its tombstone row's literals after fill.sql's six.
+                if let Some(table) = &self.sql.table {
+                    params.push(&table.stream_key);
+                    params.extend(table.literals.iter().map(|l| l.as_sql()));
+                }
                 let text = self.sql.direct_fill(key_ms, stream_ms, babelfish_fence);
                 let stages = StageLines::of(&text);
                 (self.fill_batch_at(&text, &params).await, stages)

@@ -22,7 +22,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::sql::{quote_ident, SHARED_HEADS as READING};
+use super::table::rename;
 use super::{get_integer, MssqlEngine};
+use crate::engine::profile::TableShape;
 use crate::engine::shared_reading::{Member, Readings};
 use crate::engine::{DbError, HeadReading, Ident};
 
@@ -34,20 +36,29 @@ pub(crate) const MAX_PER_STATEMENT: usize = 200;
 /// table).
 pub(crate) type Heads = Readings<String, Option<i64>>;
 
-/// `(SELECT TOP (1) ...)`: one store's head expression in the reading.
-fn head_row(database: &str, schema: &Ident) -> String {
-    format!(
-        "(SELECT TOP (1) m.GlobalPosition FROM {}.{}.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST) ORDER BY m.GlobalPosition DESC)",
-        quote_ident(database),
-        schema.tsql()
+/// `(SELECT TOP (1) ...)`: one store's head expression in the reading
+/// (Eventuous's Messages, or a described table by its names).
+fn head_row(database: &str, schema: &Ident, shape: &TableShape) -> String {
+    rename(
+        &format!(
+            "(SELECT TOP (1) m.GlobalPosition FROM {}.{}.[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST) ORDER BY m.GlobalPosition DESC)",
+            quote_ident(database),
+            schema.tsql()
+        ),
+        shape,
     )
 }
 
-/// Joins the store whose table is `[database].[schema].[Messages]` to
-/// `heads`.
-pub(crate) fn join(heads: &Arc<Heads>, database: &str, schema: &Ident) -> Membership {
+/// Joins the store whose table is `[database].[schema].[Messages]` (or
+/// its profile's table) to `heads`.
+pub(crate) fn join(
+    heads: &Arc<Heads>,
+    database: &str,
+    schema: &Ident,
+    shape: &TableShape,
+) -> Membership {
     Membership {
-        member: heads.join(head_row(database, schema)),
+        member: heads.join(head_row(database, schema, shape)),
         heads: heads.clone(),
     }
 }
@@ -129,7 +140,7 @@ mod tests {
     fn a_head_row_names_the_table_by_three_parts_quoted() {
         let schema = Ident::parse("eventuous").unwrap();
         assert_eq!(
-            head_row("tenant]1", &schema),
+            head_row("tenant]1", &schema, &TableShape::eventuous()),
             "(SELECT TOP (1) m.GlobalPosition FROM [tenant]]1].[eventuous].[Messages] AS m WITH (READCOMMITTEDLOCK, READPAST) ORDER BY m.GlobalPosition DESC)"
         );
         // A reading waits at most 200 ms for a table lock.

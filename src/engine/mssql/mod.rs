@@ -39,6 +39,7 @@ mod heads;
 mod leader;
 mod preflight;
 mod sql;
+mod table;
 mod transactions;
 mod watermark;
 
@@ -61,6 +62,7 @@ use self::errors::driver_error;
 use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::pool::{self, Pool};
+use crate::engine::profile;
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
     HeadReading, Ident, OpenTransactions, Probe, ScanPage, SharedHeads, StoreSettings,
@@ -217,7 +219,8 @@ impl MssqlEngine {
             &settings.schema,
             &settings.tombstone_stream,
             &settings.tombstone_type,
-        )?;
+        )?
+        .for_table(&settings.schema, &settings.profile);
         let key = format!("{max_connections}\n{}", settings.sharing_key());
         let pool = Pool::shared(&shared.pools, &key, || {
             Pool::new(
@@ -230,7 +233,7 @@ impl MssqlEngine {
         let heads = conn::instance_and_database(secret.expose()).map(|(instance, db)| {
             let key = format!("{:?}\n{instance}", settings.connect_timeout);
             let instance = shared.heads.get(&key, heads::Heads::default, |_| {});
-            heads::join(&instance, &db, &settings.schema)
+            heads::join(&instance, &db, &settings.schema, &settings.profile)
         });
         Ok(MssqlEngine {
             settings: settings.clone(),
@@ -451,9 +454,10 @@ impl Engine for MssqlEngine {
         };
         seed.ok_or_else(|| {
             DbError::permanent(format!(
-                "cannot read the identity seed of [{}].[Messages]: the table is missing, has no identity, \
+                "cannot read the identity seed of [{}].[{}]: the table is missing, has no identity, \
                  or the login may not see it",
-                self.settings.schema.as_str()
+                self.settings.schema.as_str(),
+                self.settings.profile.table.as_str()
             ))
         })
     }
@@ -467,6 +471,10 @@ impl Engine for MssqlEngine {
     }
 
     async fn checkpoints(&self) -> DbResult<Vec<Checkpoint>> {
+        // A described table's readers keep their positions elsewhere.
+        if !self.settings.profile.has_checkpoints() {
+            return Ok(Vec::new());
+        }
         let rows = self.read_first(&self.sql.checkpoints, &[]).await?;
         rows.iter()
             .map(|row| {
@@ -655,6 +663,13 @@ pub fn check_connection_string(
 /// units of them, which the config layer and [`MssqlEngine::new`] enforce.
 pub fn setup_sql_for(schema: &Ident, tombstone_stream: &str, tombstone_type: &str) -> String {
     sql::setup_script(schema, tombstone_stream, tombstone_type)
+}
+
+/// What `gap-healer sql --engine mssql` prints for a described table
+/// (profiles custom and sqlstreamstore): the grants of direct mode, the
+/// only mode such a table fills in.
+pub fn table_setup_sql(schema: &Ident, shape: &profile::TableShape) -> String {
+    table::setup_script(schema, shape)
 }
 
 /// [`setup_sql_for`] with the default tombstone stream and type

@@ -64,6 +64,9 @@ pub(crate) struct Column {
     pub name: String,
     pub type_name: String,
     pub identity: bool,
+    /// Whether an insert must give it a value: NOT NULL, no default, not
+    /// computed, not the identity.
+    pub required: bool,
 }
 
 fn text(row: &Row, col: &str) -> tiberius::Result<String> {
@@ -123,6 +126,10 @@ impl Column {
             name: text(row, "column_name")?,
             type_name: text(row, "type_name")?,
             identity: flag(row, "is_identity")?,
+            required: !flag(row, "is_nullable")?
+                && !flag(row, "is_identity")?
+                && !flag(row, "is_computed")?
+                && !flag(row, "has_default")?,
         })
     }
 }
@@ -301,7 +308,11 @@ const STREAMS: [(&str, &str); 3] = [
 const CHECKPOINTS: [(&str, &str); 2] = [("Id", "nvarchar"), ("Position", "bigint")];
 
 /// Columns of `table` that are missing or of another type, as text.
-fn shape_problems(table: &str, expected: &[(&str, &str)], columns: &[Column]) -> Vec<String> {
+pub(crate) fn shape_problems(
+    table: &str,
+    expected: &[(&str, &str)],
+    columns: &[Column],
+) -> Vec<String> {
     expected
         .iter()
         .filter_map(|(name, ty)| {
@@ -319,14 +330,18 @@ fn shape_problems(table: &str, expected: &[(&str, &str)], columns: &[Column]) ->
         .collect()
 }
 
-fn identity_of<'a>(table: &str, column: &str, columns: &'a [Column]) -> Option<&'a Column> {
+pub(crate) fn identity_of<'a>(
+    table: &str,
+    column: &str,
+    columns: &'a [Column],
+) -> Option<&'a Column> {
     columns.iter().find(|c| {
         c.table.eq_ignore_ascii_case(table) && c.name.eq_ignore_ascii_case(column) && c.identity
     })
 }
 
 /// One GRANT line per table for what is missing.
-fn grant(what: &[(&str, bool)], object: &str, user: &str) -> Option<String> {
+pub(crate) fn grant(what: &[(&str, bool)], object: &str, user: &str) -> Option<String> {
     let missing: Vec<&str> = what
         .iter()
         .filter(|(_, has)| !has)
@@ -466,7 +481,7 @@ pub(crate) fn findings(
 }
 
 /// The server, database and login.
-fn connection(f: &Facts, out: &mut Vec<Finding>) {
+pub(crate) fn connection(f: &Facts, out: &mut Vec<Finding>) {
     let platform = match f.engine_edition {
         Some(5) => " (Azure SQL Database)",
         Some(8) => " (Azure SQL Managed Instance)",
@@ -601,7 +616,7 @@ fn checkpoints_table(n: &Names, f: &Facts, columns: &[Column], out: &mut Vec<Fin
 }
 
 /// What the identity cache can skip.
-fn identity_cache(f: &Facts, out: &mut Vec<Finding>) {
+pub(crate) fn identity_cache(f: &Facts, out: &mut Vec<Finding>) {
     out.push(Finding::pass(
         Check::IdentityCache,
         match f.identity_cache {
@@ -770,6 +785,14 @@ impl MssqlEngine {
             .map(Column::from_row)
             .collect::<tiberius::Result<Vec<_>>>()
             .map_err(|e| self.driver_error(&e))?;
+        if self.sql.table.is_some() {
+            return Ok(super::table::findings(
+                &self.settings.schema,
+                &self.settings.profile,
+                &facts,
+                &columns,
+            ));
+        }
         let procedure = self
             .procedure_state()
             .await
@@ -801,6 +824,7 @@ mod tests {
             name: name.into(),
             type_name: ty.into(),
             identity,
+            required: false,
         }
     }
 

@@ -20,6 +20,8 @@
 //! locks' keys (integers the engine computed) spliced in.
 
 use super::leader::AppLockKey;
+use super::table::{self, TableFill};
+use crate::engine::profile::TableShape;
 use crate::engine::{DbError, DbResult, Ident};
 
 /// Placeholder for the bracketed schema in the SQL files.
@@ -36,6 +38,9 @@ pub(crate) const IDENTITY: &str = include_str!("../../../sql/mssql/identity.sql"
 /// The fill: run as it is in direct mode, and the source of the procedure
 /// ([`fill_procedure`]).
 pub(crate) const FILL: &str = include_str!("../../../sql/mssql/fill.sql");
+/// A described table's fill stages, in place of fill.sql's Eventuous ones
+/// (`table.rs`).
+pub(crate) const FILL_TABLE: &str = include_str!("../../../sql/mssql/fill_table.sql");
 pub(crate) const FILL_CALL: &str = include_str!("../../../sql/mssql/fill_call.sql");
 pub(crate) const FILL_MODE: &str = include_str!("../../../sql/mssql/fill_mode.sql");
 pub(crate) const GRANTS: &str = include_str!("../../../sql/mssql/grants.sql");
@@ -148,6 +153,9 @@ pub(crate) struct Sql {
     pub(crate) table_locks: String,
     pub(crate) open_transactions: String,
     pub(crate) open_transactions_babelfish: String,
+    /// A described table's fill (profiles custom and sqlstreamstore), which
+    /// runs in place of `fill` in direct mode; `None` for Eventuous's.
+    pub(crate) table: Option<TableFill>,
 }
 
 impl Sql {
@@ -177,7 +185,31 @@ impl Sql {
             table_locks: render(TABLE_LOCKS, schema),
             open_transactions: render(OPEN_TRANSACTIONS, schema),
             open_transactions_babelfish: render(OPEN_TRANSACTIONS_BABELFISH, schema),
+            table: None,
         })
+    }
+
+    /// The statements for `shape`'s table: Eventuous's as they are, a
+    /// described table's reads renamed for it ([`table::rename`]) and its
+    /// own fill ([`table::fill_text`]).
+    pub(crate) fn for_table(mut self, schema: &Ident, shape: &TableShape) -> Sql {
+        if !table::described(shape) {
+            return self;
+        }
+        for text in [
+            &mut self.head,
+            &mut self.scan,
+            &mut self.probe,
+            &mut self.identity,
+            &mut self.preflight,
+            &mut self.table_locks,
+            &mut self.open_transactions,
+            &mut self.open_transactions_babelfish,
+        ] {
+            *text = table::rename(text, shape);
+        }
+        self.table = Some(table::fill_text(schema, shape));
+        self
     }
 
     /// The direct-mode fill batch as it is sent.
@@ -200,8 +232,9 @@ impl Sql {
         stream_ms: i32,
         babelfish_fence: Option<(i64, AppLockKey)>,
     ) -> String {
-        let mut text = self
-            .fill
+        // A described table's fill, or Eventuous's.
+        let fill = self.table.as_ref().map_or(&self.fill, |t| &t.text);
+        let mut text = fill
             .replace(
                 "SET LOCK_TIMEOUT @stream_lock_timeout_ms;",
                 &format!("SET LOCK_TIMEOUT {stream_ms};"),
@@ -564,8 +597,9 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 24] = [
+    const ALL: [(&str, &str); 25] = [
         ("head", HEAD),
+        ("fill_table", FILL_TABLE),
         ("shared_heads", SHARED_HEADS),
         ("scan", SCAN),
         ("probe", PROBE),

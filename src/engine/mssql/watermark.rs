@@ -9,6 +9,7 @@
 
 use super::{get, get_integer, MssqlEngine};
 use crate::engine::check::watermark_verdict;
+use crate::engine::profile::Tombstone;
 use crate::engine::{Check, DbError, DbResult, Finding, QualifiedName};
 
 use super::sql::{
@@ -52,7 +53,11 @@ impl MssqlEngine {
     /// The healed table as the watermark row names it (without the
     /// database, which the statements put in front).
     fn healed_table(&self) -> String {
-        format!("{}.Messages", self.settings.schema.as_str())
+        let table = match self.settings.profile.tombstone {
+            Tombstone::EventuousStream => "Messages",
+            _ => self.settings.profile.table.as_str(),
+        };
+        format!("{}.{table}", self.settings.schema.as_str())
     }
 
     pub(super) async fn read_watermark_row(&self, store: &str) -> DbResult<Option<i64>> {
