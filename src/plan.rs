@@ -151,6 +151,14 @@ pub fn lock_timeout_for(batch: &[PosRange], configured: Duration, last: bool) ->
     }
 }
 
+/// Every wait [`lock_timeout_for`] gives a fill with `configured`: the
+/// configured one and the probe's, once each.
+pub fn fill_lock_timeouts(configured: Duration) -> Vec<Duration> {
+    let mut waits = vec![configured, configured.min(PROBE)];
+    waits.dedup();
+    waits
+}
+
 /// Splits the cycle's pieces in two: those that go into shared batches, and
 /// single positions already found held by an earlier cycle, which are tried
 /// alone after the rest. Batched with free holes, a known-held position would
@@ -292,6 +300,10 @@ mod tests {
             lock_timeout_for(&[r(1, 2)], Duration::from_millis(10), false),
             Duration::from_millis(10)
         );
+        // Every wait a fill can be given, each once: what Babelfish compiles ahead.
+        assert_eq!(fill_lock_timeouts(two), vec![two, probe]);
+        let short = Duration::from_millis(10);
+        assert_eq!(fill_lock_timeouts(short), vec![short]);
         let base = Duration::from_millis(250);
         assert_eq!(retry_delay(0, base, two), base);
         assert_eq!(retry_delay(2, base, two), Duration::from_secs(1));

@@ -384,10 +384,14 @@ pub trait Engine: Send + Sync + 'static {
     fn schema(&self) -> &str;
 
     /// Learns, before the first fill, what every fill needs to know (SQL
-    /// Server: the fill mode, one metadata query), so the first hole that
-    /// comes due does not wait for it. Runs once, after `verify_shape`, when
-    /// the healer may fill. Never fails: the first fill asks again.
-    fn prepare_fills(&self) -> impl Future<Output = ()> + Send {
+    /// Server: the fill mode, one metadata query; Babelfish: the fill batch
+    /// compiled on the session fills will use, once for each of
+    /// `lock_timeouts`, the waits its fills will send), so the first hole
+    /// that comes due does not wait for it. Runs once, after
+    /// `verify_shape`, when the healer may fill. Never fails: the first
+    /// fill asks again.
+    fn prepare_fills(&self, lock_timeouts: &[Duration]) -> impl Future<Output = ()> + Send {
+        let _ = lock_timeouts;
         async {}
     }
 

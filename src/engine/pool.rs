@@ -124,7 +124,14 @@ impl<M: ManageConnection<Error = DbError>> Pool<M> {
         }
         let manager = self.manager.lock().ok().and_then(|mut m| m.take());
         if let Some(manager) = manager {
+            // LIFO: the session used last is used next, so one warm session
+            // serves a store's loop and the others idle out. A server
+            // compiles a statement once per session and text (Babelfish:
+            // 1.6-2.7 s for the fill batch, 0.3 s for a small one, the first
+            // time in a session; 22-31 ms and 2 ms after, measured), and
+            // FIFO handed every statement to every session in turn.
             let pool = bb8::Pool::builder()
+                .queue_strategy(bb8::QueueStrategy::Lifo)
                 .max_size(self.max_size.load(Ordering::Relaxed).max(1))
                 .min_idle(Some(0))
                 .connection_timeout(self.connect_timeout)

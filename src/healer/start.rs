@@ -84,7 +84,8 @@ impl<E: Engine> Healer<E> {
     pub(super) async fn start(&mut self) -> DbResult<Begun> {
         self.engine.verify_shape().await?;
         if !self.opts.dry_run {
-            self.engine.prepare_fills().await;
+            let waits = crate::plan::fill_lock_timeouts(self.opts.lock_timeout);
+            self.engine.prepare_fills(&waits).await;
         }
         let bounds = self.bounds().await?;
         let mut after = self.start_from(bounds).await?;

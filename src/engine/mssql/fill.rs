@@ -19,6 +19,7 @@ use tiberius::{Row, ToSql};
 use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
 use super::leader::AppLockKey;
 use super::preflight::CANNOT_IMPERSONATE;
+use super::sql::babelfish_fence_param;
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
@@ -440,13 +441,20 @@ impl MssqlEngine {
         params: &[&dyn ToSql],
     ) -> Result<FillRow, (DbError, Option<u32>)> {
         let mut session = self.checkout().await.map_err(|e| (e, None))?;
-        let sets = run(&mut session.client, text, params).await.map_err(|e| {
-            let line = match &e {
-                tiberius::error::Error::Server(token) => Some(token.line()),
-                _ => None,
-            };
-            (self.driver_error(&e), line)
-        })?;
+        let sets = match run(&mut session.client, text, params).await {
+            Ok(sets) => sets,
+            Err(e) => {
+                let line = match &e {
+                    tiberius::error::Error::Server(token) => Some(token.line()),
+                    _ => None,
+                };
+                let error = self.driver_error(&e);
+                if error.code.as_deref() == Some("1222") && self.on_babelfish() {
+                    session.clean = self.reset_after_lock_timeout(&mut session.client).await;
+                }
+                return Err((error, line));
+            }
+        };
         let answer = match sets
             .first()
             .and_then(|rows| rows.first())
@@ -474,6 +482,75 @@ impl MssqlEngine {
         }
         session.clean = true;
         Ok(answer)
+    }
+
+    /// Whether the server is known to be Babelfish (asked once, before the
+    /// first fill).
+    fn on_babelfish(&self) -> bool {
+        self.server.get().is_some_and(|s| s.babelfish.is_some())
+    }
+
+    /// Babelfish only: a session whose fill batch a lock timeout ended
+    /// (the whole batch, its transaction rolled back), made fit for the
+    /// pool again (`sql/mssql/reset_session.sql`): `true` when it answered
+    /// that nothing is open. Keeping it keeps what Babelfish compiled on
+    /// it; a new session compiles the fill batch again (1.6-2.7 s).
+    async fn reset_after_lock_timeout(&self, client: &mut super::conn::Client) -> bool {
+        match run(client, &self.sql.reset_session, &[]).await {
+            Ok(sets) => {
+                sets.first()
+                    .and_then(|rows| rows.first())
+                    .and_then(|row| row.try_get::<i32, _>("open_transactions").ok().flatten())
+                    == Some(0)
+            }
+            Err(e) => {
+                tracing::debug!(error = %self.driver_error(&e).message, "a session a lock timeout ended is closed");
+                false
+            }
+        }
+    }
+
+    /// Babelfish only: the direct fill batch sent once for each of
+    /// `lock_timeouts` with no range (its range check refuses it before it
+    /// writes anything), so that Babelfish compiles it on the session the
+    /// pool hands out next (the pool is LIFO) before a hole comes due: the
+    /// first fill in a session otherwise spends 1.6-2.7 s compiling, more
+    /// than the seed reproduction's margin. Nothing elsewhere: SQL Server
+    /// compiles a batch once for every session.
+    pub(crate) async fn compile_fills(&self, lock_timeouts: &[Duration]) {
+        if !matches!(self.server().await, Ok(s) if s.babelfish.is_some())
+            || self.fill_mode().await.ok() != Some(FillMode::Direct)
+        {
+            return;
+        }
+        for wait in lock_timeouts {
+            let key_ms = millis_i32(*wait);
+            let started = Instant::now();
+            let (answer, _) = self
+                .run_fill(
+                    FillMode::Direct,
+                    String::new(),
+                    key_ms,
+                    &Fence::Unfenced,
+                    true,
+                )
+                .await;
+            let ms = started.elapsed().as_millis() as u64;
+            match answer {
+                Ok(row) if row.error_number == Some(50002) && row.rows_filled.is_none() => {
+                    tracing::debug!(lock_timeout_ms = key_ms, ms, "compiled the fill batch");
+                }
+                Ok(row) => tracing::warn!(
+                    lock_timeout_ms = key_ms,
+                    error = ?row.error_number,
+                    stage = %row.error_stage,
+                    "the fill batch sent to be compiled answered unexpectedly"
+                ),
+                Err((e, _)) => {
+                    tracing::debug!(error = %e.message, "the fill batch was not compiled ahead")
+                }
+            }
+        }
     }
 
     /// Babelfish only, right before a fill batch: `TableLocked` when
@@ -544,15 +621,15 @@ impl MssqlEngine {
         fence: &Fence,
         babelfish: bool,
     ) -> (Result<FillRow, (DbError, Option<u32>)>, StageLines) {
-        let fence_name = fence_lock(fence);
-        // On Babelfish the fence asks PostgreSQL's lock manager whether the
-        // leader's session still holds its fence lock (see
-        // `Sql::direct_fill`).
-        let babelfish_fence = match fence {
-            Fence::Leader(token) if babelfish => {
-                Some((token.session_id, AppLockKey::of(&token.lock)))
-            }
-            _ => None,
+        // On Babelfish the fence names the leader's session and its fence
+        // lock's key, which the batch looks for in PostgreSQL's lock
+        // manager (see `Sql::direct_fill`).
+        let fence_name = match fence {
+            Fence::Leader(token) if babelfish => Some(babelfish_fence_param(
+                token.session_id,
+                AppLockKey::of(&token.lock),
+            )),
+            _ => fence_lock(fence).map(str::to_string),
         };
         let stream_ms = stream_lock_timeout_ms(key_ms);
         let stream = self.settings.tombstone_stream.as_str();
@@ -560,6 +637,7 @@ impl MssqlEngine {
         match mode {
             // The procedure's tombstone stream and type are its own constants.
             FillMode::Procedure => {
+                let fence_name = fence_name.as_deref();
                 let params: [&dyn ToSql; 4] = [&encoded, &key_ms, &stream_ms, &fence_name];
                 let answer = self.fill_batch_at(&self.sql.fill_call, &params).await;
                 // Where the batch's table and key stages begin: unknown.
@@ -578,7 +656,7 @@ impl MssqlEngine {
                     params.push(&table.stream_key);
                     params.extend(table.literals.iter().map(|l| l.as_sql()));
                 }
-                let text = self.sql.direct_fill(key_ms, stream_ms, babelfish_fence);
+                let text = self.sql.direct_fill(key_ms, stream_ms, babelfish);
                 let stages = StageLines::of(&text);
                 (self.fill_batch_at(&text, &params).await, stages)
             }
@@ -822,7 +900,7 @@ mod tests {
     fn a_lock_timeout_that_ends_the_batch_is_placed_by_its_line() {
         let text = Sql::new(&crate::engine::Ident::parse("eventuous").unwrap(), "s", "t")
             .unwrap()
-            .direct_fill(2000, 5000, None);
+            .direct_fill(2000, 5000, false);
         let stages = StageLines::of(&text);
         let key = stages.messages.expect("the key stage");
         let table = stages.table.expect("the table stage");

@@ -569,10 +569,11 @@ impl Engine for MssqlEngine {
         Ok(findings)
     }
 
-    async fn prepare_fills(&self) {
+    async fn prepare_fills(&self, lock_timeouts: &[Duration]) {
         if let Err(e) = self.fill_mode().await {
             tracing::debug!(error = %e.message, "the fill mode is asked again at the first fill");
         }
+        self.compile_fills(lock_timeouts).await;
     }
 
     fn shared_heads(&self) -> Option<&Self> {

@@ -16,8 +16,10 @@
 //!
 //! On Babelfish a few texts are rewritten before they are sent: the leader
 //! lock's and the fence's questions about application locks become looks
-//! at PostgreSQL's lock manager ([`babelfish_applock_held`]), with the
-//! locks' keys (integers the engine computed) spliced in.
+//! at PostgreSQL's lock manager: the leader lock's with its key (integers
+//! the engine computed) spliced in ([`babelfish_applock_held_by_another`]),
+//! the fence's with the leader's session and key bound in `@leader_fence`
+//! ([`babelfish_fence_held`]).
 
 use super::leader::AppLockKey;
 use super::table::{self, TableFill};
@@ -54,6 +56,9 @@ pub(crate) const WATERMARK_PUBLISH: &str = include_str!("../../../sql/mssql/wate
 pub(crate) const WATERMARK_CHECK: &str = include_str!("../../../sql/mssql/watermark_check.sql");
 pub(crate) const WATERMARK_TABLE: &str = include_str!("../../../sql/mssql/watermark_table.sql");
 pub(crate) const SESSION_STATE: &str = include_str!("../../../sql/mssql/session_state.sql");
+/// Babelfish only: a session after a fill batch a lock timeout ended, made
+/// fit for the pool again.
+pub(crate) const RESET_SESSION: &str = include_str!("../../../sql/mssql/reset_session.sql");
 /// Babelfish only: other sessions' locks on Messages that block writers.
 pub(crate) const TABLE_LOCKS: &str = include_str!("../../../sql/mssql/table_locks.sql");
 /// The transactions that hold Messages open for writing (SQL Server).
@@ -67,7 +72,7 @@ pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_loc
 /// Whether the dedicated session still holds the leader lock named `@P1`.
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/mssql/leader_check.sql");
 /// Babelfish only: whether the leader's lock session holds what the engine
-/// computed for its two application locks (see [`babelfish_applock_held`]).
+/// computed for its two application locks (see [`babelfish_applock_held_by_another`]).
 pub(crate) const LEADER_KEYS_BABELFISH: &str =
     include_str!("../../../sql/mssql/leader_keys_babelfish.sql");
 
@@ -150,6 +155,7 @@ pub(crate) struct Sql {
     pub(crate) fill_mode: String,
     pub(crate) preflight: String,
     pub(crate) session_state: String,
+    pub(crate) reset_session: String,
     pub(crate) table_locks: String,
     pub(crate) open_transactions: String,
     pub(crate) open_transactions_babelfish: String,
@@ -182,6 +188,7 @@ impl Sql {
             fill_mode: render(FILL_MODE, schema),
             preflight: render(PREFLIGHT, schema),
             session_state: render(SESSION_STATE, schema),
+            reset_session: render(RESET_SESSION, schema),
             table_locks: render(TABLE_LOCKS, schema),
             open_transactions: render(OPEN_TRANSACTIONS, schema),
             open_transactions_babelfish: render(OPEN_TRANSACTIONS_BABELFISH, schema),
@@ -203,6 +210,7 @@ impl Sql {
             &mut self.identity,
             &mut self.preflight,
             &mut self.table_locks,
+            &mut self.reset_session,
             &mut self.open_transactions,
             &mut self.open_transactions_babelfish,
         ] {
@@ -216,22 +224,22 @@ impl Sql {
     ///
     /// Its two lock timeouts are literals: `SET LOCK_TIMEOUT @variable` is
     /// T-SQL that Babelfish refuses ("invalid value for parameter"); a
-    /// literal works on both servers. With `babelfish_fence` (the leader's
-    /// lock session id and its fence lock's key), the leader fence asks
-    /// PostgreSQL's lock manager whether that session still holds the fence
-    /// lock ([`babelfish_applock_held`]) instead of `APPLOCK_TEST`, each of
-    /// which leaves an entry on the session's error stack there when it
-    /// finds the lock held, the fifth crashing the server. It tests the
-    /// lock, not the session: a backend on its way out has released its
-    /// locks before PostgreSQL stops listing it, and pids are reused.
-    /// Every value spliced is an integer the engine computed, never outside
-    /// text.
-    pub(crate) fn direct_fill(
-        &self,
-        key_ms: i32,
-        stream_ms: i32,
-        babelfish_fence: Option<(i64, AppLockKey)>,
-    ) -> String {
+    /// literal works on both servers. On Babelfish (`babelfish`), the
+    /// leader fence asks PostgreSQL's lock manager whether the session
+    /// that `@leader_fence` names still holds the fence lock whose key it
+    /// names ([`babelfish_fence_held`], [`babelfish_fence_param`]) instead
+    /// of `APPLOCK_TEST`, each of which leaves an entry on the session's
+    /// error stack there when it finds the lock held, the fifth crashing
+    /// the server. It tests the lock, not the session: a backend on its way
+    /// out has released its locks before PostgreSQL stops listing it, and
+    /// pids are reused. The session and key are a parameter, not text, so
+    /// that the batch is one text whoever leads: Babelfish compiles a batch
+    /// once per session and text (1.9-2.0 s for this one, measured; 22-31
+    /// ms once compiled), and [`MssqlEngine::prepare_fills`] compiles it
+    /// before the first hole is due.
+    ///
+    /// [`MssqlEngine::prepare_fills`]: crate::engine::Engine::prepare_fills
+    pub(crate) fn direct_fill(&self, key_ms: i32, stream_ms: i32, babelfish: bool) -> String {
         // A described table's fill, or Eventuous's.
         let fill = self.table.as_ref().map_or(&self.fill, |t| &t.text);
         let mut text = fill
@@ -243,11 +251,8 @@ impl Sql {
                 "SET LOCK_TIMEOUT @lock_timeout_ms;",
                 &format!("SET LOCK_TIMEOUT {key_ms};"),
             );
-        if let Some((session_id, key)) = babelfish_fence {
-            let gone = format!(
-                "NOT {}",
-                babelfish_applock_held(key, Holder::Session(session_id))
-            );
+        if babelfish {
+            let gone = format!("NOT {}", babelfish_fence_held());
             for owner in ["Session", "Transaction"] {
                 text = text.replace(
                     &format!(
@@ -273,48 +278,69 @@ impl Sql {
     }
 }
 
-/// Whose hold on an application lock [`babelfish_applock_held`] asks about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Holder {
-    /// The session with this id (`@@SPID`, its backend's pid).
-    Session(i64),
-    /// Any session but the one asking.
-    Another,
-}
-
 /// Babelfish only: a T-SQL condition, true while PostgreSQL's lock manager
 /// shows the application lock whose key is `key` granted in this database
-/// to `holder`. Babelfish keeps an application lock as an advisory lock:
-/// `pg_catalog.pg_locks` (readable by every login) lists it with locktype
-/// 'advisory', the key's high and low 32 bits as classid and objid, and
-/// objsubid 2. Reading it leaves nothing behind on the session, unlike an
-/// `APPLOCK_TEST` or `sp_getapplock` that finds the lock held. Only
-/// integers the engine computed are spliced.
-pub(crate) fn babelfish_applock_held(key: AppLockKey, holder: Holder) -> String {
-    let holder = match holder {
-        Holder::Session(id) => format!("l.pid = {id}"),
-        Holder::Another => "l.pid <> @@SPID".to_string(),
+/// to a session other than the one asking. Babelfish keeps an application
+/// lock as an advisory lock: `pg_catalog.pg_locks` (readable by every
+/// login) lists it with locktype 'advisory', the key's high and low 32 bits
+/// as classid and objid, and objsubid 2. Reading it leaves nothing behind
+/// on the session, unlike an `APPLOCK_TEST` or `sp_getapplock` that finds
+/// the lock held. Only integers the engine computed are spliced.
+pub(crate) fn babelfish_applock_held_by_another(key: AppLockKey) -> String {
+    advisory_lock_held(
+        &key.classid.to_string(),
+        &key.objid.to_string(),
+        "l.pid <> @@SPID",
+    )
+}
+
+/// The width of each number in a Babelfish fence parameter.
+const FENCE_NUMBER: usize = 21;
+
+/// Babelfish only: the fill's `@leader_fence` for the leader session
+/// `session_id` and its fence lock's `key`: three signed 21-character
+/// numbers (the session's pid, the key's classid and objid), as the fill's
+/// ranges are written.
+pub(crate) fn babelfish_fence_param(session_id: i64, key: AppLockKey) -> String {
+    format!("{session_id:+021}{:+021}{:+021}", key.classid, key.objid)
+}
+
+/// Babelfish only: a T-SQL condition, true while the session that the
+/// fill's `@leader_fence` names ([`babelfish_fence_param`]) holds the
+/// fence lock whose key it names. The same text for every leader.
+pub(crate) fn babelfish_fence_held() -> String {
+    let number = |i: usize| {
+        format!(
+            "CAST(SUBSTRING(@leader_fence, {}, {FENCE_NUMBER}) AS BIGINT)",
+            FENCE_NUMBER * i + 1
+        )
     };
+    advisory_lock_held(&number(1), &number(2), &format!("l.pid = {}", number(0)))
+}
+
+/// An `EXISTS` over `pg_locks`: the advisory lock of this database with
+/// key `classid`/`objid` (T-SQL expressions), granted to whom `holder`
+/// says.
+fn advisory_lock_held(classid: &str, objid: &str, holder: &str) -> String {
     format!(
         "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' \
          AND l.[database] = (SELECT d.oid FROM pg_catalog.pg_database AS d \
          WHERE d.datname = pg_catalog.current_database()) \
-         AND CAST(l.classid AS BIGINT) = {} AND CAST(l.objid AS BIGINT) = {} \
-         AND l.objsubid = 2 AND l.granted = 'true' AND {holder})",
-        key.classid, key.objid
+         AND CAST(l.classid AS BIGINT) = {classid} AND CAST(l.objid AS BIGINT) = {objid} \
+         AND l.objsubid = 2 AND l.granted = 'true' AND {holder})"
     )
 }
 
 /// Babelfish only: `leader_lock.sql` with its two `APPLOCK_TEST`s of the
 /// leader lock (is it held by another session?) replaced by
-/// [`babelfish_applock_held`] for `leader`, the lock's key. So a follower
+/// [`babelfish_applock_held_by_another`] for `leader`, the lock's key. So a follower
 /// that finds the lock held has asked nothing of Babelfish's application
 /// locks and keeps its session; only when the lock is taken between that
 /// look and `sp_getapplock` does the batch report `refused`.
 pub(crate) fn babelfish_leader_lock(leader: AppLockKey) -> String {
     LEADER_LOCK.replace(
         "APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0",
-        &babelfish_applock_held(leader, Holder::Another),
+        &babelfish_applock_held_by_another(leader),
     )
 }
 
@@ -509,31 +535,38 @@ mod tests {
             classid: 7,
             objid: 4_000_000_000,
         };
-        let fenced = sql("eventuous")
-            .unwrap()
-            .direct_fill(2000, 5000, Some((40_123, key)));
+        let fenced = sql("eventuous").unwrap().direct_fill(2000, 5000, true);
         assert!(
             !fenced.contains("APPLOCK_TEST(N'public', @leader_fence"),
             "{fenced}"
         );
         assert!(!fenced.contains("pg_stat_activity"), "{fenced}");
-        let gone = format!(
-            "NOT {}",
-            babelfish_applock_held(key, Holder::Session(40_123))
-        );
+        let gone = format!("NOT {}", babelfish_fence_held());
         assert_eq!(fenced.matches(&gone).count(), 2, "{fenced}");
         for part in [
             "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' AND l.[database] = ",
-            "CAST(l.classid AS BIGINT) = 7 AND CAST(l.objid AS BIGINT) = 4000000000",
-            "l.objsubid = 2 AND l.granted = 'true' AND l.pid = 40123)",
+            "CAST(l.classid AS BIGINT) = CAST(SUBSTRING(@leader_fence, 22, 21) AS BIGINT) AND CAST(l.objid AS BIGINT) = CAST(SUBSTRING(@leader_fence, 43, 21) AS BIGINT)",
+            "l.objsubid = 2 AND l.granted = 'true' AND l.pid = CAST(SUBSTRING(@leader_fence, 1, 21) AS BIGINT))",
         ] {
             assert!(gone.contains(part), "{part}\nnot in {gone}");
         }
+        // The parameter names the session and the key, 21 characters each;
+        // the text is the same for every leader.
+        let param = babelfish_fence_param(40_123, key);
+        assert_eq!(param.len(), 63);
+        assert_eq!(&param[..21], "+00000000000000040123");
+        assert_eq!(&param[21..42], "+00000000000000000007");
+        assert_eq!(&param[42..], "+00000000004000000000");
+        assert!(!fenced.contains("40123") && !fenced.contains("4000000000"));
+        // What the leader lock's batch splices is the same condition.
+        assert!(babelfish_applock_held_by_another(key).contains(
+            "CAST(l.classid AS BIGINT) = 7 AND CAST(l.objid AS BIGINT) = 4000000000 AND l.objsubid = 2 AND l.granted = 'true' AND l.pid <> @@SPID)"
+        ));
     }
 
     #[test]
     fn direct_fills_set_their_lock_timeouts_as_literals() {
-        let fill = sql("eventuous").unwrap().direct_fill(2000, 5000, None);
+        let fill = sql("eventuous").unwrap().direct_fill(2000, 5000, false);
         assert!(
             fill.contains("APPLOCK_TEST(N'public', @leader_fence"),
             "{fill}"
@@ -597,8 +630,9 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 25] = [
+    const ALL: [(&str, &str); 26] = [
         ("head", HEAD),
+        ("reset_session", RESET_SESSION),
         ("fill_table", FILL_TABLE),
         ("shared_heads", SHARED_HEADS),
         ("scan", SCAN),
@@ -1056,7 +1090,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         assert!(!code.contains("APPLOCK_TEST"), "{code}");
-        let held = babelfish_applock_held(key, Holder::Another);
+        let held = babelfish_applock_held_by_another(key);
         assert_eq!(code.matches(&held).count(), 2, "{code}");
         assert!(
             held.contains("CAST(l.classid AS BIGINT) = 248213367"),
