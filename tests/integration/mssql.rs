@@ -1222,18 +1222,7 @@ async fn watermark_published_checked_and_never_lowered() {
     // placeholder user (the test logs in as the admin).
     let (code, script) = bin::run(healer(&cs, &["sql"], &wm), Duration::from_secs(30)).await;
     assert_eq!(code, 0, "{script}");
-    let ddl = script
-        .split("\nGO\n")
-        .last()
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut client = db.client().await;
-    let (create_schema, create_table) = ddl.split_once("IF OBJECT_ID").expect("two statements");
-    ms::exec(&mut client, create_schema).await;
-    ms::exec(&mut client, &format!("IF OBJECT_ID{create_table}")).await;
+    ms::create_watermark_table(&mut db.client().await, &script).await;
     let (code, out) = bin::run(healer(&cs, &["check"], &wm), Duration::from_secs(60)).await;
     assert!(
         out.contains(&format!("{table}: published here, one row per store")),

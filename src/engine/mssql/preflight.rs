@@ -456,20 +456,10 @@ pub(crate) fn findings(
     want: Tombstones<'_>,
 ) -> Vec<Finding> {
     let names = Names::of(schema, f);
-    let s = &names.schema;
-    let mut out = Vec::new();
-    connection(f, &mut out);
+    let mut out = connection_and_schema(f, &names.schema);
     if !f.schema_exists {
-        out.push(Finding::fail(
-            Check::Schema,
-            format!(
-                "schema {s} not found in database {} (or the login may not see it)",
-                f.database
-            ),
-        ));
         return out;
     }
-    out.push(Finding::pass(Check::Schema, format!("{s} exists")));
 
     messages_table(&names, f, columns, &mut out);
     streams_table(&names, f, columns, &mut out);
@@ -480,8 +470,27 @@ pub(crate) fn findings(
     out
 }
 
+/// The connection's findings and the schema's (`s`, bracketed): a failed
+/// schema is the last finding (the caller stops when `!f.schema_exists`).
+pub(crate) fn connection_and_schema(f: &Facts, s: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    connection(f, &mut out);
+    out.push(if f.schema_exists {
+        Finding::pass(Check::Schema, format!("{s} exists"))
+    } else {
+        Finding::fail(
+            Check::Schema,
+            format!(
+                "schema {s} not found in database {} (or the login may not see it)",
+                f.database
+            ),
+        )
+    });
+    out
+}
+
 /// The server, database and login.
-pub(crate) fn connection(f: &Facts, out: &mut Vec<Finding>) {
+fn connection(f: &Facts, out: &mut Vec<Finding>) {
     let platform = match f.engine_edition {
         Some(5) => " (Azure SQL Database)",
         Some(8) => " (Azure SQL Managed Instance)",

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tiberius::ToSql;
 
 use super::preflight::{
-    connection, database_options, grant, identity_cache, identity_of, Column, Facts,
+    connection_and_schema, database_options, grant, identity_cache, identity_of, Column, Facts,
 };
 use super::sql::{quote_ident, render, FILL, FILL_TABLE};
 use crate::engine::profile::{ColumnValue, TableShape, Tombstone};
@@ -251,19 +251,10 @@ pub(crate) fn findings(
     } else {
         &f.user
     });
-    let mut out = Vec::new();
-    connection(f, &mut out);
+    let mut out = connection_and_schema(f, &s);
     if !f.schema_exists {
-        out.push(Finding::fail(
-            Check::Schema,
-            format!(
-                "schema {s} not found in database {} (or the login may not see it)",
-                f.database
-            ),
-        ));
         return out;
     }
-    out.push(Finding::pass(Check::Schema, format!("{s} exists")));
     if !f.messages_exists {
         out.push(Finding::fail(
             Check::Table,

@@ -222,24 +222,6 @@ async fn run(args: &[String]) -> (i32, String) {
     .await
 }
 
-/// The watermark table, created from what `gap-healer sql` prints for it
-/// (its last batch, without the GRANT to the placeholder user: the test
-/// logs in as the admin).
-async fn create_watermark_table(db: &TestDb, script: &str) {
-    let ddl = script
-        .split("\nGO\n")
-        .last()
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let (schema, table) = ddl.split_once("IF OBJECT_ID").expect("two statements");
-    let mut c = db.client().await;
-    ms::exec(&mut c, schema).await;
-    ms::exec(&mut c, &format!("IF OBJECT_ID{table}")).await;
-}
-
 /// SQLStreamStore's SQL Server tables: `check` passes them, `sql` prints
 /// direct mode's grants, and the daemon fills every hole a rolled-back
 /// append left with a message of the tombstone stream (its row in Streams
@@ -267,7 +249,7 @@ async fn sqlstreamstore_holes_become_tombstone_messages_and_a_watermark_bounded_
         )),
         "{script}"
     );
-    create_watermark_table(&db, &script).await;
+    ms::create_watermark_table(&mut db.client().await, &script).await;
     let (code, out) = run(&[vec!["check".to_string()], sss_flags(&cs, &wm)].concat()).await;
     assert_eq!(code, 0, "check\n{out}");
     assert!(out.contains("(sqlstreamstore profile)"), "{out}");

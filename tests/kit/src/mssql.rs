@@ -196,6 +196,24 @@ pub async fn exec(client: &mut Client, sql: &str) {
         .unwrap_or_else(|e| panic!("{e}\nin:\n{sql}"));
 }
 
+/// The watermark table made from the script `gap-healer sql
+/// --watermark-table ...` printed: its last batch, without the GRANT to the
+/// placeholder user (the tests log in as the admin), its two statements
+/// (the schema, then the table) sent apart.
+pub async fn create_watermark_table(client: &mut Client, script: &str) {
+    let ddl = script
+        .split("\nGO\n")
+        .last()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("GRANT") && !l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (create_schema, create_table) = ddl.split_once("IF OBJECT_ID").expect("two statements");
+    exec(client, create_schema).await;
+    exec(client, &format!("IF OBJECT_ID{create_table}")).await;
+}
+
 pub async fn rows(client: &mut Client, sql: &str, params: &[&dyn ToSql]) -> Vec<Row> {
     client
         .query(sql, params)
