@@ -143,7 +143,10 @@ async fn replicas_divide_the_stores_and_a_killed_ones_are_led_again_at_once() {
             .await
             .unwrap();
         let cs = format!("host=127.0.0.1 port={} user={role} dbname=es", cluster.port);
-        let mut text = "engine = \"postgres\"\ngap_timeout = \"1s\"\npoll_interval = \"1s\"\nstart_from = \"0\"\n".to_string();
+        // A 30 s connect timeout: 1,000 stores' first scans queue for one
+        // 16-session pool, and on a loaded machine the default 5 s wait
+        // failed hundreds of them (each then retried 25 s later).
+        let mut text = "engine = \"postgres\"\ngap_timeout = \"1s\"\npoll_interval = \"1s\"\nstart_from = \"0\"\nconnect_timeout = \"30s\"\n".to_string();
         for i in 0..n {
             text += &format!(
                 "\n[[stores]]\nname = \"s{i}\"\nconnection_string = \"{cs}\"\nschema = \"s{i}\"\n"
