@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::engine::{Fence, LeaderLock, LeaderSession};
-use crate::replicas::{self, Follower, Replica, Turn};
+use crate::replicas::{self, Follower, Handovers, Replica, Turn};
 use crate::telemetry as t;
 
 /// How often a follower tries the lock and a leader checks it still holds it.
@@ -118,8 +118,10 @@ impl Election {
     ) -> Election {
         use tracing::Instrument;
         let stop = stop.child_token();
+        let first_scan = FirstScan::new(lock.clone());
         let elector = Elector {
             lock,
+            first_scan,
             key,
             me,
             health,
@@ -158,6 +160,7 @@ impl Drop for Election {
 /// where it publishes, and when it ends.
 struct Elector<L: LeaderLock> {
     lock: Arc<L>,
+    first_scan: FirstScan<L>,
     key: String,
     me: Replica,
     health: Arc<t::Health>,
@@ -190,7 +193,7 @@ impl<L: LeaderLock> Elector<L> {
     /// shape it must not fill), it does not try the lock, and a leader gives
     /// the lock up at its next check, so a healthy replica takes over within
     /// about two intervals. It tries again after its next successful scan.
-    async fn elect(self) {
+    async fn elect(mut self) {
         let key = self.key.as_str();
         info!(key = %key, replica = %self.me, "leader election: trying the store's leader lock");
         let mut said = Said::Nothing;
@@ -201,9 +204,13 @@ impl<L: LeaderLock> Elector<L> {
         // A follower's session, kept between tries.
         let mut idle: Option<L::Session> = None;
         let mut follower = Follower::default();
-        let mut last_handover: Option<tokio::time::Instant> = None;
+        let mut handovers = Handovers::default();
         loop {
-            if let Some(why) = self.health.cannot_fill() {
+            let cannot = self.health.cannot_fill();
+            if cannot != Some(t::CannotFill::NotScannedYet) {
+                self.first_scan.ended();
+            }
+            if let Some(why) = cannot {
                 if said_unable.as_ref() != Some(&why) {
                     if why == t::CannotFill::NotScannedYet {
                         debug!(key = %key, "not taking the leader lock before the first scan");
@@ -237,12 +244,12 @@ impl<L: LeaderLock> Elector<L> {
                             said = Said::Nothing;
                             unreachable = false;
                             follower.reset();
-                            match self.lead(session, last_handover).await {
+                            match self.lead(session, &mut handovers).await {
                                 Reign::Stopped => return,
                                 // `said_unable` is `None` here: it was cleared before the try.
                                 Reign::SteppedDown { unable } => said_unable = unable,
-                                Reign::HandedOver => {
-                                    last_handover = Some(tokio::time::Instant::now())
+                                Reign::HandedOver(to) => {
+                                    handovers.handed_over(to, tokio::time::Instant::now())
                                 }
                             }
                         }
@@ -317,11 +324,7 @@ impl<L: LeaderLock> Elector<L> {
     /// the lock, and steps down (the fence goes to `None` first) when either
     /// fails, or when the roll says another replica on it prefers the store
     /// ([`replicas::hand_over`]).
-    async fn lead(
-        &self,
-        mut session: L::Session,
-        last_handover: Option<tokio::time::Instant>,
-    ) -> Reign {
+    async fn lead(&self, mut session: L::Session, handovers: &mut Handovers) -> Reign {
         let (key, tx, stop) = (self.key.as_str(), &self.tx, &self.stop);
         let token = session.fence_token();
         info!(key = %key, session = token.session_id, "became the leader: this process fills");
@@ -351,7 +354,7 @@ impl<L: LeaderLock> Elector<L> {
                 check = tokio::time::timeout(ELECTION_INTERVAL, self.lock.still_held(&mut session, key)) => check,
             };
             let why = match check {
-                Ok(Ok(true)) => match self.hand_over_to(since, last_handover).await {
+                Ok(Ok(true)) => match self.hand_over_to(since, handovers).await {
                     None => continue,
                     Some(other) => {
                         // Step down before giving the lock up.
@@ -361,7 +364,7 @@ impl<L: LeaderLock> Elector<L> {
                             _ = stop.cancelled() => return Reign::Stopped,
                             _ = self.lock.release(session, key) => {}
                         }
-                        return Reign::HandedOver;
+                        return Reign::HandedOver(other);
                     }
                 },
                 Ok(Ok(false)) => "the lock is no longer held".to_string(),
@@ -369,7 +372,22 @@ impl<L: LeaderLock> Elector<L> {
                     t::Observer::db_error(&*self.health, t::Operation::Leader);
                     format!("the lock's session failed: {e}")
                 }
-                Err(_) => "the lock's session did not answer in time".to_string(),
+                Err(_) => {
+                    // Step down before anything else: no fill may start from now on.
+                    tx.set(None);
+                    warn!(key = %key, reason = "the lock's session did not answer in time", "stepped down as leader; giving the lock up");
+                    // The lock may still be held: a session shared by many
+                    // stores outlives this store's reign, and kept the lock
+                    // with no leader behind it (no other replica could take
+                    // it, and this one followed its own lock). Released, it
+                    // is free for whoever can lead; on a session of its own
+                    // this closes it, as before.
+                    tokio::select! {
+                        _ = stop.cancelled() => return Reign::Stopped,
+                        _ = self.lock.release(session, key) => {}
+                    }
+                    return Reign::SteppedDown { unable: None };
+                }
             };
             // Step down before anything else: no fill may start from now on.
             tx.set(None);
@@ -383,7 +401,7 @@ impl<L: LeaderLock> Elector<L> {
     async fn hand_over_to(
         &self,
         since: tokio::time::Instant,
-        last_handover: Option<tokio::time::Instant>,
+        handovers: &mut Handovers,
     ) -> Option<Replica> {
         let now = tokio::time::Instant::now();
         if now.duration_since(since) < replicas::HANDOVER_AFTER {
@@ -394,7 +412,7 @@ impl<L: LeaderLock> Elector<L> {
                 .await
                 .ok()?
                 .ok()??;
-        replicas::hand_over(&standing, self.me, since, last_handover, now)
+        handovers.due(&standing, self.me, since, now)
     }
 }
 
@@ -407,7 +425,39 @@ enum Reign {
     SteppedDown { unable: Option<t::CannotFill> },
     /// Gave the store to the replica that prefers it (the fence is `None`,
     /// the lock released).
-    HandedOver,
+    HandedOver(Replica),
+}
+
+/// A store of the lock whose first scan has not ended yet, from the
+/// election's start until [`FirstScan::ended`] or the election's end: a
+/// lock shared by a database's stores puts its replica on the roll only
+/// once none is left ([`LeaderLock::first_scan_pending`]).
+struct FirstScan<L: LeaderLock> {
+    lock: Arc<L>,
+    pending: bool,
+}
+
+impl<L: LeaderLock> FirstScan<L> {
+    fn new(lock: Arc<L>) -> Self {
+        lock.first_scan_pending();
+        FirstScan {
+            lock,
+            pending: true,
+        }
+    }
+
+    /// The store's first scan ended (succeeded or failed); said once.
+    fn ended(&mut self) {
+        if std::mem::take(&mut self.pending) {
+            self.lock.first_scan_ended();
+        }
+    }
+}
+
+impl<L: LeaderLock> Drop for FirstScan<L> {
+    fn drop(&mut self) {
+        self.ended();
+    }
 }
 
 #[cfg(test)]
@@ -514,6 +564,53 @@ mod tests {
         e.stop().await;
         assert!(!leader.is_leader(), "the fence is withdrawn");
         assert_eq!(ended.load(Ordering::SeqCst), 1, "the session is closed");
+    }
+
+    /// A lock whose checks never answer, counting its releases.
+    struct Slow {
+        released: Arc<AtomicUsize>,
+    }
+    impl LeaderLock for Slow {
+        type Session = Session;
+        async fn open_session(&self, _key: &str) -> DbResult<Session> {
+            Ok(Session(Dropped(Arc::new(AtomicUsize::new(0)))))
+        }
+        fn reusable(&self, _: &Session) -> bool {
+            true
+        }
+        async fn try_lock(&self, session: Session, _key: &str) -> DbResult<(bool, Session)> {
+            Ok((true, session))
+        }
+        async fn still_held(&self, _: &mut Session, _key: &str) -> DbResult<bool> {
+            std::future::pending().await
+        }
+        async fn release(&self, _session: Session, _key: &str) {
+            self.released.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The 1,000-store run on a loaded machine: a leader whose check of a
+    /// shared lock session did not answer within the interval stepped down
+    /// but left its lock held on the session, which outlives the store's
+    /// reign, so no replica could lead the store (532 of 1,000 unled). A
+    /// leader that steps down for a check that did not answer gives the
+    /// lock up.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_check_does_not_answer_gives_its_lock_up() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let health = t::Health::new(Duration::from_millis(100), Duration::from_secs(1));
+        health.scan_completed();
+        let (tx, leader) = Leader::channel();
+        let parent = CancellationToken::new();
+        let lock = Arc::new(Slow {
+            released: released.clone(),
+        });
+        let e = Election::start(lock, "k".into(), Replica::new(0, 1), health, tx, &parent);
+        tokio::time::sleep(ELECTION_INTERVAL / 2).await;
+        assert!(leader.is_leader());
+        tokio::time::sleep(ELECTION_INTERVAL * 2).await;
+        assert!(released.load(Ordering::SeqCst) >= 1, "the lock is given up");
+        e.stop().await;
     }
 
     /// Dropped without `stop` (its owner ended by a panic, say), the

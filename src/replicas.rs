@@ -13,9 +13,16 @@
 //!   only once it has been free for [`TAKEOVER_GRACE`] (a preferred replica
 //!   that cannot fill, or has not read the roll yet, delays a store by that
 //!   long, never for good);
+//! - a replica is on the roll only once every store of the database it
+//!   heals has ended its first scan (the lock session joins it then): the
+//!   others leave it no free lock and hand it no store before it can lead
+//!   them;
 //! - a leader that is not the preferred replica of a store whose preferred
 //!   replica is on the roll hands the store over ([`HANDOVER_AFTER`] after
-//!   it began leading, at most once per [`HANDOVER_BACKOFF`] per store);
+//!   it began leading); when the store comes back (the preferred replica did
+//!   not keep it), it waits [`HANDOVER_BACKOFF_FIRST`] before the next try,
+//!   twice as long after each further failure, up to [`HANDOVER_BACKOFF`]
+//!   ([`Handovers`]);
 //! - a follower of a held lock makes no statement of its own: the roll,
 //!   read once per database and interval, says the lock is held.
 //!
@@ -38,10 +45,18 @@ pub const TAKEOVER_GRACE: Duration = Duration::from_secs(3);
 /// and can fill by then.
 pub const HANDOVER_AFTER: Duration = Duration::from_secs(5);
 
-/// How long after handing a store over a replica leads it on before handing
-/// it over again: a preferred replica that did not take it (it cannot fill
-/// the store, say) costs a [`TAKEOVER_GRACE`] without a leader this often,
-/// not every few seconds.
+/// How long after a failed hand-over (the store came back to this replica
+/// while the replica it went to is still preferred) a replica leads it on
+/// before handing it to that replica again: short, because the usual cause
+/// is passing (a preferred replica whose first scan of the store has not
+/// ended, or a lock session just lost); doubled after each further failure
+/// up to [`HANDOVER_BACKOFF`].
+pub const HANDOVER_BACKOFF_FIRST: Duration = Duration::from_secs(30);
+
+/// The longest wait between two hand-overs of a store to the same replica:
+/// a preferred replica that never keeps it (it cannot fill the store, say)
+/// costs a [`TAKEOVER_GRACE`] without a leader this often, not every few
+/// seconds.
 pub const HANDOVER_BACKOFF: Duration = Duration::from_secs(300);
 
 /// A replica: the roll it is on and its number there (a 32-bit hash of
@@ -189,22 +204,74 @@ impl Follower {
     }
 }
 
-/// Whether a leader hands its store to the preferred replica now: that
-/// replica is another one, on the roll, this one has led for
-/// [`HANDOVER_AFTER`], and it has not handed the store over within
-/// [`HANDOVER_BACKOFF`].
-pub fn hand_over(
-    standing: &Standing,
-    me: Replica,
-    leading_since: Instant,
-    last_handover: Option<Instant>,
-    now: Instant,
-) -> Option<Replica> {
-    let due = standing.preferred != me
-        && standing.preferred_on_roll
-        && now.duration_since(leading_since) >= HANDOVER_AFTER
-        && last_handover.is_none_or(|at| now.duration_since(at) >= HANDOVER_BACKOFF);
-    due.then_some(standing.preferred)
+/// One replica's hand-overs of one store: the last one (when, to which
+/// replica) and how long it waits before handing the store to that replica
+/// again. Kept across its reigns over the store.
+#[derive(Clone, Debug, Default)]
+pub struct Handovers {
+    last: Option<Handed>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Handed {
+    at: Instant,
+    to: Replica,
+    backoff: Duration,
+}
+
+impl Handovers {
+    /// Whether a leader that has led the store since `leading_since`
+    /// hands it to the preferred replica now: that replica is another one,
+    /// on the roll, this one has led for [`HANDOVER_AFTER`], and, if this
+    /// one handed the store to that same replica before (and it came back),
+    /// the backoff since that hand-over has passed. A standing that names
+    /// this replica preferred forgets the hand-overs: the store is led by
+    /// its preferred replica.
+    pub fn due(
+        &mut self,
+        standing: &Standing,
+        me: Replica,
+        leading_since: Instant,
+        now: Instant,
+    ) -> Option<Replica> {
+        if standing.preferred == me {
+            self.last = None;
+            return None;
+        }
+        if !standing.preferred_on_roll || now.duration_since(leading_since) < HANDOVER_AFTER {
+            return None;
+        }
+        match self.last {
+            Some(h) if h.to == standing.preferred && now.duration_since(h.at) < h.backoff => None,
+            _ => Some(standing.preferred),
+        }
+    }
+
+    /// This replica handed the store to `to` at `now`. If it last handed
+    /// it to the same replica less than twice that hand-over's backoff ago,
+    /// that one failed (the store came back as soon as it could), and the
+    /// next wait is twice as long, up to [`HANDOVER_BACKOFF`]; else it is
+    /// [`HANDOVER_BACKOFF_FIRST`].
+    pub fn handed_over(&mut self, to: Replica, now: Instant) {
+        let backoff = match self.last {
+            Some(h) if h.to == to && now.duration_since(h.at) < h.backoff * 2 => {
+                (h.backoff * 2).min(HANDOVER_BACKOFF)
+            }
+            _ => HANDOVER_BACKOFF_FIRST,
+        };
+        self.last = Some(Handed {
+            at: now,
+            to,
+            backoff,
+        });
+    }
+
+    /// How long after the last hand-over this replica waits before handing
+    /// the store to the same replica again (`None`: no hand-over to wait
+    /// for).
+    pub fn backoff(&self) -> Option<Duration> {
+        self.last.map(|h| h.backoff)
+    }
 }
 
 /// The replica of `replicas` that prefers the store with leader key `key`:
@@ -356,44 +423,92 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_hands_over_only_to_a_preferred_replica_on_the_roll_and_not_often() {
+    fn a_leader_hands_over_only_to_a_preferred_replica_on_the_roll() {
         let me = Replica::new(0, 1);
         let other = Replica::new(0, 2);
         let t0 = Instant::now();
         let after = t0 + HANDOVER_AFTER;
+        let mut h = Handovers::default();
+        assert_eq!(h.due(&standing(true, me, true), me, t0, after), None);
         assert_eq!(
-            hand_over(&standing(true, me, true), me, t0, None, after),
-            None
-        );
-        assert_eq!(
-            hand_over(&standing(true, other, false), me, t0, None, after),
+            h.due(&standing(true, other, false), me, t0, after),
             None,
             "the preferred replica is not on the roll"
         );
         assert_eq!(
-            hand_over(&standing(true, other, true), me, t0, None, t0),
+            h.due(&standing(true, other, true), me, t0, t0),
             None,
             "just began leading"
         );
         assert_eq!(
-            hand_over(&standing(true, other, true), me, t0, None, after),
+            h.due(&standing(true, other, true), me, t0, after),
             Some(other)
         );
+    }
+
+    /// The 1,000-store run: a store handed to a replica that could not
+    /// lead it yet came back and was kept for the whole 5-minute backoff.
+    /// Now the wait after a failed hand-over starts at 30 s and doubles
+    /// with each further failure, up to 5 minutes.
+    #[test]
+    fn a_failed_hand_over_is_tried_again_after_30_s_then_ever_less_often() {
+        let me = Replica::new(0, 1);
+        let other = Replica::new(0, 2);
+        let to_other = standing(true, other, true);
+        let mut h = Handovers::default();
+        let mut now = Instant::now() + HANDOVER_AFTER;
+        let since = now - HANDOVER_AFTER;
+        assert_eq!(h.due(&to_other, me, since, now), Some(other));
+        h.handed_over(other, now);
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            // Back 4 s later (the 3 s grace and a turn): this replica leads
+            // it again, and hands it over once the backoff has passed.
+            let back = now + Duration::from_secs(4);
+            let wait = h.backoff().unwrap();
+            let ready = now + wait;
+            assert_eq!(
+                h.due(&to_other, me, back, ready - Duration::from_secs(1)),
+                None,
+                "within the {wait:?} backoff"
+            );
+            assert_eq!(h.due(&to_other, me, back, ready), Some(other));
+            h.handed_over(other, ready);
+            waits.push(wait.as_secs());
+            now = ready;
+        }
+        assert_eq!(waits, [30, 60, 120, 240, 300, 300]);
+    }
+
+    #[test]
+    fn hand_over_backoffs_start_again_once_the_store_was_led_by_its_preferred_replica() {
+        let me = Replica::new(0, 1);
+        let (b, c) = (Replica::new(0, 2), Replica::new(0, 3));
+        let t0 = Instant::now();
+        let mut h = Handovers::default();
+        h.handed_over(b, t0);
+        h.handed_over(b, t0 + Duration::from_secs(30));
+        assert_eq!(h.backoff(), Some(Duration::from_secs(60)));
+        // Another replica is preferred now (the roll changed): no waiting
+        // on what happened with the first.
+        let t1 = t0 + Duration::from_secs(40);
         assert_eq!(
-            hand_over(&standing(true, other, true), me, t0, Some(t0), after),
-            None,
-            "handed over a moment ago"
+            h.due(&standing(true, c, true), me, t1 - HANDOVER_AFTER, t1),
+            Some(c)
         );
+        // Led by its preferred replica (this one): forgotten.
+        assert_eq!(h.due(&standing(true, me, true), me, t0, t1), None);
+        assert_eq!(h.backoff(), None);
         assert_eq!(
-            hand_over(
-                &standing(true, other, true),
-                me,
-                t0,
-                Some(t0),
-                t0 + HANDOVER_BACKOFF
-            ),
-            Some(other)
+            h.due(&standing(true, b, true), me, t1 - HANDOVER_AFTER, t1),
+            Some(b)
         );
+        // A store that comes back long after a hand-over (that one held)
+        // starts at the first backoff again.
+        let mut h = Handovers::default();
+        h.handed_over(b, t0);
+        h.handed_over(b, t0 + Duration::from_secs(3600));
+        assert_eq!(h.backoff(), Some(HANDOVER_BACKOFF_FIRST));
     }
 
     #[test]

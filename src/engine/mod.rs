@@ -580,6 +580,16 @@ pub trait LeaderLock: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// One more store of this lock waits for its first scan to end (its
+    /// election began). A lock shared by a database's stores puts its
+    /// replica on the roll only while none waits, so the other replicas
+    /// leave it no store before it can lead them. Others: nothing to do.
+    fn first_scan_pending(&self) {}
+
+    /// A store's first scan ended (or its election did), after
+    /// [`LeaderLock::first_scan_pending`].
+    fn first_scan_ended(&self) {}
+
     /// Puts `session` on its database's roll as `me`: whether it took
     /// (another live session with that number keeps it off). Engines that
     /// read no roll: nothing to do.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{DbResult, FenceToken, LeaderLock, LeaderSession};
 use crate::replicas::{Replica, Roll, Standing};
@@ -48,6 +48,9 @@ pub struct SharedLock<L: LeaderLock> {
     /// The session put on the roll (its generation), and the last reading
     /// of the roll with its time.
     roll: std::sync::Mutex<RollState>,
+    /// The stores of this lock whose first scan has not ended: the session
+    /// joins the roll only when there are none.
+    unscanned: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -82,6 +85,7 @@ impl<L: LeaderLock> SharedLock<L> {
             verified: std::sync::Mutex::new(None),
             session: tokio::sync::Mutex::new((0, None)),
             roll: std::sync::Mutex::new(RollState::default()),
+            unscanned: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 }
@@ -132,9 +136,21 @@ impl<L: LeaderLock> LeaderLock for SharedLock<L> {
         }
     }
 
+    fn first_scan_pending(&self) {
+        self.unscanned
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn first_scan_ended(&self) {
+        self.unscanned
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// From the last reading of the roll when it is fresh; else reads it on
     /// the shared session (opening one if there is none, and putting it on
-    /// the roll first).
+    /// the roll first once every store of the lock has ended its first
+    /// scan: on the roll, a replica is left free locks and handed stores,
+    /// so it joins when it can lead every store it heals).
     async fn standing(&self, key: &str, me: Replica) -> DbResult<Option<Standing>> {
         let id = self.lock.roll_id(key);
         let fresh = |state: &RollState| {
@@ -161,9 +177,12 @@ impl<L: LeaderLock> LeaderLock for SharedLock<L> {
             }
         };
         let joined = self.roll.lock().unwrap_or_else(|e| e.into_inner()).joined;
-        if joined != slot.0 {
+        let unscanned = self.unscanned.load(std::sync::atomic::Ordering::SeqCst);
+        if joined != slot.0 && unscanned == 0 {
             // On an error the session is dropped here: every lock on it goes.
-            if !self.lock.join_roll(&mut session, me).await? {
+            if self.lock.join_roll(&mut session, me).await? {
+                info!(replica = %me, "on the roll of replicas: every store of this database has been scanned once");
+            } else {
                 warn!(replica = %me, "another live session is on the roll as this replica's number: the other replicas do not see this one, and leave it no stores of their own accord");
             }
             self.roll.lock().unwrap_or_else(|e| e.into_inner()).joined = slot.0;
@@ -248,6 +267,71 @@ mod tests {
             self.checks.fetch_add(1, Ordering::SeqCst);
             Ok(true)
         }
+    }
+
+    /// A lock with a roll, counting the sessions put on it.
+    #[derive(Default)]
+    struct Rolling {
+        joins: AtomicUsize,
+    }
+
+    impl LeaderLock for Rolling {
+        type Session = Session;
+        async fn open_session(&self, _key: &str) -> DbResult<Session> {
+            Ok(Session)
+        }
+        fn reusable(&self, _session: &Session) -> bool {
+            true
+        }
+        async fn try_lock(&self, session: Session, _key: &str) -> DbResult<(bool, Session)> {
+            Ok((true, session))
+        }
+        async fn still_held(&self, _session: &mut Session, _key: &str) -> DbResult<bool> {
+            Ok(true)
+        }
+        async fn join_roll(&self, _session: &mut Session, _me: Replica) -> DbResult<bool> {
+            self.joins.fetch_add(1, Ordering::SeqCst);
+            Ok(true)
+        }
+        async fn read_roll(&self, _session: &mut Session, _me: Replica) -> DbResult<Option<Roll>> {
+            Ok(Some(Roll::default()))
+        }
+    }
+
+    /// The 1,000-store run: stores were handed to a replica on the roll
+    /// whose first scan of them had not ended, so it could not take them.
+    /// A replica's lock session joins the roll only once every store of
+    /// the lock has ended its first scan; until then it reads the roll
+    /// (as every store's election does) without being on it.
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_joins_the_roll_once_every_store_has_been_scanned() {
+        let inner = Arc::new(Rolling::default());
+        let shared = SharedLock::new(inner.clone());
+        let me = Replica::new(0, 1);
+        shared.first_scan_pending();
+        shared.first_scan_pending();
+        assert!(shared.standing("k0", me).await.unwrap().is_some());
+        assert_eq!(
+            inner.joins.load(Ordering::SeqCst),
+            0,
+            "two stores unscanned"
+        );
+        shared.first_scan_ended();
+        tokio::time::sleep(ROLL_FRESH).await;
+        assert!(shared.standing("k0", me).await.unwrap().is_some());
+        assert_eq!(inner.joins.load(Ordering::SeqCst), 0, "one store unscanned");
+        shared.first_scan_ended();
+        tokio::time::sleep(ROLL_FRESH).await;
+        assert!(shared.standing("k1", me).await.unwrap().is_some());
+        assert_eq!(inner.joins.load(Ordering::SeqCst), 1, "joined");
+        tokio::time::sleep(ROLL_FRESH).await;
+        shared.first_scan_pending();
+        assert!(shared.standing("k2", me).await.unwrap().is_some());
+        assert_eq!(
+            inner.joins.load(Ordering::SeqCst),
+            1,
+            "a store found later does not take the session off the roll"
+        );
     }
 
     /// 100 stores on one shared session: their checks within the freshness
