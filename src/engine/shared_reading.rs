@@ -5,8 +5,8 @@
 //! the caller's rule lets it serve, or else from a new reading of every
 //! member in it. How a reading is sent, and when one may serve, are the
 //! engine's: PostgreSQL's heads and checkpoints (`postgres/heads.rs`,
-//! `postgres/checkpoints.rs`), SQL Server's heads by three-part names
-//! (`mssql/heads.rs`).
+//! `postgres/checkpoints.rs`), SQL Server's heads and checkpoints by
+//! three-part names (`mssql/heads.rs`, `mssql/checkpoints.rs`).
 //!
 //! Architecture invariants:
 //! - A store is in a reading only while it is shared ([`Member::share`]),

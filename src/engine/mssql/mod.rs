@@ -32,6 +32,7 @@
 //! into SQL but the validated schema and, in the procedure only, the
 //! tombstone stream and type as escaped literals.
 
+mod checkpoints;
 mod conn;
 mod errors;
 mod fill;
@@ -147,6 +148,8 @@ pub struct Sharing {
     pools: pool::Shared<Pool<Manager>>,
     /// The head readings of each instance (server, login, options).
     heads: pool::Shared<heads::Heads>,
+    /// The checkpoint readings of each instance, likewise.
+    checkpoints: pool::Shared<checkpoints::Checkpoints>,
 }
 
 impl Sharing {
@@ -170,6 +173,10 @@ pub struct MssqlEngine {
     /// Its place in its instance's shared head readings; `None` when its
     /// connection string names no database.
     heads: Option<heads::Membership>,
+    /// Its place in its instance's shared checkpoint readings; `None` when
+    /// its connection string names no database or its profile keeps no
+    /// checkpoints.
+    checkpoint_share: Option<checkpoints::Membership>,
 }
 
 impl fmt::Debug for MssqlEngine {
@@ -230,11 +237,22 @@ impl MssqlEngine {
                 settings.connect_timeout,
             )
         });
-        let heads = conn::instance_and_database(secret.expose()).map(|(instance, db)| {
-            let key = format!("{:?}\n{instance}", settings.connect_timeout);
-            let instance = shared.heads.get(&key, heads::Heads::default, |_| {});
-            heads::join(&instance, &db, &settings.schema, &settings.profile)
+        let instance = conn::instance_and_database(secret.expose())
+            .map(|(instance, db)| (format!("{:?}\n{instance}", settings.connect_timeout), db));
+        let heads = instance.as_ref().map(|(key, db)| {
+            let instance = shared.heads.get(key, heads::Heads::default, |_| {});
+            heads::join(&instance, db, &settings.schema, &settings.profile)
         });
+        let checkpoint_share =
+            instance
+                .filter(|_| settings.profile.has_checkpoints())
+                .map(|(key, db)| {
+                    let instance =
+                        shared
+                            .checkpoints
+                            .get(&key, checkpoints::Checkpoints::default, |_| {});
+                    checkpoints::join(&instance, &db, &settings.schema)
+                });
         Ok(MssqlEngine {
             settings: settings.clone(),
             config,
@@ -244,6 +262,7 @@ impl MssqlEngine {
             mode: AtomicU8::new(fill::MODE_UNKNOWN),
             server: std::sync::OnceLock::new(),
             heads,
+            checkpoint_share,
         })
     }
 
@@ -310,6 +329,27 @@ impl MssqlEngine {
             .into_iter()
             .next()
             .unwrap_or_default())
+    }
+
+    /// The store's own checkpoints, read alone (`checkpoints.sql`): `None`
+    /// when it has no Checkpoints table (the statement then returns no
+    /// result set at all; an empty table returns an empty one).
+    async fn own_checkpoints(&self) -> DbResult<Option<Vec<Checkpoint>>> {
+        let sets = self.read(&self.sql.checkpoints, &[]).await?;
+        let Some(rows) = sets.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut found = rows
+            .iter()
+            .map(|row| {
+                Ok(Checkpoint {
+                    id: get::<&str>(row, "id")?.unwrap_or_default().to_string(),
+                    position: get::<i64>(row, "position")?,
+                })
+            })
+            .collect::<DbResult<Vec<_>>>()?;
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(Some(found))
     }
 
     /// The state of a pooled session (transaction count, lock timeout,
@@ -475,15 +515,18 @@ impl Engine for MssqlEngine {
         if !self.settings.profile.has_checkpoints() {
             return Ok(Vec::new());
         }
-        let rows = self.read_first(&self.sql.checkpoints, &[]).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Checkpoint {
-                    id: get::<&str>(row, "id")?.unwrap_or_default().to_string(),
-                    position: get::<i64>(row, "position")?,
-                })
-            })
-            .collect()
+        if let Some(share) = &self.checkpoint_share {
+            if let Some(rows) = share.checkpoints(self).await {
+                return Ok(rows);
+            }
+        }
+        let rows = self.own_checkpoints().await;
+        // Read with the other stores of the instance from now on only when
+        // the table is there and was read.
+        if let Some(share) = &self.checkpoint_share {
+            share.share(rows.as_ref().is_ok_and(Option::is_some));
+        }
+        Ok(rows?.unwrap_or_default())
     }
 
     async fn scan(&self, after: i64, limit: u32) -> DbResult<ScanPage> {
@@ -700,6 +743,15 @@ impl MssqlEngine {
     /// connection string).
     pub fn shared_readings(&self) -> u64 {
         self.heads.as_ref().map_or(0, heads::Membership::readings)
+    }
+
+    /// Statements of checkpoint readings the stores of its instance have
+    /// sent together ([`Engine::checkpoints`]), for tests and diagnostics
+    /// (0 when it is in none).
+    pub fn checkpoint_readings(&self) -> u64 {
+        self.checkpoint_share
+            .as_ref()
+            .map_or(0, checkpoints::Membership::readings)
     }
 }
 

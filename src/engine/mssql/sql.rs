@@ -33,6 +33,10 @@ pub(crate) const HEAD: &str = include_str!("../../../sql/mssql/head.sql");
 /// The heads of many stores of one instance (`super::heads`); names each
 /// store's table itself, by three-part names.
 pub(crate) const SHARED_HEADS: &str = include_str!("../../../sql/mssql/shared_heads.sql");
+/// The checkpoints of many stores of one instance (`super::checkpoints`);
+/// names each store's table itself, by three-part names.
+pub(crate) const SHARED_CHECKPOINTS: &str =
+    include_str!("../../../sql/mssql/shared_checkpoints.sql");
 pub(crate) const SCAN: &str = include_str!("../../../sql/mssql/scan.sql");
 pub(crate) const PROBE: &str = include_str!("../../../sql/mssql/probe.sql");
 pub(crate) const CHECKPOINTS: &str = include_str!("../../../sql/mssql/checkpoints.sql");
@@ -638,6 +642,7 @@ mod tests {
         ("scan", SCAN),
         ("probe", PROBE),
         ("checkpoints", CHECKPOINTS),
+        ("shared_checkpoints", SHARED_CHECKPOINTS),
         ("identity", IDENTITY),
         ("fill", FILL),
         ("fill_call", FILL_CALL),
@@ -659,12 +664,13 @@ mod tests {
         ("open_transactions_babelfish", OPEN_TRANSACTIONS_BABELFISH),
     ];
 
-    /// Files that name no schema of their own (the shared heads name each
-    /// store's table by three parts), the session's own state, the leader
-    /// lock (an application lock of the database, named by `@P1`), the
-    /// server and its databases.
-    const SCHEMALESS: [&str; 11] = [
+    /// Files that name no schema of their own (the shared heads and
+    /// checkpoints name each store's table by three parts), the session's
+    /// own state, the leader lock (an application lock of the database,
+    /// named by `@P1`), the server and its databases.
+    const SCHEMALESS: [&str; 12] = [
         "shared_heads",
+        "shared_checkpoints",
         "session_state",
         "leader_lock",
         "leader_check",
