@@ -634,7 +634,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 26] = [
+    const ALL: [(&str, &str); 27] = [
         ("head", HEAD),
         ("reset_session", RESET_SESSION),
         ("fill_table", FILL_TABLE),
