@@ -195,15 +195,9 @@ impl Healers {
     }
 
     /// SIGKILLs one healer, the leader half of the time; it comes back
-    /// 0.2-2 s later. Only a healer that has begun (its first scan begun)
-    /// is killed: one killed before it could lead tests no hand-over, and
-    /// on Babelfish a new healer's first statements take 5-13 s (each is
-    /// compiled in each new session), longer than the 1.5-4 s between
-    /// kills, so killing at random left one leader in a 30 s run.
+    /// 0.2-2 s later.
     fn kill_one(&mut self, rng: &mut StdRng, now: Instant) {
-        let alive: Vec<usize> = (0..HEALERS)
-            .filter(|s| self.slots[*s].is_some_and(|i| self.instances[i].has_begun()))
-            .collect();
+        let alive: Vec<usize> = (0..HEALERS).filter(|s| self.slots[*s].is_some()).collect();
         let victim = match current_leader(&self.instances, &self.slots) {
             Some(leader) if rng.random_bool(0.5) => Some(leader),
             _ if !alive.is_empty() => Some(alive[rng.random_range(0..alive.len())]),

@@ -786,13 +786,6 @@ impl Instance {
         self.process.lines()
     }
 
-    /// Whether it has begun healing: connected, its store's shape checked,
-    /// its first scan begun ("scan starts"), after which it may lead.
-    pub fn has_begun(&self) -> bool {
-        self.process
-            .with_lines(|lines| lines.iter().any(|l| l.contains("\"scan starts")))
-    }
-
     /// Whether its latest word on leadership is that it became the leader.
     pub fn says_it_leads(&self) -> bool {
         self.process.with_lines(|lines| {
