@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 use tiberius::{Row, ToSql};
 
 use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
-use super::leader::AppLockKey;
 use super::preflight::CANNOT_IMPERSONATE;
-use super::sql::babelfish_fence_param;
+use super::sql::{babelfish_fence_param, AppLockKey};
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;

@@ -42,7 +42,7 @@ use std::fmt;
 
 use super::conn::{self, Client};
 use super::errors::{applock_result, LOCK_TIMEOUT};
-use super::sql::{babelfish_leader_lock, LEADER_KEYS_BABELFISH};
+use super::sql::{babelfish_leader_lock, AppLockKey, LEADER_KEYS_BABELFISH};
 use super::{get, get_integer, run, sql, MssqlEngine};
 use crate::engine::{DbError, DbResult, FenceToken, LeaderLock, LeaderSession};
 
@@ -66,50 +66,6 @@ fn check_leader_key(key: &str) -> DbResult<()> {
 /// the lock is held (`NoLock` or anything else: it is not).
 fn lock_mode_is_held(mode: Option<&str>) -> bool {
     mode == Some("Exclusive")
-}
-
-/// Where Babelfish keeps the application lock of a name: PostgreSQL's
-/// advisory lock key, as `pg_catalog.pg_locks` shows it (classid the high
-/// 32 bits, objid the low 32 bits, objsubid 2, in the database's own row).
-///
-/// Babelfish 4.2 hashes the name's bytes as the server stores them (UTF-8;
-/// at most 255 bytes, cut before a character that does not fit) into a
-/// 63-bit key: a polynomial of base 31 modulo 2^63 - 1 whose coefficients
-/// are the bytes read as signed chars less 96, summed in wrapping 64-bit
-/// arithmetic. Checked against the server for ASCII names, accented,
-/// Cyrillic and astral characters, and names cut at 255 bytes
-/// (`tests::app_lock_keys_are_babelfishs`). Should another held name
-/// hash to the same key (about 1 in 2^63), Babelfish moves on to the next
-/// free key: the session that takes the lock checks in `pg_locks` that it
-/// holds the keys computed here (`sql/mssql/leader_keys_babelfish.sql`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct AppLockKey {
-    pub(crate) classid: u32,
-    pub(crate) objid: u32,
-}
-
-impl AppLockKey {
-    /// The most bytes of a name Babelfish keeps (its buffer, less the NUL).
-    const MAX_BYTES: usize = 255;
-
-    pub(crate) fn of(name: &str) -> AppLockKey {
-        const MODULUS: i64 = i64::MAX;
-        let mut end = name.len().min(Self::MAX_BYTES);
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        let (mut key, mut power) = (0_u64, 1_i64);
-        for &byte in &name.as_bytes()[..end] {
-            // A C char is signed here: bytes above 127 count negative.
-            let coefficient = i64::from(byte as i8) - 96;
-            key = key.wrapping_add(coefficient.wrapping_mul(power) as u64) % MODULUS as u64;
-            power = power.wrapping_mul(31) % MODULUS;
-        }
-        AppLockKey {
-            classid: (key >> 32) as u32,
-            objid: key as u32,
-        }
-    }
 }
 
 /// The dedicated session that holds the SQL Server leader lock.

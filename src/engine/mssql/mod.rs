@@ -222,12 +222,15 @@ impl MssqlEngine {
                 secret.scrub(&format!("invalid SQL Server connection string: {}", e.0)),
             )
         })?;
-        let sql = Sql::new(
+        let sql = table::for_table(
+            Sql::new(
+                &settings.schema,
+                &settings.tombstone_stream,
+                &settings.tombstone_type,
+            )?,
             &settings.schema,
-            &settings.tombstone_stream,
-            &settings.tombstone_type,
-        )?
-        .for_table(&settings.schema, &settings.profile);
+            &settings.profile,
+        );
         let key = format!("{max_connections}\n{}", settings.sharing_key());
         let pool = Pool::shared(&shared.pools, &key, || {
             Pool::new(
@@ -605,7 +608,11 @@ impl Engine for MssqlEngine {
     }
 
     async fn preflight(&self) -> DbResult<Vec<Finding>> {
-        let mut findings = self.preflight_findings().await?;
+        let mut findings = if self.sql.table.is_some() {
+            self.table_findings().await?
+        } else {
+            self.preflight_findings().await?
+        };
         findings.push(self.proof_finding().await);
         findings.extend(plaintext_warning(&self.config));
         findings.extend(self.watermark_finding().await);

@@ -761,47 +761,10 @@ impl MssqlEngine {
     /// The query step of `check`: `preflight.sql`'s two result sets and the
     /// fill procedure's state, judged by [`findings`].
     pub(crate) async fn preflight_findings(&self) -> DbResult<Vec<Finding>> {
-        let schema: &str = self.settings.schema.as_str();
-        // No connection means nothing could be checked: that is the Err.
-        let mut session = self.checkout().await?;
-        let result = run(&mut session.client, &self.sql.preflight, &[&schema]).await;
-        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
-            session.clean = true;
-        }
-        drop(session);
-        let sets = match result {
-            Ok(sets) => sets,
-            Err(e) => {
-                return Ok(vec![
-                    Finding::pass(Check::Connection, "connected"),
-                    Finding::fail(Check::Preflight, self.driver_error(&e).message),
-                ])
-            }
+        let (facts, columns) = match self.preflight_facts().await? {
+            Ok(read) => read,
+            Err(findings) => return Ok(findings),
         };
-        let mut sets = sets.into_iter();
-        let facts_rows = sets.next().unwrap_or_default();
-        let column_rows = sets.next().unwrap_or_default();
-        let Some(first) = facts_rows.first() else {
-            return Ok(vec![Finding::fail(
-                Check::Preflight,
-                "the preflight query returned no row",
-            )]);
-        };
-        let mut facts = Facts::from_row(first).map_err(|e| self.driver_error(&e))?;
-        facts.babelfish = self.server().await?.babelfish;
-        let columns = column_rows
-            .iter()
-            .map(Column::from_row)
-            .collect::<tiberius::Result<Vec<_>>>()
-            .map_err(|e| self.driver_error(&e))?;
-        if self.sql.table.is_some() {
-            return Ok(super::table::findings(
-                &self.settings.schema,
-                &self.settings.profile,
-                &facts,
-                &columns,
-            ));
-        }
         let procedure = self
             .procedure_state()
             .await
@@ -816,6 +779,48 @@ impl MssqlEngine {
                 kind: &self.settings.tombstone_type,
             },
         ))
+    }
+
+    /// `preflight.sql`'s two result sets read (for a described table, the
+    /// statement renamed for it): its facts and its columns, or the
+    /// findings that say why they could not be read. `Err` only when
+    /// nothing could be checked (no connection).
+    pub(crate) async fn preflight_facts(
+        &self,
+    ) -> DbResult<Result<(Facts, Vec<Column>), Vec<Finding>>> {
+        let schema: &str = self.settings.schema.as_str();
+        let mut session = self.checkout().await?;
+        let result = run(&mut session.client, &self.sql.preflight, &[&schema]).await;
+        if matches!(result, Ok(_) | Err(tiberius::error::Error::Server(_))) {
+            session.clean = true;
+        }
+        drop(session);
+        let sets = match result {
+            Ok(sets) => sets,
+            Err(e) => {
+                return Ok(Err(vec![
+                    Finding::pass(Check::Connection, "connected"),
+                    Finding::fail(Check::Preflight, self.driver_error(&e).message),
+                ]))
+            }
+        };
+        let mut sets = sets.into_iter();
+        let facts_rows = sets.next().unwrap_or_default();
+        let column_rows = sets.next().unwrap_or_default();
+        let Some(first) = facts_rows.first() else {
+            return Ok(Err(vec![Finding::fail(
+                Check::Preflight,
+                "the preflight query returned no row",
+            )]));
+        };
+        let mut facts = Facts::from_row(first).map_err(|e| self.driver_error(&e))?;
+        facts.babelfish = self.server().await?.babelfish;
+        let columns = column_rows
+            .iter()
+            .map(Column::from_row)
+            .collect::<tiberius::Result<Vec<_>>>()
+            .map_err(|e| self.driver_error(&e))?;
+        Ok(Ok((facts, columns)))
     }
 }
 

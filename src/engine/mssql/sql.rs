@@ -21,9 +21,8 @@
 //! the fence's with the leader's session and key bound in `@leader_fence`
 //! ([`babelfish_fence_held`]).
 
-use super::leader::AppLockKey;
-use super::table::{self, TableFill};
-use crate::engine::profile::TableShape;
+use tiberius::ToSql;
+
 use crate::engine::{DbError, DbResult, Ident};
 
 /// Placeholder for the bracketed schema in the SQL files.
@@ -142,13 +141,43 @@ pub(crate) fn render(template: &str, schema: &Ident) -> String {
     template.replace(SCHEMA_PLACEHOLDER, &schema.tsql())
 }
 
+/// A literal of the tombstone row, bound as its own parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Bound {
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Bit(bool),
+}
+
+impl Bound {
+    pub(crate) fn as_sql(&self) -> &dyn ToSql {
+        match self {
+            Bound::Text(v) => v,
+            Bound::Int(v) => v,
+            Bound::Float(v) => v,
+            Bound::Bit(v) => v,
+        }
+    }
+}
+
+/// A described table's fill batch and the literals it binds from
+/// `@P8` on.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TableFill {
+    pub text: String,
+    pub literals: Vec<Bound>,
+    /// `@P7`: the tombstone stream's `Streams.Id`, or '' without a row.
+    pub stream_key: String,
+}
+
 /// Every statement of the engine, rendered once for one schema (and, in the
 /// procedure, one tombstone stream and type).
 #[derive(Clone, Debug)]
 pub(crate) struct Sql {
     pub(crate) head: String,
     pub(crate) scan: String,
-    probe: String,
+    pub(crate) probe: String,
     pub(crate) checkpoints: String,
     pub(crate) identity: String,
     pub(crate) fill: String,
@@ -198,30 +227,6 @@ impl Sql {
             open_transactions_babelfish: render(OPEN_TRANSACTIONS_BABELFISH, schema),
             table: None,
         })
-    }
-
-    /// The statements for `shape`'s table: Eventuous's as they are, a
-    /// described table's reads renamed for it ([`table::rename`]) and its
-    /// own fill ([`table::fill_text`]).
-    pub(crate) fn for_table(mut self, schema: &Ident, shape: &TableShape) -> Sql {
-        if !table::described(shape) {
-            return self;
-        }
-        for text in [
-            &mut self.head,
-            &mut self.scan,
-            &mut self.probe,
-            &mut self.identity,
-            &mut self.preflight,
-            &mut self.table_locks,
-            &mut self.reset_session,
-            &mut self.open_transactions,
-            &mut self.open_transactions_babelfish,
-        ] {
-            *text = table::rename(text, shape);
-        }
-        self.table = Some(table::fill_text(schema, shape));
-        self
     }
 
     /// The direct-mode fill batch as it is sent.
@@ -279,6 +284,50 @@ impl Sql {
             .collect();
         self.probe
             .replacen(PROBE_ROW, &format!("(VALUES {})", rows.join(", ")), 1)
+    }
+}
+
+/// Where Babelfish keeps the application lock of a name: PostgreSQL's
+/// advisory lock key, as `pg_catalog.pg_locks` shows it (classid the high
+/// 32 bits, objid the low 32 bits, objsubid 2, in the database's own row).
+///
+/// Babelfish 4.2 hashes the name's bytes as the server stores them (UTF-8;
+/// at most 255 bytes, cut before a character that does not fit) into a
+/// 63-bit key: a polynomial of base 31 modulo 2^63 - 1 whose coefficients
+/// are the bytes read as signed chars less 96, summed in wrapping 64-bit
+/// arithmetic. Checked against the server for ASCII names, accented,
+/// Cyrillic and astral characters, and names cut at 255 bytes
+/// (`tests::app_lock_keys_are_babelfishs`). Should another held name
+/// hash to the same key (about 1 in 2^63), Babelfish moves on to the next
+/// free key: the session that takes the lock checks in `pg_locks` that it
+/// holds the keys computed here (`sql/mssql/leader_keys_babelfish.sql`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AppLockKey {
+    pub(crate) classid: u32,
+    pub(crate) objid: u32,
+}
+
+impl AppLockKey {
+    /// The most bytes of a name Babelfish keeps (its buffer, less the NUL).
+    const MAX_BYTES: usize = 255;
+
+    pub(crate) fn of(name: &str) -> AppLockKey {
+        const MODULUS: i64 = i64::MAX;
+        let mut end = name.len().min(Self::MAX_BYTES);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (mut key, mut power) = (0_u64, 1_i64);
+        for &byte in &name.as_bytes()[..end] {
+            // A C char is signed here: bytes above 127 count negative.
+            let coefficient = i64::from(byte as i8) - 96;
+            key = key.wrapping_add(coefficient.wrapping_mul(power) as u64) % MODULUS as u64;
+            power = power.wrapping_mul(31) % MODULUS;
+        }
+        AppLockKey {
+            classid: (key >> 32) as u32,
+            objid: key as u32,
+        }
     }
 }
 

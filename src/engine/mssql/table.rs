@@ -24,14 +24,14 @@
 //! numbers; every literal of the tombstone row is a bound parameter.
 
 use serde_json::Value;
-use tiberius::ToSql;
 
 use super::preflight::{
     connection_and_schema, database_options, grant, identity_cache, identity_of, Column, Facts,
 };
-use super::sql::{quote_ident, render, FILL, FILL_TABLE};
+use super::sql::{quote_ident, render, Bound, Sql, TableFill, FILL, FILL_TABLE};
+use super::MssqlEngine;
 use crate::engine::profile::{ColumnValue, TableShape, Tombstone};
-use crate::engine::{Check, Finding, Ident};
+use crate::engine::{Check, DbResult, Finding, Ident};
 
 /// Where `fill.sql`'s Eventuous stages begin and end.
 const STAGES_BEGIN: &str = "    -- BEGIN EVENTUOUS STAGES\n";
@@ -49,6 +49,30 @@ pub(crate) fn described(shape: &TableShape) -> bool {
     !matches!(shape.tombstone, Tombstone::EventuousStream)
 }
 
+/// The statements for `shape`'s table: Eventuous's as they are, a
+/// described table's reads renamed for it ([`rename`]) and its own fill
+/// ([`fill_text`]).
+pub(crate) fn for_table(mut sql: Sql, schema: &Ident, shape: &TableShape) -> Sql {
+    if !described(shape) {
+        return sql;
+    }
+    for text in [
+        &mut sql.head,
+        &mut sql.scan,
+        &mut sql.probe,
+        &mut sql.identity,
+        &mut sql.preflight,
+        &mut sql.table_locks,
+        &mut sql.reset_session,
+        &mut sql.open_transactions,
+        &mut sql.open_transactions_babelfish,
+    ] {
+        *text = rename(text, shape);
+    }
+    sql.table = Some(fill_text(schema, shape));
+    sql
+}
+
 /// One of Eventuous's statements for `shape`'s table: `[Messages]` and
 /// `GlobalPosition` become the table and its position, in literals that
 /// name them too (`N'Messages'`, `N'GlobalPosition'`). Eventuous's own
@@ -62,36 +86,6 @@ pub(crate) fn rename(text: &str, shape: &TableShape) -> String {
         .replace("N'GlobalPosition'", &format!("N'{}'", position.tsql_bare()))
         .replace("[Messages]", &table.tsql())
         .replace("GlobalPosition", &position.tsql())
-}
-
-/// A literal of the tombstone row, bound as its own parameter.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Bound {
-    Text(String),
-    Int(i64),
-    Float(f64),
-    Bit(bool),
-}
-
-impl Bound {
-    pub(crate) fn as_sql(&self) -> &dyn ToSql {
-        match self {
-            Bound::Text(v) => v,
-            Bound::Int(v) => v,
-            Bound::Float(v) => v,
-            Bound::Bit(v) => v,
-        }
-    }
-}
-
-/// A described table's fill batch and the literals it binds from
-/// `@P8` on.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct TableFill {
-    pub text: String,
-    pub literals: Vec<Bound>,
-    /// `@P7`: the tombstone stream's `Streams.Id`, or '' without a row.
-    pub stream_key: String,
 }
 
 /// What one column of the row gets, as T-SQL over `r` (the range) and
@@ -227,6 +221,22 @@ pub(crate) fn fill_text(schema: &Ident, shape: &TableShape) -> TableFill {
         text: rename(&render(&text, schema), shape),
         literals,
         stream_key: shape.stream_row().map(|r| r.id.clone()).unwrap_or_default(),
+    }
+}
+
+impl MssqlEngine {
+    /// The query step of `check` for a described table: `preflight.sql`
+    /// renamed for it, judged by [`findings`].
+    pub(crate) async fn table_findings(&self) -> DbResult<Vec<Finding>> {
+        Ok(match self.preflight_facts().await? {
+            Ok((facts, columns)) => findings(
+                &self.settings.schema,
+                &self.settings.profile,
+                &facts,
+                &columns,
+            ),
+            Err(findings) => findings,
+        })
     }
 }
 
