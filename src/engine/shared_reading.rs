@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -138,6 +139,24 @@ impl<K: Clone, V: Clone> Member<K, V> {
         found
     }
 
+    /// The store's value from a reading at most `fresh` old, taking one
+    /// by `read` when there is none (as [`Member::value`]). A failed
+    /// reading takes the store out of the readings, so it reads its own
+    /// until that succeeds: `None` then, as when the store is not shared.
+    pub(crate) async fn value_within<F, Fut>(&self, fresh: Duration, read: F) -> Option<V>
+    where
+        F: FnOnce(Vec<(u64, K)>) -> Fut,
+        Fut: Future<Output = Result<HashMap<u64, V>, DbError>>,
+    {
+        match self.value(|r| r.began.elapsed() < fresh, read).await? {
+            Ok(value) => Some(value),
+            Err(_) => {
+                self.share(false);
+                None
+            }
+        }
+    }
+
     /// What `reading` says of the store: its value, the reading's error,
     /// or `None` when it does not hold the store.
     fn from(&self, reading: &Reading<V>) -> Option<Result<V, DbError>> {
@@ -183,5 +202,25 @@ mod tests {
         );
         drop(a);
         assert_eq!(readings.members().len(), 1);
+    }
+
+    /// Checkpoints' rule: a reading serves while it is fresh, and one that
+    /// failed takes the store out until its own reading succeeds.
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_reading_serves_and_a_failed_one_unshares_the_store() {
+        let readings: Arc<Readings<String, i64>> = Arc::default();
+        let a = readings.join("a".into());
+        a.share(true);
+        let fresh = Duration::from_secs(5);
+        let read = |members: Vec<(u64, String)>| async move {
+            Ok(members.into_iter().map(|(id, _)| (id, 7)).collect())
+        };
+        let failed = |_: Vec<(u64, String)>| async { Err(DbError::transient("gone")) };
+        assert_eq!(a.value_within(fresh, read).await, Some(7));
+        assert_eq!(a.value_within(fresh, failed).await, Some(7), "still fresh");
+        tokio::time::sleep(fresh).await;
+        assert_eq!(a.value_within(fresh, failed).await, None);
+        assert!(!a.is_shared(), "a failed reading unshares the store");
+        assert_eq!(a.value_within(fresh, read).await, None);
     }
 }

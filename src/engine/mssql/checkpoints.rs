@@ -122,20 +122,9 @@ impl Membership {
     /// not in the readings or the reading failed (it reads its own, and is
     /// out of the readings until that succeeds).
     pub(crate) async fn checkpoints(&self, engine: &MssqlEngine) -> Option<Vec<Checkpoint>> {
-        let found = self
-            .member
-            .value(
-                |r| r.began.elapsed() < FRESH,
-                |members| read(&self.shared, engine, members),
-            )
-            .await?;
-        match found {
-            Ok(rows) => Some(rows),
-            Err(_) => {
-                self.member.share(false);
-                None
-            }
-        }
+        self.member
+            .value_within(FRESH, |members| read(&self.shared, engine, members))
+            .await
     }
 
     /// Statements of shared checkpoint readings sent for the instance

@@ -152,20 +152,9 @@ impl Membership {
     /// readings or the reading failed (it reads its own, and is out of the
     /// readings until that succeeds).
     pub(crate) async fn checkpoints(&self) -> Option<Vec<Checkpoint>> {
-        let found = self
-            .member
-            .value(
-                |r| r.began.elapsed() < FRESH,
-                |members| self.shared.read(members),
-            )
-            .await?;
-        match found {
-            Ok(rows) => Some(rows),
-            Err(_) => {
-                self.member.share(false);
-                None
-            }
-        }
+        self.member
+            .value_within(FRESH, |members| self.shared.read(members))
+            .await
     }
 
     /// Readings the store's pool has sent (for tests and diagnostics).
