@@ -11,14 +11,16 @@
 //! ends with one result row, and [`errors::classify`] turns its error number
 //! and stage into an outcome or an error.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tiberius::{Row, ToSql};
 
 use super::errors::{classify, normalize, server_error, Class, Stage, LEADER_FENCE};
 use super::preflight::CANNOT_IMPERSONATE;
-use super::sql::{babelfish_fence_param, AppLockKey};
+use super::sql::{babelfish_fence_param, AppLockKey, Sql};
 use super::{get, run, MssqlEngine, ProcedureState};
 use crate::engine::{DbError, DbErrorKind, DbResult, Fence, FillOutcome};
 use crate::gaps::PosRange;
@@ -112,6 +114,39 @@ impl StageLines {
             table: line_of(text, TABLE_STAGE),
             messages: line_of(text, MESSAGES_STAGE),
         }
+    }
+}
+
+/// The most direct fill texts an engine keeps: one per pair of waits its
+/// fills use (a handful: `plan::fill_lock_timeouts`), so this is never
+/// reached but by a configuration that changes waits at every fill.
+const RENDERED_FILLS: usize = 32;
+
+/// A direct fill's text (about 17 KB) and where its stages begin, rendered
+/// once for each pair of waits and kind of server, not at every fill.
+#[derive(Default)]
+pub(super) struct RenderedFills {
+    /// By the key wait, the stream wait and whether the server is Babelfish.
+    texts: Mutex<HashMap<(i32, i32, bool), Rendered>>,
+}
+
+/// A rendered fill text and where its stages begin.
+type Rendered = Arc<(String, StageLines)>;
+
+impl RenderedFills {
+    fn get(&self, sql: &Sql, key_ms: i32, stream_ms: i32, babelfish: bool) -> Rendered {
+        let mut texts = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = texts.get(&(key_ms, stream_ms, babelfish)) {
+            return found.clone();
+        }
+        if texts.len() >= RENDERED_FILLS {
+            texts.clear();
+        }
+        let text = sql.direct_fill(key_ms, stream_ms, babelfish);
+        let stages = StageLines::of(&text);
+        let rendered = Arc::new((text, stages));
+        texts.insert((key_ms, stream_ms, babelfish), rendered.clone());
+        rendered
     }
 }
 
@@ -655,9 +690,11 @@ impl MssqlEngine {
                     params.push(&table.stream_key);
                     params.extend(table.literals.iter().map(|l| l.as_sql()));
                 }
-                let text = self.sql.direct_fill(key_ms, stream_ms, babelfish);
-                let stages = StageLines::of(&text);
-                (self.fill_batch_at(&text, &params).await, stages)
+                let rendered = self
+                    .rendered_fills
+                    .get(&self.sql, key_ms, stream_ms, babelfish);
+                let (text, stages) = &*rendered;
+                (self.fill_batch_at(text, &params).await, *stages)
             }
         }
     }
@@ -892,6 +929,26 @@ mod tests {
             ..row(None, "commit")
         };
         assert!(engine.outcome(&[range], m, &wrong_count).is_err());
+    }
+
+    /// Review finding: the 17 KB fill text was rendered at every fill. It
+    /// is rendered once per pair of waits and kind of server.
+    #[test]
+    fn a_fill_text_is_rendered_once_for_its_waits() {
+        let sql = Sql::new(&crate::engine::Ident::parse("eventuous").unwrap(), "s", "t").unwrap();
+        let rendered = RenderedFills::default();
+        let first = rendered.get(&sql, 2000, 5000, true);
+        assert!(Arc::ptr_eq(&first, &rendered.get(&sql, 2000, 5000, true)));
+        assert_eq!(first.0, sql.direct_fill(2000, 5000, true));
+        assert!(first.1.messages.is_some() && first.1.table.is_some());
+        let other = rendered.get(&sql, 2000, 5000, false);
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(other.0, sql.direct_fill(2000, 5000, false));
+        for ms in 0..2 * RENDERED_FILLS as i32 {
+            rendered.get(&sql, ms, 5000, false);
+        }
+        let kept = rendered.texts.lock().unwrap().len();
+        assert!(kept <= RENDERED_FILLS, "{kept}");
     }
 
     /// Babelfish: a lock timeout ends the batch, and its line says where.

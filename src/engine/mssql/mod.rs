@@ -177,6 +177,8 @@ pub struct MssqlEngine {
     /// its connection string names no database or its profile keeps no
     /// checkpoints.
     checkpoint_share: Option<checkpoints::Membership>,
+    /// The direct fill's text for each pair of waits, rendered once.
+    rendered_fills: fill::RenderedFills,
 }
 
 impl fmt::Debug for MssqlEngine {
@@ -266,6 +268,7 @@ impl MssqlEngine {
             server: std::sync::OnceLock::new(),
             heads,
             checkpoint_share,
+            rendered_fills: fill::RenderedFills::default(),
         })
     }
 
