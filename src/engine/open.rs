@@ -298,10 +298,9 @@ impl Openable for PostgresEngine {
 }
 
 impl Openable for MssqlEngine {
-    /// A store's fence is an application lock of its session's own, and
-    /// Babelfish refuses a session's reuse after a refusal: every store
-    /// keeps its own lock session.
-    type Lock = MssqlEngine;
+    /// The stores of one instance (any database) share one lock session,
+    /// each with its own lock (and fence) in its database on it.
+    type Lock = mssql::MssqlStoreLock;
     const CATALOG_DATABASE: &'static str = "master";
     /// `custom` and `sqlstreamstore` (ledger-core's table is PostgreSQL's).
     const TABLE_PROFILES: bool = true;
@@ -310,8 +309,8 @@ impl Openable for MssqlEngine {
         MssqlEngine::sharing(store, &pools.mssql)
     }
 
-    fn leader_lock(engine: &Arc<Self>, _store: &StoreSettings, _pools: &Pools) -> Arc<Self> {
-        engine.clone()
+    fn leader_lock(engine: &Arc<Self>, store: &StoreSettings, pools: &Pools) -> Arc<Self::Lock> {
+        pools.mssql.leader_lock(engine, store)
     }
 
     fn setup_script(store: &StoreSettings) -> String {
@@ -369,8 +368,9 @@ mod tests {
     }
 
     /// PostgreSQL stores of one database share their pool and their lock
-    /// session; SQL Server stores of one database share the pool, each
-    /// with a lock session of its own.
+    /// session; SQL Server stores of one database share the pool, and the
+    /// stores of one instance (any database) one lock session, each store
+    /// with its own part of it.
     #[tokio::test]
     async fn stores_of_one_database_share_what_their_engine_shares() {
         let pools = Pools::default();
@@ -384,9 +384,26 @@ mod tests {
         let c = open(EngineKind::Mssql, &ms, &pools, Locks(&mut seen)).unwrap();
         let d = open(EngineKind::Mssql, &ms, &pools, Locks(&mut seen)).unwrap();
         assert_eq!(pools.len(), 2);
-        assert_ne!(seen[2], seen[3], "a lock session each");
-        drop((a, b, c, d));
+        assert_ne!(seen[2], seen[3], "a part each");
+        let other_database =
+            mssql_settings("Server=tcp:127.0.0.1,1;User Id=app;Password=x;Database=t2");
+        let e = open(EngineKind::Mssql, &other_database, &pools, Locks(&mut seen)).unwrap();
+        assert_eq!(pools.len(), 3, "a pool for the other database");
+        assert_eq!(
+            pools.mssql.lock_sessions(),
+            1,
+            "one lock session for the instance"
+        );
+        let other_server = mssql_settings("Server=tcp:127.0.0.2,1;User Id=app;Password=x");
+        let f = open(EngineKind::Mssql, &other_server, &pools, Locks(&mut seen)).unwrap();
+        assert_eq!(pools.mssql.lock_sessions(), 2, "another for another server");
+        drop((a, b, c, d, e, f));
         assert!(pools.is_empty(), "a pool goes with its last store");
+        assert_eq!(
+            pools.mssql.lock_sessions(),
+            0,
+            "and a lock session with its last store"
+        );
     }
 
     #[test]

@@ -78,6 +78,11 @@ impl LeaderSession for SharedPart {
 }
 
 impl<L: LeaderLock> SharedLock<L> {
+    /// The lock whose session is shared.
+    pub fn inner(&self) -> &L {
+        &self.lock
+    }
+
     /// Shares one session of `lock` (an engine of the database).
     pub fn new(lock: Arc<L>) -> Self {
         SharedLock {

@@ -1043,6 +1043,201 @@ async fn a_follower_keeps_its_lock_session_instead_of_logging_in_every_second() 
     assert_eq!(code, Some(0), "{log}");
 }
 
+/// The sessions with application name `app` that hold application locks,
+/// as (session, locks held, databases they are in). Babelfish keeps an
+/// application lock as a PostgreSQL advisory lock (server-wide: its name
+/// carries the database); SQL Server lists it in `sys.dm_tran_locks`.
+async fn application_lock_holders(client: &mut ms::Client, app: &str) -> Vec<(i64, i64, i64)> {
+    let sql = if ms::is_babelfish().await {
+        "SELECT CAST(l.pid AS BIGINT) AS id, CAST(COUNT(*) AS BIGINT) AS locks, CAST(1 AS BIGINT) AS dbs \
+         FROM pg_catalog.pg_locks AS l JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted = 'true' \
+         AND a.application_name = @P1 GROUP BY l.pid ORDER BY l.pid"
+    } else {
+        "SELECT CAST(l.request_session_id AS BIGINT) AS id, CAST(COUNT(*) AS BIGINT) AS locks, \
+         CAST(COUNT(DISTINCT l.resource_database_id) AS BIGINT) AS dbs \
+         FROM sys.dm_tran_locks AS l JOIN sys.dm_exec_sessions AS s ON s.session_id = l.request_session_id \
+         WHERE l.resource_type = N'APPLICATION' AND l.request_owner_type = N'SESSION' \
+         AND l.request_status = N'GRANT' AND s.program_name = @P1 \
+         GROUP BY l.request_session_id ORDER BY l.request_session_id"
+    };
+    ms::rows(client, sql, &[&app])
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r.get::<i64, _>(0).unwrap_or(0),
+                r.get::<i64, _>(1).unwrap_or(0),
+                r.get::<i64, _>(2).unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Issue 29: the stores of one instance lead through one lock session.
+/// Three databases, one `Sharing` (one daemon): every store's leader lock
+/// and fence lock are held by one session, each in its store's database
+/// (so a healer with a lock session of its own, as older versions have,
+/// finds them held, and each store's fills pass their fence); one store's
+/// lock given up releases its fence first (its fills are refused at once)
+/// and leaves the others held; the shared session killed, every store's
+/// fills are refused and another healer takes each lock. Before, each store
+/// kept a lock session of its own: three sessions held two locks each (on
+/// Babelfish, 200 databases needed about 401 sessions with election on,
+/// past its `max_connections` of 300).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs SQL Server: set GAP_HEALER_TEST_MSSQL or run with Docker"]
+async fn stores_of_one_instance_lead_through_one_lock_session() {
+    use gap_healer::engine::mssql::Sharing;
+    use gap_healer::engine::LeaderSession as _;
+    use std::sync::Arc;
+
+    const STORES: usize = 3;
+    let app = format!("gh-locks-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let mut dbs = Vec::new();
+    for _ in 0..STORES {
+        dbs.push(store_with_streams().await);
+    }
+    let settings: Vec<_> = dbs
+        .iter()
+        .map(|db| {
+            db.settings_for(&format!(
+                "{};Application Name={app}",
+                db.connection_string()
+            ))
+        })
+        .collect();
+    let sharing = Sharing::default();
+    let engines: Vec<Arc<MssqlEngine>> = settings
+        .iter()
+        .map(|s| Arc::new(MssqlEngine::sharing(s, &sharing).unwrap()))
+        .collect();
+    let locks: Vec<_> = engines
+        .iter()
+        .zip(&settings)
+        .map(|(e, s)| sharing.leader_lock(e, s))
+        .collect();
+    let mut sessions = Vec::new();
+    for lock in &locks {
+        sessions.push(Some(
+            lock.try_lead(LEADER_KEY)
+                .await
+                .unwrap()
+                .expect("a free lock"),
+        ));
+    }
+    assert_eq!(sharing.lock_sessions(), 1);
+    let mut watcher = dbs[0].master().await;
+    let holders = application_lock_holders(&mut watcher, &app).await;
+    println!(
+        "{}: {STORES} stores of one instance lead; the sessions holding their locks (session, locks, databases): {holders:?}",
+        server_name().await
+    );
+    assert_eq!(holders.len(), 1, "one lock session: {holders:?}");
+    assert_eq!(
+        holders[0].1,
+        2 * STORES as i64,
+        "a leader and a fence lock a store"
+    );
+    if !ms::is_babelfish().await {
+        assert_eq!(
+            holders[0].2, STORES as i64,
+            "each store's locks in its database"
+        );
+    }
+    let spid = holders[0].0;
+
+    // A healer with a lock session of its own finds every lock held.
+    for db in &dbs {
+        assert!(db.engine().try_lead(LEADER_KEY).await.unwrap().is_none());
+    }
+    // Every store's fills pass their fence.
+    let fences: Vec<Fence> = sessions
+        .iter()
+        .map(|s| Fence::Leader(s.as_ref().unwrap().fence_token()))
+        .collect();
+    for (i, db) in dbs.iter().enumerate() {
+        let p = hole(db).await;
+        assert_eq!(
+            engines[i]
+                .fill(single(p), Duration::from_secs(2), &fences[i])
+                .await
+                .unwrap(),
+            FillOutcome::Filled { rows: 1 },
+            "store {i}"
+        );
+    }
+
+    // Store 1 gives its lock up: its fills are refused from then on, its
+    // lock is free for another healer, the others stay held on the session.
+    locks[1]
+        .release(sessions[1].take().unwrap(), LEADER_KEY)
+        .await;
+    let p1 = hole(&dbs[1]).await;
+    assert_eq!(
+        engines[1]
+            .fill(single(p1), Duration::from_secs(2), &fences[1])
+            .await
+            .unwrap(),
+        FillOutcome::Busy,
+        "a released store's fill passed its fence"
+    );
+    let other = dbs[1].engine();
+    let taken_over = other
+        .try_lead(LEADER_KEY)
+        .await
+        .unwrap()
+        .expect("store 1's lock is free once released");
+    assert!(dbs[0]
+        .engine()
+        .try_lead(LEADER_KEY)
+        .await
+        .unwrap()
+        .is_none());
+    let holders = application_lock_holders(&mut watcher, &app).await;
+    assert_eq!(holders, vec![(spid, 2 * (STORES as i64 - 1), holders[0].2)]);
+    for i in [0, 2] {
+        assert!(locks[i]
+            .still_held(sessions[i].as_mut().unwrap(), LEADER_KEY)
+            .await
+            .unwrap());
+    }
+    drop((taken_over, other));
+
+    // The shared session is killed: every store's fills are refused once
+    // the server has let its locks go, and another healer takes each.
+    ms::exec(&mut watcher, &format!("KILL {spid};")).await;
+    for i in [0, 2] {
+        let healer = dbs[i].engine();
+        let _led = lead_within(&healer, LEADER_KEY, Duration::from_secs(10)).await;
+        let p = hole(&dbs[i]).await;
+        assert_eq!(
+            engines[i]
+                .fill(single(p), Duration::from_secs(2), &fences[i])
+                .await
+                .unwrap(),
+            FillOutcome::Busy,
+            "store {i}: a fill passed the fence of a killed session"
+        );
+        assert!(dbs[i].message_at(p).await.is_none());
+    }
+    // One check vouches for the session's other locks for 500 ms
+    // (`SHARED_CHECK_FRESH`); past that, each store finds it gone.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for i in [0, 2] {
+        let held = locks[i]
+            .still_held(sessions[i].as_mut().unwrap(), LEADER_KEY)
+            .await;
+        assert!(!matches!(held, Ok(true)), "store {i}: {held:?}");
+    }
+    assert!(dbs[1].message_at(p1).await.is_none());
+    drop((sessions, locks, engines, sharing));
+    for db in dbs {
+        db.assert_tombstone_stream_contiguous().await;
+        db.drop().await;
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The procedure writes only the tombstone stream it was created for.
 

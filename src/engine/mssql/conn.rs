@@ -388,13 +388,24 @@ pub(crate) fn instance_and_database(raw: &str) -> Option<(String, String)> {
     let database = last(&pairs, &DATABASE_KEYS)
         .filter(|d| !d.is_empty())?
         .to_string();
+    Some((instance_of(pairs), database))
+}
+
+/// The instance a store connects to, as [`instance_and_database`] keys it,
+/// whether or not the string names a database: the key of the stores that
+/// may share one leader lock session. `None` when the string does not parse.
+pub(crate) fn instance(raw: &str) -> Option<String> {
+    Some(instance_of(with_tiberius_spellings(split_ado(raw).ok()?)))
+}
+
+fn instance_of(pairs: Vec<(String, String)>) -> String {
     let mut rest: Vec<String> = pairs
         .into_iter()
         .filter(|(k, _)| !DATABASE_KEYS.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     rest.sort();
-    Some((rest.join("\n"), database))
+    rest.join("\n")
 }
 
 fn with_tiberius_spellings(pairs: Vec<(String, String)>) -> Vec<(String, String)> {

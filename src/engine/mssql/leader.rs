@@ -52,7 +52,7 @@ use crate::engine::{DbError, DbResult, FenceToken, LeaderLock, LeaderSession};
 /// lock). Longer keys are refused instead.
 pub const MAX_LEADER_KEY_UNITS: usize = 255;
 
-fn check_leader_key(key: &str) -> DbResult<()> {
+pub(super) fn check_leader_key(key: &str) -> DbResult<()> {
     let units = key.encode_utf16().count();
     if units == 0 || units > MAX_LEADER_KEY_UNITS {
         return Err(DbError::permanent(format!(
@@ -119,10 +119,56 @@ impl fmt::Debug for MssqlLeaderSession {
     }
 }
 
+/// Where a lock batch runs: on SQL Server or Babelfish, and in the
+/// session's own database or, through that database's `sp_executesql`,
+/// in the database of the store whose lock it is (a lock session the
+/// stores of one instance share; SQL Server scopes application locks to
+/// the current database).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Site<'a> {
+    pub babelfish: bool,
+    pub database: Option<&'a str>,
+}
+
+impl Site<'_> {
+    /// `batch`, whose parameters are declared by `declared` (`n` of them),
+    /// as this site runs it.
+    fn batch(&self, batch: &str, declared: &str, n: usize) -> String {
+        match self.database {
+            Some(_) => sql::in_database(batch, declared, n),
+            None => batch.to_string(),
+        }
+    }
+
+    /// `params`, and the database after them when the batch runs in one.
+    fn params<'p>(&'p self, params: &[&'p dyn tiberius::ToSql]) -> Vec<&'p dyn tiberius::ToSql> {
+        let mut all = params.to_vec();
+        if let Some(database) = &self.database {
+            all.push(database);
+        }
+        all
+    }
+}
+
+/// The parameters of `leader_lock.sql` (and Babelfish's version of it).
+const LOCK_PARAMS: &str = "@P1 NVARCHAR(255), @P2 BIGINT, @P3 BIGINT";
+
 impl MssqlEngine {
-    /// A session of its own for the leader lock, outside the pool.
-    async fn connect_leader_session(&self) -> DbResult<MssqlLeaderSession> {
-        let client = conn::connect(&self.config, &self.settings.connection_string).await?;
+    /// A session of its own for the leader lock, outside the pool: in the
+    /// engine's database, or in `database` (the first store of an instance
+    /// that asks for the session the instance's stores share).
+    pub(super) async fn connect_leader_session(
+        &self,
+        database: Option<&str>,
+    ) -> DbResult<MssqlLeaderSession> {
+        let client = match database {
+            Some(database) => {
+                let mut config = self.config.clone();
+                config.database(database);
+                conn::connect(&config, &self.settings.connection_string).await?
+            }
+            None => conn::connect(&self.config, &self.settings.connection_string).await?,
+        };
         Ok(MssqlLeaderSession {
             client,
             session_id: 0,
@@ -131,30 +177,58 @@ impl MssqlEngine {
         })
     }
 
-    /// Runs the lock batch on `session`: whether it took the leader lock
-    /// (and with it the fence lock), and the session back.
+    /// Runs the lock batch on `session` for the store's own leader key.
     async fn lock_on(
         &self,
         mut session: MssqlLeaderSession,
         key: &str,
     ) -> DbResult<(bool, MssqlLeaderSession)> {
-        session.in_doubt = true;
         let server = self.server().await?;
         let name = server.leader_lock_name(key);
         check_leader_key(&name)?;
-        let babelfish = server.babelfish.is_some();
-        let batch = if babelfish {
-            babelfish_leader_lock(AppLockKey::of(&name))
-        } else {
-            sql::LEADER_LOCK.to_string()
+        let site = Site {
+            babelfish: server.babelfish.is_some(),
+            database: None,
         };
-        let sets = match run(&mut session.client, &batch, &[&name.as_str()]).await {
+        let taken = self.take_lock(&mut session, &name, site).await?;
+        Ok((taken, session))
+    }
+
+    /// Runs the lock batch on `session` at `site`: whether it took the
+    /// application lock `name` (and with it a fence lock, whose name the
+    /// session keeps). After an error the session is in doubt, unless the
+    /// server answered it on SQL Server (the session is sound: the batch
+    /// was refused), where the caller may keep it.
+    pub(super) async fn take_lock(
+        &self,
+        session: &mut MssqlLeaderSession,
+        name: &str,
+        site: Site<'_>,
+    ) -> DbResult<bool> {
+        session.in_doubt = true;
+        let babelfish = site.babelfish;
+        let key = AppLockKey::of(name);
+        let (classid, objid) = (i64::from(key.classid), i64::from(key.objid));
+        let batch = if babelfish {
+            site.batch(&babelfish_leader_lock(), LOCK_PARAMS, 3)
+        } else {
+            site.batch(sql::LEADER_LOCK, "@P1 NVARCHAR(255)", 1)
+        };
+        let own: [&dyn tiberius::ToSql; 3] = [&name, &classid, &objid];
+        let params = site.params(if babelfish { &own } else { &own[..1] });
+        let sets = match run(&mut session.client, &batch, &params).await {
             Ok(sets) => sets,
             // @LockTimeout = 0 reports a held lock as -1, not as an error;
             // should a server raise 1222 instead, it means the same.
             Err(tiberius::error::Error::Server(token)) if token.code() == LOCK_TIMEOUT => {
                 session.in_doubt = false;
-                return Ok((false, session));
+                return Ok(false);
+            }
+            // Babelfish keeps an entry on the session's error stack for
+            // every error (see above): such a session stays in doubt.
+            Err(e @ tiberius::error::Error::Server(_)) => {
+                session.in_doubt = babelfish;
+                return Err(self.driver_error(&e));
             }
             Err(e) => return Err(self.driver_error(&e)),
         };
@@ -174,7 +248,7 @@ impl MssqlEngine {
         // as every SQL Server follower does.
         session.in_doubt = get::<i32>(row, "refused")?.is_some() && babelfish;
         if !applock_result(code)? {
-            return Ok((false, session));
+            return Ok(false);
         }
         // The fence lock, taken in the same batch: without it this session
         // must not lead (dropped with the error, it releases the leader lock).
@@ -190,15 +264,74 @@ impl MssqlEngine {
             .ok_or_else(|| DbError::permanent("the leader lock batch named no fence lock"))?
             .to_string();
         if babelfish {
-            self.babelfish_keys_held(&mut session, &name).await?;
+            self.babelfish_keys_held(session, name).await?;
         }
         tracing::debug!(
             session_id = session.session_id,
-            key,
+            lock = name,
+            database = site.database,
             fence = %session.fence,
             "took the SQL Server leader lock"
         );
-        Ok((true, session))
+        Ok(true)
+    }
+
+    /// `APPLOCK_MODE` of the lock `name` on `session`, at `site`. Any
+    /// failure, including a session already in doubt, is an error.
+    pub(super) async fn lock_held(
+        &self,
+        session: &mut MssqlLeaderSession,
+        name: &str,
+        site: Site<'_>,
+    ) -> DbResult<bool> {
+        if session.in_doubt {
+            return Err(DbError::transient(
+                "the leader session failed or was interrupted before; it is not used again",
+            ));
+        }
+        session.in_doubt = true;
+        let batch = site.batch(sql::LEADER_CHECK, "@P1 NVARCHAR(255)", 1);
+        let sets = run(&mut session.client, &batch, &site.params(&[&name]))
+            .await
+            .map_err(|e| self.driver_error(&e))?;
+        let mode = match sets.first().and_then(|rows| rows.first()) {
+            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
+            None => return Err(DbError::permanent("the leader check returned no row")),
+        };
+        session.in_doubt = false;
+        Ok(lock_mode_is_held(mode.as_deref()))
+    }
+
+    /// Gives up the lock `name` and its fence lock `fence` on `session`, at
+    /// `site`, keeping the session (`sql/mssql/leader_release.sql`). An
+    /// error when the lock is still held after it.
+    pub(super) async fn drop_lock(
+        &self,
+        session: &mut MssqlLeaderSession,
+        name: &str,
+        fence: &str,
+        site: Site<'_>,
+    ) -> DbResult<()> {
+        session.in_doubt = true;
+        let batch = site.batch(
+            sql::LEADER_RELEASE,
+            "@P1 NVARCHAR(255), @P2 NVARCHAR(255)",
+            2,
+        );
+        let sets = run(&mut session.client, &batch, &site.params(&[&name, &fence]))
+            .await
+            .map_err(|e| self.driver_error(&e))?;
+        let mode = match sets.first().and_then(|rows| rows.first()) {
+            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
+            None => return Err(DbError::permanent("the leader release returned no row")),
+        };
+        if lock_mode_is_held(mode.as_deref()) {
+            return Err(DbError::permanent(
+                "the leader lock was still held after its release",
+            ));
+        }
+        session.in_doubt = false;
+        Ok(())
     }
 
     /// Babelfish only, on a session that has just taken the leader lock
@@ -253,7 +386,7 @@ impl MssqlEngine {
 
     /// Runs `work` within the connect timeout: a silent server must not hold
     /// the election up.
-    async fn within_connect_timeout<T>(
+    pub(super) async fn within_connect_timeout<T>(
         &self,
         work: impl std::future::Future<Output = DbResult<T>>,
     ) -> DbResult<T> {
@@ -275,7 +408,7 @@ impl LeaderLock for MssqlEngine {
     /// `sp_getapplock` would cut short is refused before connecting.
     async fn open_session(&self, key: &str) -> DbResult<MssqlLeaderSession> {
         check_leader_key(key)?;
-        self.within_connect_timeout(self.connect_leader_session())
+        self.within_connect_timeout(self.connect_leader_session(None))
             .await
     }
 
@@ -299,22 +432,13 @@ impl LeaderLock for MssqlEngine {
     /// `APPLOCK_MODE` on the lock's own session. Any failure, including a
     /// session already in doubt, is an error: the caller steps down.
     async fn still_held(&self, session: &mut MssqlLeaderSession, key: &str) -> DbResult<bool> {
-        if session.in_doubt {
-            return Err(DbError::transient(
-                "the leader session failed or was interrupted before; it is not used again",
-            ));
-        }
-        session.in_doubt = true;
-        let name = self.server().await?.leader_lock_name(key);
-        let sets = run(&mut session.client, sql::LEADER_CHECK, &[&name.as_str()])
-            .await
-            .map_err(|e| self.driver_error(&e))?;
-        let mode = match sets.first().and_then(|rows| rows.first()) {
-            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
-            None => return Err(DbError::permanent("the leader check returned no row")),
+        let server = self.server().await?;
+        let site = Site {
+            babelfish: server.babelfish.is_some(),
+            database: None,
         };
-        session.in_doubt = false;
-        Ok(lock_mode_is_held(mode.as_deref()))
+        self.lock_held(session, &server.leader_lock_name(key), site)
+            .await
     }
 }
 

@@ -37,6 +37,7 @@ mod conn;
 mod errors;
 mod fill;
 mod heads;
+mod instance_lock;
 mod leader;
 mod preflight;
 mod sql;
@@ -53,6 +54,7 @@ use bb8::PooledConnection;
 use tiberius::{Row, ToSql};
 
 pub use self::fill::{FillMode, MAX_FILL_RANGES, MAX_FILL_ROWS};
+pub use self::instance_lock::MssqlStoreLock;
 pub use self::leader::{MssqlLeaderSession, MAX_LEADER_KEY_UNITS};
 pub(crate) use self::sql::quote_ident;
 pub use self::watermark::watermark_sql;
@@ -64,6 +66,7 @@ use self::preflight::ProcedureState;
 use self::sql::{Sql, PROBE_CHUNK};
 use crate::engine::pool::{self, Pool};
 use crate::engine::profile;
+use crate::engine::shared_lock::SharedLock;
 use crate::engine::{
     Checkpoint, DbError, DbResult, Engine, EngineKind, Fence, FillLimits, FillOutcome, Finding,
     HeadReading, Ident, OpenTransactions, Probe, ScanPage, SharedHeads, StoreSettings,
@@ -150,12 +153,42 @@ pub struct Sharing {
     heads: pool::Shared<heads::Heads>,
     /// The checkpoint readings of each instance, likewise.
     checkpoints: pool::Shared<checkpoints::Checkpoints>,
+    /// The leader lock session of each instance, likewise.
+    locks: pool::Shared<SharedLock<instance_lock::InstanceLock>>,
 }
 
 impl Sharing {
     /// Distinct pools alive now.
     pub fn pools(&self) -> usize {
         self.pools.len()
+    }
+
+    /// Distinct shared leader lock sessions alive now (one an instance).
+    pub fn lock_sessions(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// The leader lock of `engine`'s store (`store`): its part of the lock
+    /// session its instance's stores share, on `engine` (the first of them
+    /// to ask); a session of its own when the connection string does not
+    /// parse into an instance.
+    pub fn leader_lock(
+        &self,
+        engine: &std::sync::Arc<MssqlEngine>,
+        store: &StoreSettings,
+    ) -> std::sync::Arc<MssqlStoreLock> {
+        let shared = conn::instance(store.connection_string.expose()).map(|instance| {
+            self.locks.get(
+                &format!("{:?}\n{instance}", store.connect_timeout),
+                || {
+                    SharedLock::new(std::sync::Arc::new(instance_lock::InstanceLock::new(
+                        engine.clone(),
+                    )))
+                },
+                |_| {},
+            )
+        });
+        std::sync::Arc::new(MssqlStoreLock::new(engine.clone(), shared))
     }
 }
 

@@ -74,6 +74,8 @@ pub(crate) const OPEN_TRANSACTIONS_BABELFISH: &str =
 pub(crate) const LEADER_LOCK: &str = include_str!("../../../sql/mssql/leader_lock.sql");
 /// Whether the dedicated session still holds the leader lock named `@P1`.
 pub(crate) const LEADER_CHECK: &str = include_str!("../../../sql/mssql/leader_check.sql");
+/// Gives up the leader lock `@P1` and its fence `@P2`, keeping the session.
+pub(crate) const LEADER_RELEASE: &str = include_str!("../../../sql/mssql/leader_release.sql");
 /// Babelfish only: whether the leader's lock session holds what the engine
 /// computed for its two application locks (see [`babelfish_applock_held_by_another`]).
 pub(crate) const LEADER_KEYS_BABELFISH: &str =
@@ -332,19 +334,17 @@ impl AppLockKey {
 }
 
 /// Babelfish only: a T-SQL condition, true while PostgreSQL's lock manager
-/// shows the application lock whose key is `key` granted in this database
-/// to a session other than the one asking. Babelfish keeps an application
-/// lock as an advisory lock: `pg_catalog.pg_locks` (readable by every
-/// login) lists it with locktype 'advisory', the key's high and low 32 bits
-/// as classid and objid, and objsubid 2. Reading it leaves nothing behind
-/// on the session, unlike an `APPLOCK_TEST` or `sp_getapplock` that finds
-/// the lock held. Only integers the engine computed are spliced.
-pub(crate) fn babelfish_applock_held_by_another(key: AppLockKey) -> String {
-    advisory_lock_held(
-        &key.classid.to_string(),
-        &key.objid.to_string(),
-        "l.pid <> @@SPID",
-    )
+/// shows the application lock whose key is bound as `@P2` (its classid) and
+/// `@P3` (its objid) granted in this database to a session other than the
+/// one asking. Babelfish keeps an application lock as an advisory lock:
+/// `pg_catalog.pg_locks` (readable by every login) lists it with locktype
+/// 'advisory', the key's high and low 32 bits as classid and objid, and
+/// objsubid 2. Reading it leaves nothing behind on the session, unlike an
+/// `APPLOCK_TEST` or `sp_getapplock` that finds the lock held. The key is
+/// bound, not spliced: Babelfish compiles a batch once per session and
+/// text, and one lock session serves every store of an instance.
+pub(crate) fn babelfish_applock_held_by_another() -> String {
+    advisory_lock_held("@P2", "@P3", "l.pid <> @@SPID")
 }
 
 /// The width of each number in a Babelfish fence parameter.
@@ -386,14 +386,33 @@ fn advisory_lock_held(classid: &str, objid: &str, holder: &str) -> String {
 
 /// Babelfish only: `leader_lock.sql` with its two `APPLOCK_TEST`s of the
 /// leader lock (is it held by another session?) replaced by
-/// [`babelfish_applock_held_by_another`] for `leader`, the lock's key. So a follower
-/// that finds the lock held has asked nothing of Babelfish's application
-/// locks and keeps its session; only when the lock is taken between that
-/// look and `sp_getapplock` does the batch report `refused`.
-pub(crate) fn babelfish_leader_lock(leader: AppLockKey) -> String {
+/// [`babelfish_applock_held_by_another`], the lock's key bound as `@P2` and
+/// `@P3` ([`AppLockKey`]). So a follower that finds the lock held has asked
+/// nothing of Babelfish's application locks and keeps its session; only
+/// when the lock is taken between that look and `sp_getapplock` does the
+/// batch report `refused`. The same text for every key.
+pub(crate) fn babelfish_leader_lock() -> String {
     LEADER_LOCK.replace(
         "APPLOCK_TEST(N'public', @resource, N'Exclusive', N'Session') = 0",
-        &babelfish_applock_held_by_another(leader),
+        &babelfish_applock_held_by_another(),
+    )
+}
+
+/// `batch` (whose parameters `@P1`..`@Pn` are declared by `declared`) run
+/// in the database named by one more parameter, `@P{n+1}`, through that
+/// database's `sp_executesql`: so one session, whatever database it is in,
+/// takes and tests application locks (which SQL Server scopes to the
+/// current database) in the database of each store it serves. The text is
+/// the same for every database, which is bound.
+pub(crate) fn in_database(batch: &str, declared: &str, n: usize) -> String {
+    let args: Vec<String> = (1..=n).map(|i| format!("@P{i} = @P{i}")).collect();
+    format!(
+        "DECLARE @gap_healer_in_database NVARCHAR(300) = QUOTENAME(@P{db}) + N'.sys.sp_executesql';\n\
+         EXEC @gap_healer_in_database\n    @stmt = N'{stmt}',\n    @params = N'{declared}',\n    {args};",
+        db = n + 1,
+        stmt = batch.replace('\'', "''"),
+        declared = declared.replace('\'', "''"),
+        args = args.join(", "),
     )
 }
 
@@ -611,9 +630,10 @@ mod tests {
         assert_eq!(&param[21..42], "+00000000000000000007");
         assert_eq!(&param[42..], "+00000000004000000000");
         assert!(!fenced.contains("40123") && !fenced.contains("4000000000"));
-        // What the leader lock's batch splices is the same condition.
-        assert!(babelfish_applock_held_by_another(key).contains(
-            "CAST(l.classid AS BIGINT) = 7 AND CAST(l.objid AS BIGINT) = 4000000000 AND l.objsubid = 2 AND l.granted = 'true' AND l.pid <> @@SPID)"
+        // What the leader lock's batch asks is the same condition, of
+        // another session.
+        assert!(babelfish_applock_held_by_another().contains(
+            "CAST(l.classid AS BIGINT) = @P2 AND CAST(l.objid AS BIGINT) = @P3 AND l.objsubid = 2 AND l.granted = 'true' AND l.pid <> @@SPID)"
         ));
     }
 
@@ -683,7 +703,7 @@ mod tests {
     }
 
     /// Every file in sql/mssql (the procedure is built, not a file).
-    const ALL: [(&str, &str); 27] = [
+    const ALL: [(&str, &str); 28] = [
         ("head", HEAD),
         ("reset_session", RESET_SESSION),
         ("fill_table", FILL_TABLE),
@@ -701,6 +721,7 @@ mod tests {
         ("session_state", SESSION_STATE),
         ("leader_lock", LEADER_LOCK),
         ("leader_check", LEADER_CHECK),
+        ("leader_release", LEADER_RELEASE),
         ("leader_keys_babelfish", LEADER_KEYS_BABELFISH),
         ("server", SERVER),
         ("databases", DATABASES),
@@ -717,12 +738,13 @@ mod tests {
     /// checkpoints name each store's table by three parts), the session's
     /// own state, the leader lock (an application lock of the database,
     /// named by `@P1`), the server and its databases.
-    const SCHEMALESS: [&str; 12] = [
+    const SCHEMALESS: [&str; 13] = [
         "shared_heads",
         "shared_checkpoints",
         "session_state",
         "leader_lock",
         "leader_check",
+        "leader_release",
         "leader_keys_babelfish",
         "server",
         "databases",
@@ -1134,27 +1156,18 @@ mod tests {
     /// session; the rest of the batch is leader_lock.sql's.
     #[test]
     fn the_babelfish_leader_lock_looks_at_pg_locks() {
-        let key = AppLockKey {
-            classid: 248_213_367,
-            objid: 2_894_673_610,
-        };
-        let batch = babelfish_leader_lock(key);
+        let batch = babelfish_leader_lock();
         let code: String = batch
             .lines()
             .filter(|l| !l.trim_start().starts_with("--"))
             .collect::<Vec<_>>()
             .join("\n");
         assert!(!code.contains("APPLOCK_TEST"), "{code}");
-        let held = babelfish_applock_held_by_another(key);
+        let held = babelfish_applock_held_by_another();
         assert_eq!(code.matches(&held).count(), 2, "{code}");
-        assert!(
-            held.contains("CAST(l.classid AS BIGINT) = 248213367"),
-            "{held}"
-        );
-        assert!(
-            held.contains("CAST(l.objid AS BIGINT) = 2894673610"),
-            "{held}"
-        );
+        // The key is bound, so one text serves every store's lock.
+        assert!(held.contains("CAST(l.classid AS BIGINT) = @P2"), "{held}");
+        assert!(held.contains("CAST(l.objid AS BIGINT) = @P3"), "{held}");
         assert!(
             held.contains("l.objsubid = 2 AND l.granted = 'true' AND l.pid <> @@SPID)"),
             "{held}"
@@ -1180,6 +1193,51 @@ mod tests {
         // sp_getapplock's own -999 is.
         let pre = code.split("ELSE").next().unwrap();
         assert!(!pre.contains("@refused ="), "{pre}");
+    }
+
+    /// A batch run in another database keeps its text whole (quotes
+    /// doubled), passes its own parameters on by name, and takes the
+    /// database as the next parameter, quoted by the server.
+    #[test]
+    fn a_batch_runs_in_the_database_bound_after_its_parameters() {
+        let wrapped = in_database("SELECT N'a''b', @P1, @P2;", "@P1 INT, @P2 NVARCHAR(9)", 2);
+        assert!(
+            wrapped.starts_with(
+                "DECLARE @gap_healer_in_database NVARCHAR(300) = QUOTENAME(@P3) + N'.sys.sp_executesql';"
+            ),
+            "{wrapped}"
+        );
+        assert!(
+            wrapped.contains("@stmt = N'SELECT N''a''''b'', @P1, @P2;'"),
+            "{wrapped}"
+        );
+        assert!(
+            wrapped.contains("@params = N'@P1 INT, @P2 NVARCHAR(9)'"),
+            "{wrapped}"
+        );
+        assert!(wrapped.ends_with("@P1 = @P1, @P2 = @P2;"), "{wrapped}");
+        let release = in_database(LEADER_RELEASE, "@P1 NVARCHAR(255), @P2 NVARCHAR(255)", 2);
+        assert_eq!(release.matches("@P3").count(), 1);
+    }
+
+    /// Releasing one store's lock drops its fence first, and neither
+    /// release is tried for a lock the session does not hold.
+    #[test]
+    fn a_release_drops_the_fence_before_the_leader_lock() {
+        let code: String = LEADER_RELEASE
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let fence = code.find("@Resource = @fence").unwrap();
+        let leader = code.find("@Resource = @resource").unwrap();
+        assert!(fence < leader, "{code}");
+        assert_eq!(
+            code.matches("WHILE APPLOCK_MODE(N'public', ").count(),
+            2,
+            "{code}"
+        );
+        assert_eq!(code.matches("@LockOwner = 'Session'").count(), 2);
     }
 
     /// Review finding F7: a NEWID() per tombstone spreads one fill over as
