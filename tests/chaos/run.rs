@@ -326,7 +326,7 @@ pub async fn drive<B: Backend, E: Extra>(
     // server is down (a slow restart, 63 s once on a loaded machine, must not
     // stop the leadership churn the run is judged on).
     let mut restarting: Option<(f64, Restarting<'_>)> = None;
-    let mut next_kill = started + Duration::from_millis(rng.random_range(1_500..4_000));
+    let mut next_kill = started + Duration::from_millis(rng.random_range(server.kill_every()));
 
     while Instant::now() < deadline {
         let tick = tokio::time::sleep(Duration::from_millis(100));
@@ -355,7 +355,7 @@ pub async fn drive<B: Backend, E: Extra>(
         }
         if now >= next_kill {
             healers.kill_one(&mut rng, now);
-            next_kill = now + Duration::from_millis(rng.random_range(1_500..4_000));
+            next_kill = now + Duration::from_millis(rng.random_range(server.kill_every()));
         }
         healers.restart_due();
         extra.tick(started.elapsed(), healers).await;

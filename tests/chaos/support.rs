@@ -72,6 +72,12 @@ pub trait Backend: Send + Sync + 'static {
     /// go through it, racing on a few hot streams ([`Backend::append_function`]).
     const EVENTUOUS_FUNCTION: bool = false;
 
+    /// How long between two kills, in milliseconds: a new healer must be
+    /// able to lead between them, or the run shows no hand-overs.
+    fn kill_every(&self) -> std::ops::Range<u64> {
+        1_500..4_000
+    }
+
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
 
     /// One call of Eventuous's own `append_events` in one transaction, as
