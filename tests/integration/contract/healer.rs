@@ -359,12 +359,7 @@ pub(super) async fn ten_thousand_wide_hole_with_one_held_position<S: Server>() {
     if s.explicit_insert_is_read().await {
         return ten_thousand_wide_hole_waits_for_its_held_position(s).await;
     }
-    let first = s.append("A", 1).await[0];
-    s.skip_positions(10_000).await;
-    let last = s.append("B", 1).await[0];
-    assert_eq!(last - first - 1, 10_000);
-    let held = first + 5_000;
-    let open = s.begin_explicit("slow", held).await;
+    let (first, last, held, open) = wide_hole_with_a_held_position(&s).await;
     let ident = s.identity().await;
 
     let mut h = healer(s.engine(), options::<S>());
@@ -398,18 +393,25 @@ pub(super) async fn ten_thousand_wide_hole_with_one_held_position<S: Server>() {
     s.assert_tombstone_stream_consistent().await;
 }
 
-/// The same case where an insert at a position takes the identity's lock
-/// (Babelfish: its identity insert holds the sequence's lock): the
-/// transaction-end proof waits for the held insert, so nothing of the
-/// hole is filled while it is open, and all of it but the held position is
-/// filled once it commits. Prints how long after the commit.
-async fn ten_thousand_wide_hole_waits_for_its_held_position<S: Server>(s: S) {
+/// A 10,000-wide identity jump between two events (`first`, `last`), and
+/// an insert of its middle position (`held`) left `open`.
+async fn wide_hole_with_a_held_position<S: Server>(s: &S) -> (i64, i64, i64, S::Open) {
     let first = s.append("A", 1).await[0];
     s.skip_positions(10_000).await;
     let last = s.append("B", 1).await[0];
     assert_eq!(last - first - 1, 10_000);
     let held = first + 5_000;
     let open = s.begin_explicit("slow", held).await;
+    (first, last, held, open)
+}
+
+/// The same case where an insert at a position takes the identity's lock
+/// (Babelfish: its identity insert holds the sequence's lock): the
+/// transaction-end proof waits for the held insert, so nothing of the
+/// hole is filled while it is open, and all of it but the held position is
+/// filled once it commits. Prints how long after the commit.
+async fn ten_thousand_wide_hole_waits_for_its_held_position<S: Server>(s: S) {
+    let (_, _, held, open) = wide_hole_with_a_held_position(&s).await;
     let mut h = healer(s.engine(), options::<S>());
     let never = CancellationToken::new();
     h.scan_step().await.unwrap();
