@@ -235,6 +235,9 @@ pub struct MssqlStoreLock {
     shared: Option<Arc<SharedLock<InstanceLock>>>,
     /// Set once the shared session was refused in the store's database.
     alone: AtomicBool,
+    /// The store's key on the instance's session, once known (it is asked
+    /// at every check, once a second).
+    store_key: std::sync::OnceLock<String>,
 }
 
 /// A store's lock session: its part of the instance's, or its own.
@@ -263,6 +266,7 @@ impl MssqlStoreLock {
             engine,
             shared,
             alone: AtomicBool::new(false),
+            store_key: std::sync::OnceLock::new(),
         }
     }
 
@@ -276,15 +280,21 @@ impl MssqlStoreLock {
     /// The key the instance's session knows the store's lock by: its
     /// database, as its own sessions report it, and the name a session of
     /// its own would take.
-    async fn store_key(&self, key: &str) -> DbResult<String> {
+    /// (The store's leader key is the same at every call: the election
+    /// has one.)
+    async fn store_key(&self, key: &str) -> DbResult<&str> {
+        if let Some(known) = self.store_key.get() {
+            return Ok(known);
+        }
         let server = self.engine.server().await?;
         let name = server.leader_lock_name(key);
         check_leader_key(&name)?;
-        Ok(StoreKey {
+        let encoded = StoreKey {
             database: server.database,
             name,
         }
-        .encode())
+        .encode();
+        Ok(self.store_key.get_or_init(|| encoded))
     }
 }
 
@@ -316,8 +326,8 @@ impl LeaderLock for MssqlStoreLock {
         let part = match (session, self.shared()) {
             (StoreLockSession::Shared(part), Some(shared)) => {
                 let store = self.store_key(key).await?;
-                let (taken, part) = shared.try_lock(part, &store).await?;
-                if taken || !shared.inner().was_refused(&store) {
+                let (taken, part) = shared.try_lock(part, store).await?;
+                if taken || !shared.inner().was_refused(store) {
                     return Ok((taken, StoreLockSession::Shared(part)));
                 }
                 self.alone.store(true, Ordering::SeqCst);
@@ -344,7 +354,7 @@ impl LeaderLock for MssqlStoreLock {
             StoreLockSession::Shared(part) => match &self.shared {
                 Some(shared) => {
                     let store = self.store_key(key).await?;
-                    shared.still_held(part, &store).await
+                    shared.still_held(part, store).await
                 }
                 None => Ok(false),
             },
@@ -355,7 +365,7 @@ impl LeaderLock for MssqlStoreLock {
     async fn release(&self, session: StoreLockSession, key: &str) {
         match (session, &self.shared) {
             (StoreLockSession::Shared(part), Some(shared)) => match self.store_key(key).await {
-                Ok(store) => shared.release(part, &store).await,
+                Ok(store) => shared.release(part, store).await,
                 Err(e) => {
                     tracing::warn!(key, error = %e, "could not name this store's lock to release it");
                 }

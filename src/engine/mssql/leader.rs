@@ -130,14 +130,57 @@ pub(super) struct Site<'a> {
     pub database: Option<&'a str>,
 }
 
-impl Site<'_> {
-    /// `batch`, whose parameters are declared by `declared` (`n` of them),
-    /// as this site runs it.
-    fn batch(&self, batch: &str, declared: &str, n: usize) -> String {
-        match self.database {
-            Some(_) => sql::in_database(batch, declared, n),
-            None => batch.to_string(),
+/// The batches a lock session sends, each with its parameters' declaration
+/// and count (as [`sql::in_database`] takes them).
+#[derive(Clone, Copy)]
+enum Batch {
+    Lock,
+    BabelfishLock,
+    Check,
+    Release,
+}
+
+impl Batch {
+    const ALL: [Batch; 4] = [
+        Batch::Lock,
+        Batch::BabelfishLock,
+        Batch::Check,
+        Batch::Release,
+    ];
+
+    fn text(self) -> (String, &'static str, usize) {
+        match self {
+            Batch::Lock => (sql::LEADER_LOCK.to_string(), "@P1 NVARCHAR(255)", 1),
+            Batch::BabelfishLock => (
+                babelfish_leader_lock(),
+                "@P1 NVARCHAR(255), @P2 BIGINT, @P3 BIGINT",
+                3,
+            ),
+            Batch::Check => (sql::LEADER_CHECK.to_string(), "@P1 NVARCHAR(255)", 1),
+            Batch::Release => (
+                sql::LEADER_RELEASE.to_string(),
+                "@P1 NVARCHAR(255), @P2 NVARCHAR(255)",
+                2,
+            ),
         }
+    }
+}
+
+/// Every batch as sent in the session's own database (`[0]`) and in a
+/// store's (`[1]`), rendered once: a follower tries its locks every
+/// second, and the leaders' sessions check theirs as often.
+static BATCHES: std::sync::LazyLock<[[String; 2]; 4]> = std::sync::LazyLock::new(|| {
+    Batch::ALL.map(|batch| {
+        let (text, declared, n) = batch.text();
+        let elsewhere = sql::in_database(&text, declared, n);
+        [text, elsewhere]
+    })
+});
+
+impl Site<'_> {
+    /// `batch` as this site runs it.
+    fn batch(&self, batch: Batch) -> &'static str {
+        &BATCHES[batch as usize][usize::from(self.database.is_some())]
     }
 
     /// `params`, and the database after them when the batch runs in one.
@@ -150,8 +193,15 @@ impl Site<'_> {
     }
 }
 
-/// The parameters of `leader_lock.sql` (and Babelfish's version of it).
-const LOCK_PARAMS: &str = "@P1 NVARCHAR(255), @P2 BIGINT, @P3 BIGINT";
+/// Whether the one row a check or a release answered names the lock
+/// `Exclusive`ly held (`what`: the batch, for the error).
+fn held_by_answer(sets: &[Vec<tiberius::Row>], what: &str) -> DbResult<bool> {
+    let row = sets
+        .first()
+        .and_then(|rows| rows.first())
+        .ok_or_else(|| DbError::permanent(format!("the leader {what} returned no row")))?;
+    Ok(lock_mode_is_held(get::<&str>(row, "lock_mode")?))
+}
 
 impl MssqlEngine {
     /// A session of its own for the leader lock, outside the pool: in the
@@ -209,14 +259,14 @@ impl MssqlEngine {
         let babelfish = site.babelfish;
         let key = AppLockKey::of(name);
         let (classid, objid) = (i64::from(key.classid), i64::from(key.objid));
-        let batch = if babelfish {
-            site.batch(&babelfish_leader_lock(), LOCK_PARAMS, 3)
+        let batch = site.batch(if babelfish {
+            Batch::BabelfishLock
         } else {
-            site.batch(sql::LEADER_LOCK, "@P1 NVARCHAR(255)", 1)
-        };
+            Batch::Lock
+        });
         let own: [&dyn tiberius::ToSql; 3] = [&name, &classid, &objid];
         let params = site.params(if babelfish { &own } else { &own[..1] });
-        let sets = match run(&mut session.client, &batch, &params).await {
+        let sets = match run(&mut session.client, batch, &params).await {
             Ok(sets) => sets,
             // @LockTimeout = 0 reports a held lock as -1, not as an error;
             // should a server raise 1222 instead, it means the same.
@@ -290,16 +340,16 @@ impl MssqlEngine {
             ));
         }
         session.in_doubt = true;
-        let batch = site.batch(sql::LEADER_CHECK, "@P1 NVARCHAR(255)", 1);
-        let sets = run(&mut session.client, &batch, &site.params(&[&name]))
-            .await
-            .map_err(|e| self.driver_error(&e))?;
-        let mode = match sets.first().and_then(|rows| rows.first()) {
-            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
-            None => return Err(DbError::permanent("the leader check returned no row")),
-        };
+        let sets = run(
+            &mut session.client,
+            site.batch(Batch::Check),
+            &site.params(&[&name]),
+        )
+        .await
+        .map_err(|e| self.driver_error(&e))?;
+        let held = held_by_answer(&sets, "check")?;
         session.in_doubt = false;
-        Ok(lock_mode_is_held(mode.as_deref()))
+        Ok(held)
     }
 
     /// Gives up the lock `name` and its fence lock `fence` on `session`, at
@@ -313,19 +363,14 @@ impl MssqlEngine {
         site: Site<'_>,
     ) -> DbResult<()> {
         session.in_doubt = true;
-        let batch = site.batch(
-            sql::LEADER_RELEASE,
-            "@P1 NVARCHAR(255), @P2 NVARCHAR(255)",
-            2,
-        );
-        let sets = run(&mut session.client, &batch, &site.params(&[&name, &fence]))
-            .await
-            .map_err(|e| self.driver_error(&e))?;
-        let mode = match sets.first().and_then(|rows| rows.first()) {
-            Some(row) => get::<&str>(row, "lock_mode")?.map(str::to_string),
-            None => return Err(DbError::permanent("the leader release returned no row")),
-        };
-        if lock_mode_is_held(mode.as_deref()) {
+        let sets = run(
+            &mut session.client,
+            site.batch(Batch::Release),
+            &site.params(&[&name, &fence]),
+        )
+        .await
+        .map_err(|e| self.driver_error(&e))?;
+        if held_by_answer(&sets, "release")? {
             return Err(DbError::permanent(
                 "the leader lock was still held after its release",
             ));
@@ -503,6 +548,41 @@ mod tests {
             key(&format!("master/ab{}", "😀".repeat(70))),
             3_138_953_025_419_682_004
         );
+    }
+
+    /// The batches are rendered once, as each site sends them: as they
+    /// are in the session's database, through `sp_executesql` in another.
+    #[test]
+    fn each_batch_is_rendered_for_its_site() {
+        let here = Site {
+            babelfish: false,
+            database: None,
+        };
+        let there = Site {
+            babelfish: false,
+            database: Some("tenant_1"),
+        };
+        assert_eq!(here.batch(Batch::Check), sql::LEADER_CHECK);
+        assert_eq!(here.batch(Batch::Lock), sql::LEADER_LOCK);
+        assert_eq!(here.batch(Batch::BabelfishLock), babelfish_leader_lock());
+        assert_eq!(
+            there.batch(Batch::Release),
+            sql::in_database(
+                sql::LEADER_RELEASE,
+                "@P1 NVARCHAR(255), @P2 NVARCHAR(255)",
+                2
+            )
+        );
+        assert_eq!(
+            there.batch(Batch::Lock),
+            sql::in_database(sql::LEADER_LOCK, "@P1 NVARCHAR(255)", 1)
+        );
+        assert!(std::ptr::eq(
+            here.batch(Batch::Check),
+            here.batch(Batch::Check)
+        ));
+        assert_eq!(there.params(&[&"k"]).len(), 2);
+        assert_eq!(here.params(&[&"k"]).len(), 1);
     }
 
     #[test]
